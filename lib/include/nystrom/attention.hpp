@@ -1,0 +1,31 @@
+#pragma once
+/// @file attention.hpp
+/// Exact attention and its error measures (MATH.md §1, §7): O = (G V) ⊘ (G 1_N) = S V with S = D⁻¹G.
+/// Computed in row blocks with a per-row max shift, so nothing N×N is stored and large logits do not overflow.
+
+#include "nystrom/kernels.hpp"
+#include "nystrom/types.hpp"
+
+namespace nystrom {
+
+/// O = (κ(Q,K) V) ⊘ (κ(Q,K) 1_N), in row blocks, threaded; Q, K N×d, V N×dv. O(N²(d + dv)) time, O(b·N) memory.
+template <class T>
+Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
+                          const Kernel& kernel);
+
+/// The dense attention matrix S = D⁻¹G (row-stochastic), computed with a per-row max shift. Small N only.
+template <class T>
+Matrix<T> attention_matrix(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel);
+
+/// Output error measures against exact attention (FORMATS.md §2): ‖O − Ô‖_F/‖O‖_F, max|O − Ô|, mean|O − Ô|.
+struct OutputErrors {
+  double relative_frobenius = 0;
+  double max_abs = 0;
+  double mean_abs = 0;
+};
+
+/// Errors of `approximate` against `exact` (same shape), accumulated in double.
+template <class T>
+OutputErrors output_errors(const ConstMatrixRef<T>& exact, const ConstMatrixRef<T>& approximate);
+
+}  // namespace nystrom

@@ -1,0 +1,49 @@
+#pragma once
+/// @file bounds.hpp
+/// The Lemma 2.1 error-bound terms and the derived explicit bounds of MATH.md §3. With σ₁ = σ₁(G̃),
+/// σ_{m+1} = σ_{m+1}(G̃), a = σ_m(G_A):
+///   ratio      σ_{m+1}/a                                    (a term, always reported)
+///   theorem 1  ‖E‖₂ ≤ σ₁²/(a − σ_{m+1}) · σ_{m+1}/a        applies when a > σ_{m+1}
+///   theorem 2  ‖E‖₂ ≤ 2σ₁² σ_{m+1}/a²                      always
+///   theorem 3  ‖E‖₂ ≤ K σ_{m+1}, K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂)   applies when K σ_{m+1} < a
+///   C_emp = ‖E‖₂ · a / σ_{m+1}, and C_emp / σ₁²
+/// A bound that does not apply is NaN with its flag false.
+
+#include "nystrom/types.hpp"
+
+namespace nystrom {
+
+/// The spectral quantities the bounds are built from.
+struct BoundInputs {
+  double sigma1_ext = 0;      ///< σ₁(G̃)
+  double sigma_m1_ext = 0;    ///< σ_{m+1}(G̃)
+  double sigma_m_core = 0;    ///< σ_m(G_A)
+  double spectral_error = 0;  ///< ‖G − Ĝ‖₂ (measured)
+  double theorem3_k = 0;      ///< K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) (Inf for a singular G_A)
+};
+
+/// Every bound of MATH.md §3 with whether it applies and whether the measured error respects it.
+struct BoundReport {
+  double ratio = 0;
+  double theorem1 = 0;
+  double theorem2 = 0;
+  double theorem3 = 0;
+  double theorem3_k = 0;
+  double c_emp = 0;
+  double c_emp_normalized = 0;  ///< C_emp / σ₁²
+  bool theorem1_applies = false;
+  bool theorem2_applies = false;  ///< false only when σ_m(G_A) = 0
+  bool theorem3_applies = false;
+  /// True when every applicable bound is ≥ the measured error (up to relative rounding `slack`).
+  bool holds(double slack = 1e-10) const;
+};
+
+/// Evaluates the bounds from their inputs.
+BoundReport evaluate_bounds(const BoundInputs& inputs);
+
+/// K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) for the unscaled blocks (N×m, m×m, m×N), via m×m Gram matrices in double;
+/// +Inf when G_A is numerically singular.
+template <class T>
+double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core, const ConstMatrixRef<T>& upper);
+
+}  // namespace nystrom

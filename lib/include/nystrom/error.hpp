@@ -1,0 +1,31 @@
+#pragma once
+/// @file error.hpp
+/// Argument checking: programming and input errors throw std::invalid_argument with a message naming the value;
+/// numerical outcomes (divergence, singular cores) are statuses in result structs, never exceptions (STYLE.md §5).
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace nystrom {
+
+/// Throws std::invalid_argument(message) unless `condition` holds.
+inline void require(bool condition, const std::string& message) {
+  if (!condition) throw std::invalid_argument(message);
+}
+
+/// Builds a message from streamable parts: `describe("m = ", m, " exceeds N = ", n)`.
+template <class... Parts>
+std::string describe(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+/// Throws std::invalid_argument naming `what` unless every entry of `x` is finite.
+template <class Derived>
+void require_finite(const Derived& x, const std::string& what) {
+  if (!x.allFinite()) throw std::invalid_argument(what + " contains non-finite values (NaN or Inf)");
+}
+
+}  // namespace nystrom

@@ -1,0 +1,99 @@
+#pragma once
+/// @file kernels.hpp
+/// Kernels κ(q, k) = exp(φ(q, k)) as small value types evaluated on blocks of token rows (MATH.md §1):
+///   exponential  φ = s·qᵀk                 (PnP-Nystra eq. (2); softmax attention S = D⁻¹G)
+///   Laplacian    φ = −‖q − k‖₁ / λ          (LaplacianFormer Alg. 1)
+///   Gaussian     φ = −‖q − k‖₂² / (2h²)     (LaplacianFormer, for comparison)
+/// Callers evaluate only the panels they need, `kernel.block(Q.middleRows(r, b), K)`; nothing here forms an N×N
+/// matrix unless the caller passes all N rows on both sides.
+
+#include <cmath>
+#include <string>
+
+#include "nystrom/error.hpp"
+#include "nystrom/types.hpp"
+
+namespace nystrom {
+
+/// The kernel families of MATH.md §1.
+enum class KernelType { exponential, laplacian, gaussian };
+
+/// "exp", "laplacian", "gaussian".
+std::string to_string(KernelType type);
+/// Inverse of to_string; throws std::invalid_argument naming an unknown kernel.
+KernelType kernel_type_from_string(const std::string& name);
+
+/// A kernel κ = exp(φ) with its one parameter: the scale s (exponential), λ (Laplacian) or h (Gaussian).
+struct Kernel {
+  KernelType type = KernelType::exponential;
+  double param = 0.125;  ///< s for exponential (1/√d by convention), λ > 0 for Laplacian, h > 0 for Gaussian
+
+  static Kernel exponential(double scale) { return {KernelType::exponential, scale}; }
+  static Kernel laplacian(double lambda) { return {KernelType::laplacian, lambda}; }
+  static Kernel gaussian(double bandwidth) { return {KernelType::gaussian, bandwidth}; }
+
+  /// Throws std::invalid_argument naming the parameter unless it is finite (and > 0 for Laplacian and Gaussian).
+  void validate() const;
+
+  /// "exp(s=0.125)", "laplacian(lambda=4)", ...
+  std::string label() const;
+
+  /// out(i, j) = φ(X_i, Y_j) for the rows of X (n×d) and Y (p×d); out must be n×p. O(n·p·d).
+  template <class T>
+  void exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const;
+
+  /// out(i, j) = κ(X_i, Y_j); out must be n×p. O(n·p·d).
+  template <class T>
+  void evaluate(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const {
+    exponent<T>(X, Y, out);
+    out = out.array().exp().matrix();
+  }
+
+  /// The block κ(X, Y) as a new n×p matrix.
+  template <class T>
+  Matrix<T> block(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y) const {
+    Matrix<T> out(X.rows(), Y.rows());
+    evaluate<T>(X, Y, out);
+    return out;
+  }
+
+  /// The exponent block φ(X, Y) as a new n×p matrix.
+  template <class T>
+  Matrix<T> exponent_block(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y) const {
+    Matrix<T> out(X.rows(), Y.rows());
+    exponent<T>(X, Y, out);
+    return out;
+  }
+};
+
+template <class T>
+void Kernel::exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const {
+  require(X.cols() == Y.cols(), describe("kernel: token dimensions differ, d = ", X.cols(), " and ", Y.cols()));
+  require(out.rows() == X.rows() && out.cols() == Y.rows(),
+          describe("kernel: output block is ", out.rows(), "x", out.cols(), ", expected ", X.rows(), "x", Y.rows()));
+  switch (type) {
+    case KernelType::exponential:
+      out.noalias() = (T(param) * X) * Y.transpose();
+      return;
+    case KernelType::laplacian:
+    case KernelType::gaussian: {
+      // Direct differences (no ‖x‖² + ‖y‖² − 2xᵀy cancellation); the inner loop runs down a column of X, contiguous.
+      const bool l1 = type == KernelType::laplacian;
+      const T factor = l1 ? T(-1.0 / param) : T(-0.5 / (param * param));
+      for (Index j = 0; j < Y.rows(); ++j) {
+        auto column = out.col(j);
+        column.setZero();
+        for (Index c = 0; c < X.cols(); ++c) {
+          if (l1)
+            column.array() += (X.col(c).array() - Y(j, c)).abs();
+          else
+            column.array() += (X.col(c).array() - Y(j, c)).square();
+        }
+        column *= factor;
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace nystrom

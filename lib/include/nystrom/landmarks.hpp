@@ -1,0 +1,79 @@
+#pragma once
+/// @file landmarks.hpp
+/// Landmark strategies of MATH.md §5: pooling strategies (segment means, 2-D window pooling, k-means) return averages;
+/// selection strategies (step, random, top-sum, top-abs, top-embed, given indices) return rows of Q and K and
+/// their indices. Forced tokens (e.g. a CLS token) are always included by selection strategies.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nystrom/types.hpp"
+
+namespace nystrom {
+
+/// Landmark strategies (MATH.md §5).
+enum class LandmarkStrategy {
+  segment_means,  ///< means of contiguous segments, uneven when N % m ≠ 0 (Nyströmformer)
+  window_pool,    ///< adaptive average pooling on an h×w token grid (PnP-Nystra code)
+  step,           ///< every ⌊N/m⌋-th token (CURformer "Step")
+  random,         ///< m tokens without replacement, seeded (CURformer)
+  top_sum,        ///< top-m rows by row sum (CURformer "Sum")
+  top_abs,        ///< top-m rows by row sum of |x| (CURformer "Abs")
+  top_embed,      ///< top-m rows by one embedding column (CURformer "Embed")
+  kmeans,         ///< centroids of seeded k-means++ (Nyströmformer limitations)
+  given           ///< user-given indices
+};
+
+/// "segment-means", "window-pool", "step", "random", "top-sum", "top-abs", "top-embed", "kmeans", "given".
+std::string to_string(LandmarkStrategy strategy);
+/// Inverse of to_string; throws std::invalid_argument naming an unknown strategy.
+LandmarkStrategy landmark_strategy_from_string(const std::string& name);
+/// True for strategies whose landmarks are rows of Q and K (step, random, top-*, given).
+bool is_selection(LandmarkStrategy strategy);
+
+/// Options for select_landmarks.
+struct LandmarkOptions {
+  LandmarkStrategy strategy = LandmarkStrategy::segment_means;
+  Index count = 16;               ///< m, the number of landmarks (1 ≤ m ≤ N)
+  std::uint64_t seed = 0;         ///< seed for random and k-means++
+  bool same_indices = true;       ///< selection: choose the same rows for Q and K (scored on Q), or each separately
+  std::vector<Index> forced;      ///< selection: indices always included (counted within m)
+  std::vector<Index> q_indices;   ///< given: indices into Q
+  std::vector<Index> k_indices;   ///< given: indices into K (empty: the same as q_indices)
+  std::array<Index, 2> window{};  ///< window-pool: token grid h×w with h·w = N; {0, 0} means a square grid
+  Index embed_column = 0;         ///< top-embed: the embedding column scored
+  int kmeans_iterations = 25;     ///< k-means: Lloyd iterations after k-means++ seeding
+
+  /// Throws std::invalid_argument naming the bad value (m = 0, m > N, indices out of range, bad window, ...).
+  void validate(Index n, Index d) const;
+};
+
+/// Landmarks Q̄, K̄ (m×d each) and, for selection strategies, the rows they were taken from.
+template <class T>
+struct Landmarks {
+  Matrix<T> q;                   ///< Q̄, m×d
+  Matrix<T> k;                   ///< K̄, m×d
+  std::vector<Index> q_indices;  ///< rows of Q behind Q̄ (empty for pooling strategies)
+  std::vector<Index> k_indices;  ///< rows of K behind K̄ (empty for pooling strategies)
+};
+
+/// Landmarks of Q and K (both N×d) by `options`. Deterministic for a given seed.
+template <class T>
+Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const LandmarkOptions& options);
+
+/// Segment means of the rows of X (N×d) into m segments: with s = ⌊N/m⌋ the first (s+1)m − N segments have s rows,
+/// the rest s+1 (Nyströmformer; MATH.md §5).
+template <class T>
+Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m);
+
+/// Adaptive average pooling of the rows of X (tokens t = r·w + c on an h×w grid) to a gh×gw grid, gh·gw = m with
+/// (gh, gw) the closest-square factors of m; bin I covers rows [⌊I·h/gh⌋, ⌈(I+1)h/gh⌉), likewise columns.
+template <class T>
+Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m);
+
+/// The closest-square factorisation m = a·b with a ≤ b and a as large as possible.
+std::array<Index, 2> closest_square_factors(Index m);
+
+}  // namespace nystrom

@@ -1,0 +1,79 @@
+#pragma once
+/// @file nystrom.hpp
+/// Generalized (non-symmetric) Nyström approximation Ĝ = G_L G_A⁺ G_U (PnP-Nystra; MATH.md §2), its row-max
+/// stabilized form (PnP-Nystra eq. (8)), the authors' clamped-exp variant, and the symmetric form C W⁺ Cᵀ
+/// (LaplacianFormer Alg. 1). Only the thin blocks (N×m, m×m, m×N) are formed.
+
+#include <string>
+
+#include "nystrom/kernels.hpp"
+#include "nystrom/landmarks.hpp"
+#include "nystrom/pinv.hpp"
+#include "nystrom/types.hpp"
+
+namespace nystrom {
+
+/// How the blocks are scaled before the pseudoinverse (MATH.md §2).
+enum class Stabilization {
+  none,     ///< plain blocks G_L, G_A, G_U
+  row_max,  ///< PnP-Nystra eq. (8): G_Lⁿ = M_L⁻¹G_L, G_Aⁿ = M_U⁻¹G_A, G_Uⁿ = M_U⁻¹G_U with row-max exponents
+  clamped   ///< the authors' code: exp(x) → exp(min(x,5)) + max(x−5,0) in all three blocks (changes the kernel)
+};
+
+/// "none", "row-max", "clamped".
+std::string to_string(Stabilization stabilization);
+/// Inverse of to_string; throws std::invalid_argument naming an unknown value.
+Stabilization stabilization_from_string(const std::string& name);
+
+/// Options for generalized_nystrom and symmetric_nystrom.
+struct NystromOptions {
+  Kernel kernel;
+  LandmarkOptions landmarks;
+  PinvOptions pinv;
+  Stabilization stabilization = Stabilization::row_max;
+
+  /// Validates every member for N tokens of dimension d; throws std::invalid_argument naming the bad value.
+  void validate(Index n, Index d) const;
+};
+
+/// The factors of Ĝ = diag(exp(left_log_scale)) · left · Z · upper, with Z = pinv.z ≈ core⁺.
+/// Without stabilization left = G_L, core = G_A, upper = G_U and left_log_scale = 0.
+template <class T>
+struct NystromFactors {
+  Matrix<T> left;            ///< G_L or G_Lⁿ, N×m
+  Matrix<T> core;            ///< G_A or G_Aⁿ, m×m
+  Matrix<T> upper;           ///< G_U or G_Uⁿ, m×N (Cᵀ for the symmetric form)
+  Vector<T> left_log_scale;  ///< log diag(M_L), N (zeros unless row_max)
+  Vector<T> upper_log_scale; ///< log diag(M_U), m (zeros unless row_max)
+  PinvResult<T> pinv;        ///< Z ≈ core⁺ with its diagnostics
+  Landmarks<T> landmarks;    ///< Q̄, K̄ (and indices for selection strategies)
+  NystromOptions options;    ///< what produced these factors
+
+  Index rows() const { return left.rows(); }
+  Index cols() const { return upper.cols(); }
+
+  /// y = Ĝx (x has cols() entries, y rows()). O(Nm).
+  void apply(const T* x, T* y) const;
+  /// y = Ĝᵀx (x has rows() entries, y cols()). O(Nm).
+  void apply_transpose(const T* x, T* y) const;
+  /// Ĝ as a dense N×N matrix (small N and tests only). O(N²m).
+  Matrix<T> dense() const;
+};
+
+/// The generalized Nyström factors of G = κ(Q, K) for Q, K (N×d). O(Nmd + m³).
+template <class T>
+NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const NystromOptions& options);
+
+/// The symmetric Nyström factors C W⁺ Cᵀ with W = κ(Q̄, K̄), C = κ(Q, K̄) (LaplacianFormer Alg. 1); exact only for a
+/// symmetric G. Use options.pinv.shift for LaplacianFormer's W + εI.
+template <class T>
+NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                    const NystromOptions& options);
+
+/// PnP-Nystra Algorithm 1: P = G_L Z, Ô = (P(G_U V)) ⊘ (P(G_U 1_N)); O(Nm(d + dv)), never N×N.
+/// The clamped variant divides by (Ĝ1 + 1e-12) as the authors' code does.
+template <class T>
+Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V);
+
+}  // namespace nystrom

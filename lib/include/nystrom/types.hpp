@@ -1,0 +1,27 @@
+#pragma once
+/// @file types.hpp
+/// Dense matrix aliases shared by the whole library. Token matrices (Q, K, V) hold one token per row: N×d.
+
+#include <Eigen/Dense>
+
+namespace nystrom {
+
+using Index = Eigen::Index;
+
+/// Column-major dense matrix of scalar T (float or double).
+template <class T>
+using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+
+/// Dense column vector of scalar T.
+template <class T>
+using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+
+/// Read-only view of any dense matrix expression (blocks, maps, matrices) without a copy.
+template <class T>
+using ConstMatrixRef = Eigen::Ref<const Matrix<T>>;
+
+/// Writable view of a dense block.
+template <class T>
+using MatrixRef = Eigen::Ref<Matrix<T>>;
+
+}  // namespace nystrom

@@ -1,0 +1,48 @@
+#include "nystrom/threads.hpp"
+
+#include <omp.h>
+
+#ifdef NYSTROM_WITH_OPENBLAS
+extern "C" {
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+char* openblas_get_corename(void);
+}
+#endif
+
+namespace nystrom {
+
+void set_threads(int threads) {
+  if (threads < 1) threads = 1;
+  omp_set_num_threads(threads);
+#ifdef NYSTROM_WITH_OPENBLAS
+  openblas_set_num_threads(threads);
+#endif
+}
+
+int threads() { return omp_get_max_threads(); }
+
+std::string blas_core() {
+#ifdef NYSTROM_WITH_OPENBLAS
+  return openblas_get_corename();
+#else
+  return "Eigen";
+#endif
+}
+
+SingleThreadedBlas::SingleThreadedBlas() {
+#ifdef NYSTROM_WITH_OPENBLAS
+  previous_ = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+#else
+  previous_ = 1;
+#endif
+}
+
+SingleThreadedBlas::~SingleThreadedBlas() {
+#ifdef NYSTROM_WITH_OPENBLAS
+  openblas_set_num_threads(previous_);
+#endif
+}
+
+}  // namespace nystrom
