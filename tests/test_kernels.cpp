@@ -1,9 +1,117 @@
 #include <doctest/doctest.h>
 
-#include "nystrom/kernels.hpp"
+#include <cmath>
+#include <limits>
 
-TEST_CASE("kernel names round-trip") {
-  using namespace nystrom;
+#include "nystrom/kernels.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+/// Checks every entry of κ(X, Y) against the naive double-precision kernel. The exponent's rounding error is
+/// at most tolerance(d)·(s·|x|ᵀ|y| or |φ|) (the condition of a sum of d terms), and exp turns an absolute
+/// exponent error δ into a relative error δ in κ.
+template <class T>
+void check_block_against_naive(const Matrix<T>& X, const Matrix<T>& Y, const Kernel& kernel) {
+  const Matrix<T> block = kernel.block<T>(X, Y);
+  const Matrix<T> oracle = naive_kernel<T>(X, Y, kernel);
+  REQUIRE(block.rows() == X.rows());
+  REQUIRE(block.cols() == Y.rows());
+  const Matrix<double> x = X.template cast<double>(), y = Y.template cast<double>();
+  const double tol = tolerance<T>(X.cols());
+  double worst = 0;
+  for (Index i = 0; i < X.rows(); ++i) {
+    for (Index j = 0; j < Y.rows(); ++j) {
+      const double condition = kernel.type == KernelType::exponential
+                                   ? kernel.param * x.row(i).cwiseAbs().dot(y.row(j).cwiseAbs())
+                                   : std::abs(std::log(static_cast<double>(oracle(i, j))));
+      const double error = std::abs(double(block(i, j)) - double(oracle(i, j))) / double(oracle(i, j));
+      worst = std::max(worst, error / (tol * (1 + condition)));
+    }
+  }
+  CHECK(worst <= 1.0);
+}
+
+const Kernel all_kernels[] = {Kernel::exponential(0.125), Kernel::laplacian(4), Kernel::gaussian(3)};
+
+}  // namespace
+
+TEST_CASE("kernel names round-trip and unknown names throw naming the name") {
   for (auto t : {KernelType::exponential, KernelType::laplacian, KernelType::gaussian})
     CHECK(kernel_type_from_string(to_string(t)) == t);
+  CHECK(throws_naming([] { kernel_type_from_string("cosine"); }, "cosine"));
+  CHECK(Kernel::laplacian(4).label() == "laplacian(lambda=4)");
+}
+
+TEST_CASE_TEMPLATE("kernel blocks equal the naive dense kernel", T, float, double) {
+  // Sizes straddle the 32/64-row register tile of the distance kernels (remainders, single partial tiles).
+  const Index d = 64;
+  const Matrix<T> Q = random_matrix<T>(77, d, 11, 0.5);
+  const Matrix<T> K = random_matrix<T>(45, d, 12, 0.5);
+  for (const Kernel& kernel : all_kernels) {
+    CAPTURE(kernel.label());
+    check_block_against_naive<T>(Q, K, kernel);  // more rows than columns
+    check_block_against_naive<T>(K, Q, kernel);  // fewer rows than columns (transposed tiling)
+    check_block_against_naive<T>(Q.topRows(1), K.topRows(1), kernel);
+  }
+}
+
+TEST_CASE_TEMPLATE("kernel sub-blocks and panels equal the same entries of the full block", T, float,
+                   double) {
+  const Index n = 130, d = 16;
+  const Matrix<T> Q = random_matrix<T>(n, d, 21), K = random_matrix<T>(n, d, 22);
+  for (const Kernel& kernel : all_kernels) {
+    CAPTURE(kernel.label());
+    const Matrix<T> full = naive_kernel<T>(Q, K, kernel);
+    // A row panel, a column panel and an interior block, each evaluated directly from views of Q and K.
+    const Matrix<T> rows = kernel.block<T>(Q.middleRows(40, 33), K);
+    const Matrix<T> cols = kernel.block<T>(Q, K.middleRows(97, 33));
+    const Matrix<T> inner = kernel.block<T>(Q.middleRows(5, 70), K.middleRows(60, 9));
+    const double tol = 50 * tolerance<T>(d);  // |φ| ≲ 50 for these sizes: κ's relative error ≤ tol·(1 + |φ|)
+    CHECK(relative_difference(rows, full.middleRows(40, 33)) <= tol);
+    CHECK(relative_difference(cols, full.middleCols(97, 33)) <= tol);
+    CHECK(relative_difference(inner, full.block(5, 60, 70, 9)) <= tol);
+    // The block written into a view of a larger matrix.
+    Matrix<T> target = Matrix<T>::Zero(n, n);
+    kernel.evaluate<T>(Q.middleRows(40, 33), K.middleRows(97, 33), target.block(40, 97, 33, 33));
+    CHECK(relative_difference(target.block(40, 97, 33, 33), full.block(40, 97, 33, 33)) <= tol);
+    CHECK(target.block(0, 0, 40, n).norm() == 0);
+  }
+}
+
+TEST_CASE_TEMPLATE("kernel exponents match their definitions", T, float, double) {
+  const Matrix<T> X = random_matrix<T>(3, 5, 31), Y = random_matrix<T>(4, 5, 32);
+  const Matrix<double> x = X.template cast<double>(), y = Y.template cast<double>();
+  const double tol = tolerance<T>(5) * 20;
+  const Matrix<T> dot = Kernel::exponential(0.5).exponent_block<T>(X, Y);
+  const Matrix<T> l1 = Kernel::laplacian(2).exponent_block<T>(X, Y);
+  const Matrix<T> l2 = Kernel::gaussian(0.5).exponent_block<T>(X, Y);
+  for (Index i = 0; i < 3; ++i) {
+    for (Index j = 0; j < 4; ++j) {
+      CHECK(double(dot(i, j)) == doctest::Approx(0.5 * x.row(i).dot(y.row(j))).epsilon(tol));
+      CHECK(double(l1(i, j)) == doctest::Approx(-(x.row(i) - y.row(j)).cwiseAbs().sum() / 2).epsilon(tol));
+      CHECK(double(l2(i, j)) == doctest::Approx(-(x.row(i) - y.row(j)).squaredNorm() / 0.5).epsilon(tol));
+    }
+  }
+  // κ(x, x) = 1 for the distance kernels.
+  CHECK(Kernel::laplacian(4).block<T>(X, X).diagonal().isOnes(0));
+  CHECK(Kernel::gaussian(1).block<T>(X, X).diagonal().isOnes(0));
+}
+
+TEST_CASE_TEMPLATE("bad kernel parameters and shapes throw naming the value", T, float, double) {
+  const Matrix<T> X = random_matrix<T>(4, 3, 41), Y = random_matrix<T>(5, 3, 42),
+                  Z = random_matrix<T>(5, 2, 43);
+  CHECK(throws_naming([&] { Kernel::laplacian(0).block<T>(X, Y); }, "lambda = 0"));
+  CHECK(throws_naming([&] { Kernel::laplacian(-2).block<T>(X, Y); }, "-2"));
+  CHECK(throws_naming([&] { Kernel::gaussian(-0.5).block<T>(X, Y); }, "-0.5"));
+  CHECK(throws_naming([&] { Kernel::laplacian(std::nan("")).validate(); }, "nan"));
+  CHECK(
+      throws_naming([&] { Kernel::exponential(std::numeric_limits<double>::infinity()).validate(); }, "inf"));
+  CHECK(throws_naming([&] { Kernel::exponential(0.1).block<T>(X, Z); }, "d = 3 and 2"));
+  Matrix<T> wrong(4, 4);
+  CHECK(throws_naming([&] { Kernel::laplacian(1).evaluate<T>(X, Y, wrong); }, "4x4"));
+  CHECK_NOTHROW(Kernel::exponential(-0.25).validate());  // a negative scale is a valid (if unusual) kernel
 }

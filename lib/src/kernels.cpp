@@ -6,9 +6,12 @@ namespace nystrom {
 
 std::string to_string(KernelType type) {
   switch (type) {
-    case KernelType::exponential: return "exp";
-    case KernelType::laplacian: return "laplacian";
-    case KernelType::gaussian: return "gaussian";
+    case KernelType::exponential:
+      return "exp";
+    case KernelType::laplacian:
+      return "laplacian";
+    case KernelType::gaussian:
+      return "gaussian";
   }
   return "unknown";
 }
@@ -20,7 +23,8 @@ KernelType kernel_type_from_string(const std::string& name) {
 }
 
 void Kernel::validate() const {
-  require(std::isfinite(param), describe("kernel ", to_string(type), ": parameter ", param, " is not finite"));
+  require(std::isfinite(param),
+          describe("kernel ", to_string(type), ": parameter ", param, " is not finite"));
   if (type == KernelType::laplacian)
     require(param > 0, describe("kernel laplacian: lambda = ", param, " must be > 0"));
   if (type == KernelType::gaussian)

@@ -20,7 +20,9 @@ void set_threads(int threads) {
 #endif
 }
 
-int threads() { return omp_get_max_threads(); }
+int threads() {
+  return omp_get_max_threads();
+}
 
 std::string blas_core() {
 #ifdef NYSTROM_WITH_OPENBLAS

@@ -19,7 +19,7 @@ struct BoundInputs {
   double sigma_m1_ext = 0;    ///< σ_{m+1}(G̃)
   double sigma_m_core = 0;    ///< σ_m(G_A)
   double spectral_error = 0;  ///< ‖G − Ĝ‖₂ (measured)
-  double theorem3_k = 0;      ///< K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) (Inf for a singular G_A)
+  double theorem3_k = 0;  ///< K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) (Inf for a singular G_A)
 };
 
 /// Every bound of MATH.md §3 with whether it applies and whether the measured error respects it.
@@ -31,19 +31,23 @@ struct BoundReport {
   double theorem3_k = 0;
   double c_emp = 0;
   double c_emp_normalized = 0;  ///< C_emp / σ₁²
+  double spectral_error = 0;    ///< the measured ‖E‖₂ the bounds are checked against
+  double sigma1_ext = 0;        ///< σ₁(G̃), the scale of rounding in E
   bool theorem1_applies = false;
   bool theorem2_applies = false;  ///< false only when σ_m(G_A) = 0
   bool theorem3_applies = false;
-  /// True when every applicable bound is ≥ the measured error (up to relative rounding `slack`).
+  /// True when every applicable bound B satisfies ‖E‖₂ ≤ B + slack·(B + σ₁(G̃)) (rounding in E is relative to
+  /// σ₁).
   bool holds(double slack = 1e-10) const;
 };
 
 /// Evaluates the bounds from their inputs.
 BoundReport evaluate_bounds(const BoundInputs& inputs);
 
-/// K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) for the unscaled blocks (N×m, m×m, m×N), via m×m Gram matrices in double;
-/// +Inf when G_A is numerically singular.
+/// K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) for the unscaled blocks (N×m, m×m, m×N), via m×m Gram matrices in
+/// double; +Inf when G_A is numerically singular.
 template <class T>
-double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core, const ConstMatrixRef<T>& upper);
+double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core,
+                         const ConstMatrixRef<T>& upper);
 
 }  // namespace nystrom

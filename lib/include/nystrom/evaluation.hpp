@@ -1,8 +1,9 @@
 #pragma once
 /// @file evaluation.hpp
-/// One point of a sweep: every error, spectral term and bound of FORMATS.md §2 for one head, kernel and Nyström
-/// configuration. Head-level quantities (G, ‖G‖₂, exact attention) and landmark-level ones (σ(G̃), σ_m(G_A), K)
-/// are computed once and shared by every point that needs them. Dense or matrix-free by a memory budget.
+/// One point of a sweep: every error, spectral term and bound of FORMATS.md §2 for one head, kernel and
+/// Nyström configuration. Head-level quantities (G, ‖G‖₂, exact attention) and landmark-level ones (σ(G̃),
+/// σ_m(G_A), K) are computed once and shared by every point that needs them. Dense or matrix-free by a memory
+/// budget.
 
 #include <array>
 #include <limits>
@@ -27,10 +28,16 @@ struct Head {
 
 /// How points are evaluated.
 struct EvaluationOptions {
-  double memory_budget = 4.0e9;  ///< bytes a dense N×N analysis may use; above it the matrix-free path is taken
+  double memory_budget =
+      4.0e9;  ///< bytes a dense N×N analysis may use; above it the matrix-free path is taken
   bool force_matrix_free = false;
   SpectralOptions spectral;
-  Index panel_rows = 256;        ///< row panel of matrix-free kernel operators
+  Index panel_rows = 256;  ///< row panel of matrix-free kernel operators
+  Index dense_svd_limit =
+      1024;  ///< singular values of matrices up to this size by full SVD, above it by Lanczos
+  /// Throws std::invalid_argument naming the bad value (budget ≤ 0, panel_rows < 1, dense_svd_limit < 0,
+  /// spectral).
+  void validate() const;
 };
 
 /// Quantities of one head and kernel, shared by all its points.
@@ -38,9 +45,9 @@ template <class T>
 struct HeadReference {
   Kernel kernel;
   bool matrix_free = false;
-  Matrix<T> g;           ///< dense G = κ(Q, K) (empty when matrix-free)
-  double g_norm2 = 0;    ///< ‖G‖₂
-  Matrix<T> output;      ///< exact attention O (empty without V)
+  Matrix<T> g;         ///< dense G = κ(Q, K) (empty when matrix-free)
+  double g_norm2 = 0;  ///< ‖G‖₂
+  Matrix<T> output;    ///< exact attention O (empty without V)
 };
 
 /// Builds the head reference (dense G when N²·sizeof(T)·3 fits the budget, else matrix-free).
@@ -53,12 +60,13 @@ struct LandmarkTerms {
   double sigma_m1_ext = 0;  ///< σ_{m+1}(G̃)
   double sigma_m_core = 0;  ///< σ_m(G_A)
   double theorem3_k = 0;    ///< K of theorem 3
+  bool converged = true;    ///< false when the Lanczos run for σ(G̃) did not reach its tolerance
 };
 
 /// σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K for the landmarks in `factors` (computed on the unstabilized blocks).
 template <class T>
-LandmarkTerms landmark_terms(const Head<T>& head, const HeadReference<T>& reference, const NystromFactors<T>& factors,
-                             const EvaluationOptions& options);
+LandmarkTerms landmark_terms(const Head<T>& head, const HeadReference<T>& reference,
+                             const NystromFactors<T>& factors, const EvaluationOptions& options);
 
 /// Every column of one sweep point (FORMATS.md §2). NaN marks what does not apply.
 struct PointResult {
@@ -66,19 +74,21 @@ struct PointResult {
   double spectral_error = nan, relative_spectral_error = nan, frobenius_error = nan;
   double output_relative_error = nan, output_max_error = nan, output_mean_abs_error = nan;
   double sigma1_ext = nan, sigma_m1_ext = nan, sigma_m_core = nan;
-  double bound_ratio = nan, theorem1_bound = nan, theorem2_bound = nan, theorem3_bound = nan, theorem3_k = nan;
+  double bound_ratio = nan, theorem1_bound = nan, theorem2_bound = nan, theorem3_bound = nan,
+         theorem3_k = nan;
   double c_emp = nan, c_emp_normalized = nan;
   double pinv_residual = nan;
-  std::string pinv_status;     ///< to_string(PinvStatus)
-  bool bounds_hold = true;     ///< every applicable bound ≥ the measured error
+  std::string pinv_status;  ///< to_string(PinvStatus)
+  bool bounds_hold = true;  ///< every applicable bound ≥ the measured error
   bool matrix_free = false;
   double seconds = 0;
 };
 
-/// Evaluates one generalized Nyström configuration on a head. `terms` may come from landmark_terms for the same
-/// landmarks (pass nullptr to compute them here).
+/// Evaluates one generalized Nyström configuration on a head. `terms` may come from landmark_terms for the
+/// same landmarks (pass nullptr to compute them here).
 template <class T>
-PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& reference, const NystromOptions& options,
-                             const EvaluationOptions& evaluation, const LandmarkTerms* terms = nullptr);
+PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& reference,
+                             const NystromOptions& options, const EvaluationOptions& evaluation,
+                             const LandmarkTerms* terms = nullptr);
 
 }  // namespace nystrom

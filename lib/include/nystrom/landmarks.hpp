@@ -1,8 +1,8 @@
 #pragma once
 /// @file landmarks.hpp
-/// Landmark strategies of MATH.md §5: pooling strategies (segment means, 2-D window pooling, k-means) return averages;
-/// selection strategies (step, random, top-sum, top-abs, top-embed, given indices) return rows of Q and K and
-/// their indices. Forced tokens (e.g. a CLS token) are always included by selection strategies.
+/// Landmark strategies of MATH.md §5: pooling strategies (segment means, 2-D window pooling, k-means) return
+/// averages; selection strategies (step, random, top-sum, top-abs, top-embed, given indices) return rows of Q
+/// and K and their indices. Forced tokens (e.g. a CLS token) are always included by selection strategies.
 
 #include <array>
 #include <cstdint>
@@ -36,9 +36,10 @@ bool is_selection(LandmarkStrategy strategy);
 /// Options for select_landmarks.
 struct LandmarkOptions {
   LandmarkStrategy strategy = LandmarkStrategy::segment_means;
-  Index count = 16;               ///< m, the number of landmarks (1 ≤ m ≤ N)
-  std::uint64_t seed = 0;         ///< seed for random and k-means++
-  bool same_indices = true;       ///< selection: choose the same rows for Q and K (scored on Q), or each separately
+  Index count = 16;        ///< m, the number of landmarks (1 ≤ m ≤ N)
+  std::uint64_t seed = 0;  ///< seed for random and k-means++
+  bool same_indices =
+      true;  ///< selection: choose the same rows for Q and K (scored on Q), or each separately
   std::vector<Index> forced;      ///< selection: indices always included (counted within m)
   std::vector<Index> q_indices;   ///< given: indices into Q
   std::vector<Index> k_indices;   ///< given: indices into K (empty: the same as q_indices)
@@ -61,15 +62,17 @@ struct Landmarks {
 
 /// Landmarks of Q and K (both N×d) by `options`. Deterministic for a given seed.
 template <class T>
-Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const LandmarkOptions& options);
+Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                              const LandmarkOptions& options);
 
-/// Segment means of the rows of X (N×d) into m segments: with s = ⌊N/m⌋ the first (s+1)m − N segments have s rows,
-/// the rest s+1 (Nyströmformer; MATH.md §5).
+/// Segment means of the rows of X (N×d) into m segments: with s = ⌊N/m⌋ the first (s+1)m − N segments have s
+/// rows, the rest s+1 (Nyströmformer; MATH.md §5).
 template <class T>
 Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m);
 
-/// Adaptive average pooling of the rows of X (tokens t = r·w + c on an h×w grid) to a gh×gw grid, gh·gw = m with
-/// (gh, gw) the closest-square factors of m; bin I covers rows [⌊I·h/gh⌋, ⌈(I+1)h/gh⌉), likewise columns.
+/// Adaptive average pooling of the rows of X (tokens t = r·w + c on an h×w grid) to a gh×gw grid, gh·gw = m
+/// with (gh, gw) the closest-square factors of m; bin I covers rows [⌊I·h/gh⌋, ⌈(I+1)h/gh⌉), likewise
+/// columns.
 template <class T>
 Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m);
 

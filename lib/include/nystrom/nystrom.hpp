@@ -17,7 +17,8 @@ namespace nystrom {
 enum class Stabilization {
   none,     ///< plain blocks G_L, G_A, G_U
   row_max,  ///< PnP-Nystra eq. (8): G_Lⁿ = M_L⁻¹G_L, G_Aⁿ = M_U⁻¹G_A, G_Uⁿ = M_U⁻¹G_U with row-max exponents
-  clamped   ///< the authors' code: exp(x) → exp(min(x,5)) + max(x−5,0) in all three blocks (changes the kernel)
+  clamped   ///< the authors' code: exp(x) → exp(min(x,5)) + max(x−5,0) in all three blocks (changes the
+            ///< kernel)
 };
 
 /// "none", "row-max", "clamped".
@@ -40,14 +41,14 @@ struct NystromOptions {
 /// Without stabilization left = G_L, core = G_A, upper = G_U and left_log_scale = 0.
 template <class T>
 struct NystromFactors {
-  Matrix<T> left;            ///< G_L or G_Lⁿ, N×m
-  Matrix<T> core;            ///< G_A or G_Aⁿ, m×m
-  Matrix<T> upper;           ///< G_U or G_Uⁿ, m×N (Cᵀ for the symmetric form)
-  Vector<T> left_log_scale;  ///< log diag(M_L), N (zeros unless row_max)
-  Vector<T> upper_log_scale; ///< log diag(M_U), m (zeros unless row_max)
-  PinvResult<T> pinv;        ///< Z ≈ core⁺ with its diagnostics
-  Landmarks<T> landmarks;    ///< Q̄, K̄ (and indices for selection strategies)
-  NystromOptions options;    ///< what produced these factors
+  Matrix<T> left;             ///< G_L or G_Lⁿ, N×m
+  Matrix<T> core;             ///< G_A or G_Aⁿ, m×m
+  Matrix<T> upper;            ///< G_U or G_Uⁿ, m×N (Cᵀ for the symmetric form)
+  Vector<T> left_log_scale;   ///< log diag(M_L), N (zeros unless row_max)
+  Vector<T> upper_log_scale;  ///< log diag(M_U), m (zeros unless row_max)
+  PinvResult<T> pinv;         ///< Z ≈ core⁺ with its diagnostics
+  Landmarks<T> landmarks;     ///< Q̄, K̄ (and indices for selection strategies)
+  NystromOptions options;     ///< what produced these factors
 
   Index rows() const { return left.rows(); }
   Index cols() const { return upper.cols(); }
@@ -65,8 +66,8 @@ template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options);
 
-/// The symmetric Nyström factors C W⁺ Cᵀ with W = κ(Q̄, K̄), C = κ(Q, K̄) (LaplacianFormer Alg. 1); exact only for a
-/// symmetric G. Use options.pinv.shift for LaplacianFormer's W + εI.
+/// The symmetric Nyström factors C W⁺ Cᵀ with W = κ(Q̄, K̄), C = κ(Q, K̄) (LaplacianFormer Alg. 1); exact only
+/// for a symmetric G. Use options.pinv.shift for LaplacianFormer's W + εI.
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const NystromOptions& options);

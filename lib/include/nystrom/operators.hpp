@@ -4,16 +4,77 @@
 ///   typename Scalar;  Index rows() const;  Index cols() const;
 ///   void perform_op(const Scalar* x, Scalar* y) const;            // y = A x   (x: cols(), y: rows())
 ///   void perform_transpose_op(const Scalar* x, Scalar* y) const;  // y = Aᵀx  (x: rows(), y: cols())
-/// Spectra needs only the first three; spectral.hpp builds AᵀA or AAᵀ from both products. Kernel operators evaluate
-/// κ on the fly in row panels (threaded, accumulating in double), so no N×N matrix is stored.
+/// Optionally, an operator that can form a Gram product in one pass over its data offers
+///   void perform_outer_gram_op(const Scalar* x, Scalar* y) const; // y = A Aᵀ x (x, y: rows())
+///   void perform_inner_gram_op(const Scalar* x, Scalar* y) const; // y = AᵀA x  (x, y: cols())
+/// and spectral.hpp uses it instead of two products (halving the memory traffic or kernel evaluations).
+/// Kernel operators evaluate κ on the fly in row panels (threaded, accumulating in double), so no N×N matrix
+/// is stored.
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
+#include <omp.h>
+
+#include "nystrom/error.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/nystrom.hpp"
+#include "nystrom/threads.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
+
+namespace detail {
+
+/// Products below this many multiply-adds run on one thread: a parallel region costs more than it saves
+/// there.
+constexpr double parallel_work = 1 << 18;
+
+/// Threads for `panels` panels of a product costing `work` multiply-adds.
+inline int workers_for(Index panels, double work) {
+  if (work < parallel_work) return 1;
+  return static_cast<int>(std::max<Index>(1, std::min<Index>(panels, omp_get_max_threads())));
+}
+
+/// Runs body(first, count, partial) over [0, n) split in panels of `panel` on up to all threads (one below
+/// `parallel_work`), each thread adding its contribution into its own double vector `partial` of length
+/// `length`; returns the sum of the partials, added in thread order (deterministic for a fixed thread count).
+/// BLAS is single-threaded inside.
+template <class Body>
+Vector<double> reduce_over_panels(Index n, Index panel, Index length, double work, const Body& body) {
+  const Index panels = (n + panel - 1) / panel;
+  const int workers = workers_for(panels, work);
+  std::vector<Vector<double>> partials(workers, Vector<double>::Zero(length));
+  SingleThreadedBlas guard;
+#pragma omp parallel num_threads(workers)
+  {
+    Vector<double>& partial = partials[omp_get_thread_num()];
+#pragma omp for schedule(static)
+    for (Index p = 0; p < panels; ++p) body(p * panel, std::min(panel, n - p * panel), partial);
+  }
+  Vector<double> total = std::move(partials[0]);
+  for (int t = 1; t < workers; ++t) total += partials[t];
+  return total;
+}
+
+/// Runs body(first, count) over [0, n) in panels of `panel` on up to all threads (disjoint outputs), BLAS
+/// single-threaded; one thread below `parallel_work` multiply-adds.
+template <class Body>
+void for_each_panel(Index n, Index panel, double work, const Body& body) {
+  const Index panels = (n + panel - 1) / panel;
+  SingleThreadedBlas guard;
+#pragma omp parallel for schedule(static) num_threads(workers_for(panels, work))
+  for (Index p = 0; p < panels; ++p) body(p * panel, std::min(panel, n - p * panel));
+}
+
+/// Columns per panel so that a panel of `rows` doubles stays within about 256 KiB (L2-resident between its
+/// two uses).
+inline Index cache_panel(Index rows) {
+  return std::max<Index>(8, (Index{1} << 15) / std::max<Index>(rows, 1));
+}
+
+}  // namespace detail
 
 /// A stored dense matrix as an operator (small N, tests, and the dense path).
 template <class T>
@@ -23,15 +84,20 @@ class DenseOperator {
   explicit DenseOperator(const ConstMatrixRef<T>& a) : a_(a) {}
   Index rows() const { return a_.rows(); }
   Index cols() const { return a_.cols(); }
+  /// y = A x, threaded over row panels.
   void perform_op(const T* x, T* y) const;
+  /// y = Aᵀx, threaded over column panels.
   void perform_transpose_op(const T* x, T* y) const;
+  /// y = A Aᵀ x in one pass over A: Σ_J A_J (A_Jᵀ x) over cache-sized column panels J (column-major storage).
+  void perform_outer_gram_op(const T* x, T* y) const;
 
  private:
+  double work() const { return double(rows()) * double(cols()); }
   ConstMatrixRef<T> a_;
 };
 
 /// G = κ(X, Y) (X: rows×d, Y: cols×d) evaluated panel by panel inside each product, never stored.
-/// Each product costs O(rows·cols·d); memory O(panel·cols). Products are accumulated in double.
+/// Each product costs O(rows·cols·d); memory O(panel·cols) per thread. Products are accumulated in double.
 template <class T>
 class KernelOperator {
  public:
@@ -41,8 +107,13 @@ class KernelOperator {
   Index cols() const { return y_.rows(); }
   void perform_op(const T* x, T* y) const;
   void perform_transpose_op(const T* x, T* y) const;
+  /// y = GᵀG x with each kernel panel evaluated once: Σ_I G_Iᵀ(G_I x).
+  void perform_inner_gram_op(const T* x, T* y) const;
 
  private:
+  /// The kernel panel κ(X[first : first+count], Y).
+  void panel(Index first, Index count, Matrix<T>& out) const;
+  double work() const { return double(rows()) * double(cols()) * double(x_.cols() + 1); }
   Matrix<T> x_, y_;
   Kernel kernel_;
   Index panel_rows_;
@@ -63,7 +134,7 @@ class NystromOperator {
   const NystromFactors<T>& f_;
 };
 
-/// A − B for two operators of the same shape (E = G − Ĝ).
+/// A − B for two operators of the same shape (E = G − Ĝ). Both are held by reference.
 template <class A, class B>
 class DifferenceOperator {
  public:
@@ -82,6 +153,130 @@ class DifferenceOperator {
 /// The extended matrix G̃ = κ([Q̄; Q], [K̄; K]) ((N+m)×(N+m)) as a kernel operator (MATH.md §2).
 template <class T>
 KernelOperator<T> extended_kernel_operator(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                                           const Landmarks<T>& landmarks, const Kernel& kernel);
+                                           const Landmarks<T>& landmarks, const Kernel& kernel,
+                                           Index panel_rows = 256);
+
+// ---------------------------------------------------------------------------------------------------------------
+
+template <class T>
+void DenseOperator<T>::perform_op(const T* x, T* y) const {
+  Eigen::Map<const Vector<T>> in(x, cols());
+  Eigen::Map<Vector<T>> out(y, rows());
+  detail::for_each_panel(rows(), std::max<Index>(64, rows() / 16 + 1), work(), [&](Index first, Index count) {
+    out.segment(first, count).noalias() = a_.middleRows(first, count) * in;
+  });
+}
+
+template <class T>
+void DenseOperator<T>::perform_transpose_op(const T* x, T* y) const {
+  Eigen::Map<const Vector<T>> in(x, rows());
+  Eigen::Map<Vector<T>> out(y, cols());
+  detail::for_each_panel(cols(), std::max<Index>(64, cols() / 16 + 1), work(), [&](Index first, Index count) {
+    out.segment(first, count).noalias() = a_.middleCols(first, count).transpose() * in;
+  });
+}
+
+template <class T>
+void DenseOperator<T>::perform_outer_gram_op(const T* x, T* y) const {
+  Eigen::Map<const Vector<T>> in(x, rows());
+  const Vector<double> total =
+      detail::reduce_over_panels(cols(), detail::cache_panel(rows()), rows(), 2 * work(),
+                                 [&](Index first, Index count, Vector<double>& partial) {
+                                   const auto block = a_.middleCols(first, count);
+                                   const Vector<T> projected = block.transpose() * in;
+                                   partial.noalias() += (block * projected).template cast<double>();
+                                 });
+  Eigen::Map<Vector<T>>(y, rows()) = total.template cast<T>();
+}
+
+template <class T>
+KernelOperator<T>::KernelOperator(Matrix<T> X, Matrix<T> Y, Kernel kernel, Index panel_rows)
+    : x_(std::move(X)), y_(std::move(Y)), kernel_(kernel), panel_rows_(panel_rows) {
+  kernel_.validate();
+  require(x_.cols() == y_.cols(),
+          describe("KernelOperator: token dimensions differ, d = ", x_.cols(), " and ", y_.cols()));
+  require(panel_rows_ >= 1, describe("KernelOperator: panel_rows = ", panel_rows_, " must be >= 1"));
+}
+
+template <class T>
+void KernelOperator<T>::panel(Index first, Index count, Matrix<T>& out) const {
+  out.resize(count, y_.rows());
+  kernel_.evaluate<T>(x_.middleRows(first, count), y_, out);
+}
+
+template <class T>
+void KernelOperator<T>::perform_op(const T* x, T* y) const {
+  const Vector<double> in = Eigen::Map<const Vector<T>>(x, cols()).template cast<double>();
+  Eigen::Map<Vector<T>> out(y, rows());
+  detail::for_each_panel(rows(), panel_rows_, work(), [&](Index first, Index count) {
+    Matrix<T> block;
+    panel(first, count, block);
+    out.segment(first, count) = (block.template cast<double>() * in).template cast<T>();
+  });
+}
+
+template <class T>
+void KernelOperator<T>::perform_transpose_op(const T* x, T* y) const {
+  Eigen::Map<const Vector<T>> in(x, rows());
+  const Vector<double> total = detail::reduce_over_panels(
+      rows(), panel_rows_, cols(), work(), [&](Index first, Index count, Vector<double>& partial) {
+        Matrix<T> block;
+        panel(first, count, block);
+        partial.noalias() +=
+            block.template cast<double>().transpose() * in.segment(first, count).template cast<double>();
+      });
+  Eigen::Map<Vector<T>>(y, cols()) = total.template cast<T>();
+}
+
+template <class T>
+void KernelOperator<T>::perform_inner_gram_op(const T* x, T* y) const {
+  const Vector<double> in = Eigen::Map<const Vector<T>>(x, cols()).template cast<double>();
+  const Vector<double> total = detail::reduce_over_panels(
+      rows(), panel_rows_, cols(), work(), [&](Index first, Index count, Vector<double>& partial) {
+        Matrix<T> block;
+        panel(first, count, block);
+        const Matrix<double> wide = block.template cast<double>();
+        const Vector<double> projected = wide * in;
+        partial.noalias() += wide.transpose() * projected;
+      });
+  Eigen::Map<Vector<T>>(y, cols()) = total.template cast<T>();
+}
+
+template <class A, class B>
+DifferenceOperator<A, B>::DifferenceOperator(const A& a, const B& b) : a_(a), b_(b) {
+  require(a.rows() == b.rows() && a.cols() == b.cols(),
+          describe("DifferenceOperator: shapes differ, ", a.rows(), "x", a.cols(), " and ", b.rows(), "x",
+                   b.cols()));
+}
+
+template <class A, class B>
+void DifferenceOperator<A, B>::perform_op(const Scalar* x, Scalar* y) const {
+  Vector<Scalar> subtrahend(rows());
+  a_.perform_op(x, y);
+  b_.perform_op(x, subtrahend.data());
+  Eigen::Map<Vector<Scalar>>(y, rows()) -= subtrahend;
+}
+
+template <class A, class B>
+void DifferenceOperator<A, B>::perform_transpose_op(const Scalar* x, Scalar* y) const {
+  Vector<Scalar> subtrahend(cols());
+  a_.perform_transpose_op(x, y);
+  b_.perform_transpose_op(x, subtrahend.data());
+  Eigen::Map<Vector<Scalar>>(y, cols()) -= subtrahend;
+}
+
+template <class T>
+KernelOperator<T> extended_kernel_operator(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                           const Landmarks<T>& landmarks, const Kernel& kernel,
+                                           Index panel_rows) {
+  require(landmarks.q.cols() == Q.cols() && landmarks.k.cols() == K.cols(),
+          describe("extended_kernel_operator: landmark dimension ", landmarks.q.cols(),
+                   " differs from d = ", Q.cols()));
+  Matrix<T> X(landmarks.q.rows() + Q.rows(), Q.cols());
+  X << landmarks.q, Q;
+  Matrix<T> Y(landmarks.k.rows() + K.rows(), K.cols());
+  Y << landmarks.k, K;
+  return KernelOperator<T>(std::move(X), std::move(Y), kernel, panel_rows);
+}
 
 }  // namespace nystrom

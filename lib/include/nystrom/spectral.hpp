@@ -10,9 +10,11 @@ namespace nystrom {
 
 /// Options for the Lanczos solvers.
 struct SpectralOptions {
-  int subspace = 0;              ///< Lanczos basis size ncv (0: max(2k + 1, 20), capped at the operator size)
-  int max_restarts = 1000;       ///< Spectra's maxit
-  double tolerance = 1e-13;      ///< relative tolerance on the eigenvalues of AᵀA
+  int subspace = 0;          ///< Lanczos basis size ncv (0: max(2k + 1, 10), capped at the operator size)
+  int max_restarts = 1000;   ///< Spectra's maxit
+  double tolerance = 1e-13;  ///< relative tolerance on the eigenvalues of AᵀA
+  /// Throws std::invalid_argument naming the bad value (subspace < 0, max_restarts < 1, tolerance ≤ 0 or not
+  /// finite).
   void validate() const;
 };
 
@@ -23,7 +25,12 @@ struct SpectralResult {
   bool converged = false;
 };
 
-/// Top-k singular values of `op` by Lanczos (Spectra). k < min(rows, cols).
+/// Top-k singular values of `op` (1 ≤ k ≤ min(rows, cols)) by Lanczos (Spectra's SymEigsSolver, run in
+/// double) on AᵀA or AAᵀ, whichever is smaller, using a one-pass Gram product when the operator offers one
+/// (operators.hpp). When the Lanczos basis would cover the whole Gram matrix (small sizes), the operator is
+/// formed densely from its products and its singular values come from a full SVD instead. Squaring limits
+/// accuracy: σ_i carries an absolute error of about eps·σ₁²/σ_i, so values far below √eps·σ₁ are not resolved
+/// (use singular_values on a dense matrix).
 template <class Operator>
 SpectralResult top_singular_values(const Operator& op, Index k, const SpectralOptions& options = {});
 
@@ -35,10 +42,10 @@ SpectralResult spectral_norm(const Operator& op, const SpectralOptions& options 
 template <class T>
 Vector<double> singular_values(const ConstMatrixRef<T>& a);
 
-/// Number of singular values > tol·σ₁ (tol ≤ 0: max(rows, cols)·eps of T).
+/// Number of singular values > tol·σ₁ (tol ≤ 0: n·eps(double) for n values).
 Index numerical_rank(const Vector<double>& singular_values, double tol);
 
-/// Fraction of Σσᵢ² captured by the first k singular values (of those given).
+/// Fraction of Σσᵢ² captured by the first k singular values (of those given); 0 ≤ k ≤ their count.
 double energy_fraction(const Vector<double>& singular_values, Index k);
 
 /// ‖A‖_F of a dense matrix accumulated in double.

@@ -16,7 +16,8 @@ int threads();
 /// Name of the OpenBLAS core kernel set in use (e.g. "SkylakeX", "Haswell"), or "Eigen" without OpenBLAS.
 std::string blas_core();
 
-/// RAII guard: while alive, OpenBLAS runs single-threaded (use around `#pragma omp parallel` regions that call BLAS).
+/// RAII guard: while alive, OpenBLAS runs single-threaded (use around `#pragma omp parallel` regions that
+/// call BLAS).
 class SingleThreadedBlas {
  public:
   SingleThreadedBlas();

@@ -1,0 +1,517 @@
+#include "distribute.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+#include <type_traits>
+
+#include "nystrom/error.hpp"
+
+#ifdef NYSTROM_WITH_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only: OpenMPI's deprecated C++ bindings do not compile warning-free
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace nystrom::cli {
+
+namespace {
+
+/// Appends trivially copyable values and strings to a byte buffer.
+class ByteWriter {
+ public:
+  template <class Value>
+  void put(const Value& value) {
+    static_assert(std::is_trivially_copyable_v<Value>);
+    const auto* first = reinterpret_cast<const char*>(&value);
+    bytes_.insert(bytes_.end(), first, first + sizeof(Value));
+  }
+  void put_string(const std::string& text) {
+    put<std::uint64_t>(text.size());
+    bytes_.insert(bytes_.end(), text.begin(), text.end());
+  }
+  std::vector<char> take() { return std::move(bytes_); }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+/// Reads what ByteWriter wrote; throws std::invalid_argument when the buffer is too short.
+class ByteReader {
+ public:
+  ByteReader(const char* data, std::size_t size) : data_(data), size_(size) {}
+  template <class Value>
+  Value get() {
+    Value value;
+    std::memcpy(&value, take(sizeof(Value)), sizeof(Value));
+    return value;
+  }
+  std::string get_string() {
+    const auto length = get<std::uint64_t>();
+    const char* first = take(length);
+    return std::string(first, first + length);
+  }
+  bool at_end() const { return position_ == size_; }
+
+ private:
+  const char* take(std::size_t count) {
+    require(count <= size_ - position_, describe("malformed rows message: ", count,
+                                                 " bytes wanted at offset ", position_, " of ", size_));
+    const char* at = data_ + position_;
+    position_ += count;
+    return at;
+  }
+  const char* data_;
+  std::size_t size_;
+  std::size_t position_ = 0;
+};
+
+/// Cell type tags in a serialized row (the order of the Cell variant).
+enum class CellTag : std::uint8_t { text = 0, integer = 1, real = 2 };
+
+/// Points in the order they are handed out: largest estimated cost first, ties (and no estimate) by index.
+std::vector<std::size_t> schedule(const std::vector<std::size_t>& points,
+                                  const DistributionOptions& options) {
+  std::vector<std::size_t> order = points;
+  std::sort(order.begin(), order.end());
+  if (!options.estimated_cost) return order;
+  std::vector<double> cost(order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) cost[i] = options.estimated_cost(order[i]);
+  std::vector<std::size_t> position(order.size());
+  std::iota(position.begin(), position.end(), 0);
+  std::stable_sort(position.begin(), position.end(),
+                   [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  std::vector<std::size_t> sorted(order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) sorted[i] = order[position[i]];
+  return sorted;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// The first failure of a distributed run, rethrown on rank 0 once every rank is released: a failure on rank
+/// 0 itself (its evaluation or on_done) as the original exception, a worker's as std::invalid_argument or
+/// std::runtime_error with its message.
+struct Failure {
+  bool failed = false;
+  bool invalid_argument = false;
+  std::string message;
+  std::exception_ptr original;
+
+  void record(bool is_invalid_argument, const std::string& text) {
+    if (failed) return;
+    failed = true;
+    invalid_argument = is_invalid_argument;
+    message = text;
+  }
+  /// Records the exception in flight (call inside a catch block), naming where it happened.
+  void record_current(const std::string& where) {
+    if (!failed) original = std::current_exception();
+    try {
+      throw;
+    } catch (const std::invalid_argument& error) {
+      record(true, error.what());
+    } catch (const std::exception& error) {
+      record(false, where + ": " + error.what());
+    } catch (...) {
+      record(false, where + ": unknown exception");
+    }
+  }
+  void rethrow() const {
+    if (!failed) return;
+    if (original) std::rethrow_exception(original);
+    if (invalid_argument) throw std::invalid_argument(message);
+    throw std::runtime_error(message);
+  }
+};
+
+}  // namespace
+
+std::vector<char> serialize_rows(const PointRows& rows) {
+  ByteWriter writer;
+  writer.put<std::uint64_t>(rows.size());
+  for (const auto& row : rows) {
+    writer.put<std::uint64_t>(row.size());
+    for (const auto& cell : row) {
+      if (const auto* text = std::get_if<std::string>(&cell)) {
+        writer.put(CellTag::text);
+        writer.put_string(*text);
+      } else if (const auto* integer = std::get_if<std::int64_t>(&cell)) {
+        writer.put(CellTag::integer);
+        writer.put(*integer);
+      } else {
+        writer.put(CellTag::real);
+        writer.put(std::get<double>(cell));
+      }
+    }
+  }
+  return writer.take();
+}
+
+PointRows deserialize_rows(const std::vector<char>& bytes) {
+  ByteReader reader(bytes.data(), bytes.size());
+  PointRows rows(reader.get<std::uint64_t>());
+  for (auto& row : rows) {
+    row.resize(reader.get<std::uint64_t>());
+    for (auto& cell : row) {
+      switch (reader.get<CellTag>()) {
+        case CellTag::text:
+          cell = reader.get_string();
+          break;
+        case CellTag::integer:
+          cell = reader.get<std::int64_t>();
+          break;
+        case CellTag::real:
+          cell = reader.get<double>();
+          break;
+        default:
+          throw std::invalid_argument("malformed rows message: unknown cell type");
+      }
+    }
+  }
+  require(reader.at_end(), describe("malformed rows message: ", bytes.size(), " bytes, trailing data"));
+  return rows;
+}
+
+#ifdef NYSTROM_WITH_MPI
+
+namespace {
+
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+/// Message tags of the coordinator protocol.
+enum Tag : int {
+  kReady = 1,   ///< worker → 0, empty: send me points
+  kResult = 2,  ///< worker → 0: u64 index, then serialize_rows
+  kFailed = 3,  ///< worker → 0: u64 index, u8 invalid_argument, message
+  kAssign = 4,  ///< 0 → worker: u64 index
+  kStop = 5     ///< 0 → worker, empty: no more points
+};
+
+/// How many points a worker holds at once: one being evaluated, one queued, so it never waits on rank 0.
+constexpr std::size_t kPointsInFlight = 2;
+
+void send(int destination, Tag tag, const std::vector<char>& bytes) {
+  MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, destination, tag, MPI_COMM_WORLD);
+}
+
+std::vector<char> receive(const MPI_Status& status) {
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  std::vector<char> bytes(static_cast<std::size_t>(count));
+  MPI_Recv(bytes.data(), count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, MPI_COMM_WORLD,
+           MPI_STATUS_IGNORE);
+  return bytes;
+}
+
+std::vector<char> index_message(std::size_t index) {
+  ByteWriter writer;
+  writer.put<std::uint64_t>(index);
+  return writer.take();
+}
+
+/// A worker rank: asks for points, evaluates them, sends back rows (or the failure), until told to stop.
+void run_worker(const std::function<PointRows(std::size_t)>& evaluate) {
+  send(0, kReady, {});
+  std::deque<std::size_t> assigned;
+  for (;;) {
+    bool stop = false;
+    for (;;) {  // take every pending message; block only when there is nothing to evaluate
+      MPI_Status status;
+      int arrived = 1;
+      if (assigned.empty())
+        MPI_Probe(0, MPI_ANY_TAG, MPI_COMM_WORLD, &status);
+      else
+        MPI_Iprobe(0, MPI_ANY_TAG, MPI_COMM_WORLD, &arrived, &status);
+      if (!arrived) break;
+      const std::vector<char> bytes = receive(status);
+      if (status.MPI_TAG == kStop) {
+        stop = true;
+        break;
+      }
+      assigned.push_back(ByteReader(bytes.data(), bytes.size()).get<std::uint64_t>());
+    }
+    if (stop) return;  // rank 0 stops a worker only when it holds no points
+    const std::size_t index = assigned.front();
+    assigned.pop_front();
+    ByteWriter writer;
+    writer.put<std::uint64_t>(index);
+    try {
+      const std::vector<char> rows = serialize_rows(evaluate(index));
+      std::vector<char> message = writer.take();
+      message.insert(message.end(), rows.begin(), rows.end());
+      send(0, kResult, message);
+    } catch (...) {
+      Failure failure;
+      failure.record_current(describe("rank ", mpi_rank(), ", point ", index));
+      writer.put<std::uint8_t>(failure.invalid_argument ? 1 : 0);
+      writer.put_string(failure.message);
+      send(0, kFailed, writer.take());
+    }
+  }
+}
+
+/// Rank 0's own evaluations, in a second thread so the coordinator keeps answering workers meanwhile.
+class LocalEvaluator {
+ public:
+  explicit LocalEvaluator(const std::function<PointRows(std::size_t)>& evaluate)
+      : evaluate_(evaluate), thread_([this] { loop(); }) {}
+  ~LocalEvaluator() {
+    {
+      std::lock_guard lock(mutex_);
+      quit_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  bool busy() const { return busy_; }
+  std::size_t index() const { return index_; }
+  void start(std::size_t index) {
+    {
+      std::lock_guard lock(mutex_);
+      index_ = index;
+      busy_ = true;
+      done_ = false;
+    }
+    wake_.notify_one();
+  }
+  /// True once the started point finished; then take() returns its rows or rethrows its exception.
+  bool done() const { return done_.load(); }
+  PointRows take() {
+    std::lock_guard lock(mutex_);
+    busy_ = false;
+    done_ = false;
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    return std::move(rows_);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return quit_ || (busy_ && !done_); });
+      if (quit_) return;
+      const std::size_t index = index_;
+      lock.unlock();
+      PointRows rows;
+      std::exception_ptr error;
+      try {
+        rows = evaluate_(index);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      rows_ = std::move(rows);
+      error_ = error;
+      done_ = true;
+    }
+  }
+
+  const std::function<PointRows(std::size_t)>& evaluate_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool quit_ = false;
+  bool busy_ = false;
+  std::atomic<bool> done_{false};
+  std::size_t index_ = 0;
+  PointRows rows_;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+/// Rank 0: hands out points largest first, delivers every result to on_done, evaluates points itself
+/// meanwhile.
+DistributionSummary run_coordinator(const std::vector<std::size_t>& order,
+                                    const std::function<PointRows(std::size_t)>& evaluate,
+                                    const std::function<void(std::size_t, const PointRows&)>& on_done,
+                                    const DistributionOptions& options) {
+  const int size = mpi_size();
+  DistributionSummary summary;
+  summary.points_per_rank.assign(static_cast<std::size_t>(size), 0);
+  std::vector<std::size_t> in_flight(static_cast<std::size_t>(size), 0);
+  std::vector<bool> stopped(static_cast<std::size_t>(size), false);
+  stopped[0] = true;
+  int running_workers = size - 1;
+  std::size_t next = 0;
+  Failure failure;
+
+  auto deliver = [&](int rank, std::size_t index, const PointRows& rows) {
+    try {
+      on_done(index, rows);
+      ++summary.points_per_rank[static_cast<std::size_t>(rank)];
+    } catch (...) {
+      failure.record_current(describe("writing point ", index));
+    }
+  };
+  auto has_next = [&] { return !failure.failed && next < order.size(); };
+  // Gives a worker its next point, or stops it once it holds none and none are left (or a failure happened).
+  auto feed = [&](int worker) {
+    const auto w = static_cast<std::size_t>(worker);
+    if (stopped[w]) return;
+    if (has_next()) {
+      send(worker, kAssign, index_message(order[next++]));
+      ++in_flight[w];
+    } else if (in_flight[w] == 0) {
+      send(worker, kStop, {});
+      stopped[w] = true;
+      --running_workers;
+    }
+  };
+
+  LocalEvaluator local(evaluate);
+  auto feed_local = [&] {
+    if (options.coordinator_evaluates && !local.busy() && has_next()) local.start(order[next++]);
+  };
+  feed_local();
+  while (running_workers > 0 || local.busy()) {
+    bool progressed = false;
+    if (local.busy() && local.done()) {
+      const std::size_t index = local.index();
+      try {
+        deliver(0, index, local.take());
+      } catch (...) {
+        failure.record_current(describe("rank 0, point ", index));
+      }
+      feed_local();
+      progressed = true;
+    }
+    for (;;) {
+      int arrived = 0;
+      MPI_Status status;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &arrived, &status);
+      if (!arrived) break;
+      progressed = true;
+      const int worker = status.MPI_SOURCE;
+      const std::vector<char> bytes = receive(status);
+      if (status.MPI_TAG == kReady) {
+        for (std::size_t k = 0; k < kPointsInFlight; ++k) feed(worker);
+        continue;
+      }
+      --in_flight[static_cast<std::size_t>(worker)];
+      ByteReader reader(bytes.data(), bytes.size());
+      const auto index = reader.get<std::uint64_t>();
+      if (status.MPI_TAG == kResult) {
+        deliver(worker, index,
+                deserialize_rows(std::vector<char>(bytes.begin() + sizeof(std::uint64_t), bytes.end())));
+      } else {
+        const bool invalid_argument = reader.get<std::uint8_t>() != 0;
+        failure.record(invalid_argument, reader.get_string());
+      }
+      feed(worker);
+    }
+    if (!progressed) std::this_thread::sleep_for(options.poll_interval);
+  }
+  failure.rethrow();
+  return summary;
+}
+
+}  // namespace
+
+MpiSession::MpiSession(int& argc, char**& argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  initialized_here_ = true;
+}
+
+MpiSession::~MpiSession() {
+  if (initialized_here_ && mpi_running()) MPI_Finalize();
+}
+
+int mpi_rank() {
+  if (!mpi_running()) return 0;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int mpi_size() {
+  if (!mpi_running()) return 1;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+int threads_per_rank() {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (!mpi_running()) return cores;
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  int local_ranks = 1;
+  MPI_Comm_size(local, &local_ranks);
+  MPI_Comm_free(&local);
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
+#else  // no MPI: one process
+
+MpiSession::MpiSession(int&, char**&) {}
+MpiSession::~MpiSession() = default;
+int mpi_rank() {
+  return 0;
+}
+int mpi_size() {
+  return 1;
+}
+int threads_per_rank() {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+#endif
+
+DistributionSummary run_points(const std::vector<std::size_t>& points,
+                               const std::function<PointRows(std::size_t)>& evaluate,
+                               const std::function<void(std::size_t, const PointRows&)>& on_done,
+                               const DistributionOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  DistributionSummary summary;
+#ifdef NYSTROM_WITH_MPI
+  if (mpi_size() > 1) {
+    if (mpi_rank() != 0) {
+      run_worker(evaluate);
+    } else {
+      summary = run_coordinator(schedule(points, options), evaluate, on_done, options);
+    }
+    summary.seconds = seconds_since(start);
+    return summary;
+  }
+#endif
+  // One process: the same schedule and the same failure reporting as the coordinator.
+  for (const std::size_t index : schedule(points, options)) {
+    Failure failure;
+    PointRows rows;
+    try {
+      rows = evaluate(index);
+    } catch (...) {
+      failure.record_current(describe("rank 0, point ", index));
+    }
+    failure.rethrow();
+    try {
+      on_done(index, rows);
+    } catch (...) {
+      failure.record_current(describe("writing point ", index));
+    }
+    failure.rethrow();
+  }
+  summary.points_per_rank = {points.size()};
+  summary.seconds = seconds_since(start);
+  return summary;
+}
+
+}  // namespace nystrom::cli

@@ -1,0 +1,679 @@
+#include "hdf5_io.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+
+#include <unistd.h>
+
+#include "nystrom/error.hpp"
+
+#ifndef NYSTROM_SOURCE_DIR
+#define NYSTROM_SOURCE_DIR ""
+#endif
+#ifndef NYSTROM_GIT_REVISION
+#define NYSTROM_GIT_REVISION "unknown"
+#endif
+#ifndef NYSTROM_VERSION
+#define NYSTROM_VERSION "unknown"
+#endif
+
+namespace nystrom::cli {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Handles and attributes
+
+Handle::Handle(hid_t id, Closer closer, const std::string& what) : id_(id), closer_(closer) {
+  if (id_ < 0) throw std::runtime_error("HDF5: " + what + " failed");
+}
+
+Handle& Handle::operator=(Handle&& other) noexcept {
+  if (this != &other) {
+    reset();
+    id_ = other.id_;
+    closer_ = other.closer_;
+    other.id_ = -1;
+  }
+  return *this;
+}
+
+void Handle::reset() {
+  if (id_ >= 0 && closer_) closer_(id_);
+  id_ = -1;
+}
+
+void silence_hdf5_errors() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+namespace {
+
+void check(herr_t status, const std::string& what) {
+  if (status < 0) throw std::runtime_error("HDF5: " + what + " failed");
+}
+
+Handle scalar_space() {
+  return Handle(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate");
+}
+
+Handle simple_space(const std::vector<hsize_t>& dims) {
+  return Handle(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose, "H5Screate_simple");
+}
+
+Handle utf8_string_type() {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
+  check(H5Tset_size(type.get(), H5T_VARIABLE), "H5Tset_size");
+  check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset");
+  return type;
+}
+
+template <class T>
+hid_t native_type() {
+  if constexpr (std::is_same_v<T, float>) return H5T_NATIVE_FLOAT;
+  if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
+  if constexpr (std::is_same_v<T, std::int64_t>) return H5T_NATIVE_INT64;
+}
+
+void delete_attribute_if_present(hid_t object, const std::string& name) {
+  if (has_attribute(object, name)) check(H5Adelete(object, name.c_str()), "H5Adelete " + name);
+}
+
+template <class T>
+void write_numeric_attribute(hid_t object, const std::string& name, const std::vector<T>& values) {
+  delete_attribute_if_present(object, name);
+  Handle space = values.size() == 1 ? scalar_space() : simple_space({hsize_t(values.size())});
+  Handle attribute(H5Acreate2(object, name.c_str(), native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, "H5Acreate2 " + name);
+  check(H5Awrite(attribute.get(), native_type<T>(), values.data()), "H5Awrite " + name);
+}
+
+}  // namespace
+
+Handle open_file(const std::string& path, bool writable) {
+  require(std::filesystem::exists(path), describe(path, ": no such file"));
+  require(!std::filesystem::is_directory(path), describe(path, ": is a directory, not an HDF5 file"));
+  require(H5Fis_hdf5(path.c_str()) > 0, describe(path, ": not an HDF5 file"));
+  const hid_t id = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
+  require(id >= 0, describe(path, ": cannot open the HDF5 file", writable ? " for writing" : ""));
+  return Handle(id, H5Fclose, "H5Fopen " + path);
+}
+
+Handle create_file(const std::string& path) {
+  return Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, "create " + path);
+}
+
+bool has_link(hid_t location, const std::string& path) {
+  std::size_t end = 0;
+  while (end != std::string::npos) {
+    end = path.find('/', end + 1);
+    const auto prefix = path.substr(0, end);
+    if (prefix.empty() || prefix == "/") continue;
+    if (H5Lexists(location, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (end != std::string::npos && H5Oexists_by_name(location, prefix.c_str(), H5P_DEFAULT) <= 0)
+      return false;
+  }
+  return true;
+}
+
+Handle open_group(hid_t location, const std::string& path) {
+  return Handle(H5Gopen2(location, path.c_str(), H5P_DEFAULT), H5Gclose, "open group " + path);
+}
+
+Handle open_dataset(hid_t location, const std::string& path) {
+  return Handle(H5Dopen2(location, path.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + path);
+}
+
+Handle create_group(hid_t location, const std::string& path) {
+  Handle properties(H5Pcreate(H5P_LINK_CREATE), H5Pclose, "H5Pcreate");
+  check(H5Pset_create_intermediate_group(properties.get(), 1), "H5Pset_create_intermediate_group");
+  return Handle(H5Gcreate2(location, path.c_str(), properties.get(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                "create group " + path);
+}
+
+std::vector<std::string> list_group(hid_t group) {
+  std::vector<std::string> names;
+  auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+    return 0;
+  };
+  check(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names), "H5Literate");
+  return names;
+}
+
+std::vector<hsize_t> dataset_dims(hid_t dataset) {
+  Handle space(H5Dget_space(dataset), H5Sclose, "H5Dget_space");
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(std::max(rank, 0));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return dims;
+}
+
+std::string describe_type(hid_t dataset) {
+  Handle type(H5Dget_type(dataset), H5Tclose, "H5Dget_type");
+  const auto size = H5Tget_size(type.get());
+  switch (H5Tget_class(type.get())) {
+    case H5T_FLOAT:
+      return describe("float", 8 * size);
+    case H5T_INTEGER:
+      return describe(H5Tget_sign(type.get()) == H5T_SGN_NONE ? "uint" : "int", 8 * size);
+    case H5T_STRING:
+      return "string";
+    default:
+      return "other";
+  }
+}
+
+bool has_attribute(hid_t object, const std::string& name) {
+  return H5Aexists(object, name.c_str()) > 0;
+}
+
+std::string read_string_attribute(hid_t object, const std::string& name) {
+  Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "open attribute " + name);
+  Handle type(H5Aget_type(attribute.get()), H5Tclose, "H5Aget_type");
+  require(H5Tget_class(type.get()) == H5T_STRING, describe("attribute '", name, "' is not a string"));
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Handle memory = utf8_string_type();
+    char* text = nullptr;
+    check(H5Aread(attribute.get(), memory.get(), &text), "H5Aread " + name);
+    std::string value = text ? text : "";
+    H5free_memory(text);
+    return value;
+  }
+  std::string buffer(H5Tget_size(type.get()), '\0');
+  Handle memory(H5Tcopy(type.get()), H5Tclose, "H5Tcopy");
+  check(H5Aread(attribute.get(), memory.get(), buffer.data()), "H5Aread " + name);
+  return buffer.substr(0, buffer.find('\0'));
+}
+
+std::vector<double> read_numeric_attribute(hid_t object, const std::string& name) {
+  Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "open attribute " + name);
+  Handle type(H5Aget_type(attribute.get()), H5Tclose, "H5Aget_type");
+  const auto type_class = H5Tget_class(type.get());
+  require(type_class == H5T_FLOAT || type_class == H5T_INTEGER,
+          describe("attribute '", name, "' is not numeric"));
+  Handle space(H5Aget_space(attribute.get()), H5Sclose, "H5Aget_space");
+  std::vector<double> values(std::max<hssize_t>(H5Sget_simple_extent_npoints(space.get()), 0));
+  check(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, values.data()), "H5Aread " + name);
+  return values;
+}
+
+void write_attribute(hid_t object, const std::string& name, const std::string& value) {
+  delete_attribute_if_present(object, name);
+  Handle type = utf8_string_type();
+  Handle space = scalar_space();
+  Handle attribute(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, "H5Acreate2 " + name);
+  const char* text = value.c_str();
+  check(H5Awrite(attribute.get(), type.get(), &text), "H5Awrite " + name);
+}
+
+void write_attribute(hid_t object, const std::string& name, const std::vector<double>& values) {
+  write_numeric_attribute(object, name, values);
+}
+
+void write_attribute(hid_t object, const std::string& name, const std::vector<std::int64_t>& values) {
+  write_numeric_attribute(object, name, values);
+}
+
+template <class T>
+void write_array(hid_t location, const std::string& name, const std::vector<hsize_t>& dims, const T* data) {
+  Handle space = simple_space(dims);
+  Handle dataset(H5Dcreate2(location, name.c_str(), native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                            H5P_DEFAULT),
+                 H5Dclose, "create dataset " + name);
+  check(H5Dwrite(dataset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "write " + name);
+}
+
+template void write_array<float>(hid_t, const std::string&, const std::vector<hsize_t>&, const float*);
+template void write_array<double>(hid_t, const std::string&, const std::vector<hsize_t>&, const double*);
+template void write_array<std::int64_t>(hid_t, const std::string&, const std::vector<hsize_t>&,
+                                        const std::int64_t*);
+
+AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
+  const auto parent = std::filesystem::path(target_).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  temporary_ = target_ + ".tmp-" + std::to_string(::getpid());
+  file_ = create_file(temporary_);
+}
+
+AtomicFile::~AtomicFile() {
+  if (!file_.valid()) return;
+  file_.reset();
+  std::error_code ignored;
+  std::filesystem::remove(temporary_, ignored);
+}
+
+void AtomicFile::commit() {
+  check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "H5Fflush " + temporary_);
+  file_.reset();
+  std::filesystem::rename(temporary_, target_);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Attention dumps
+
+namespace {
+
+/// "file.h5: /layers/00/q" for messages.
+std::string where(const std::string& path, const std::string& layer, const std::string& dataset = "") {
+  return describe(path, ": /layers/", layer, dataset.empty() ? "" : "/", dataset);
+}
+
+/// Shape [B, H, N, last] of a rank-3 or rank-4 float dataset, validated.
+std::array<Index, 4> float_tensor_shape(hid_t group, const std::string& path, const std::string& layer,
+                                        const std::string& name, int& rank, std::string& dtype) {
+  Handle dataset = open_dataset(group, name);
+  {
+    Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
+    require(H5Tget_class(type.get()) == H5T_FLOAT,
+            describe(where(path, layer, name), ": type ", describe_type(dataset.get()),
+                     ", expected float32 or float64"));
+  }
+  dtype = describe_type(dataset.get());
+  const auto dims = dataset_dims(dataset.get());
+  rank = int(dims.size());
+  require(rank == 3 || rank == 4,
+          describe(where(path, layer, name), ": rank ", rank, ", expected 3 [H, N, d] or 4 [B, H, N, d]"));
+  if (rank == 3) return {1, Index(dims[0]), Index(dims[1]), Index(dims[2])};
+  return {Index(dims[0]), Index(dims[1]), Index(dims[2]), Index(dims[3])};
+}
+
+std::string shape_text(const std::array<Index, 4>& s) {
+  return describe("[", s[0], ", ", s[1], ", ", s[2], ", ", s[3], "]");
+}
+
+DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& name) {
+  DumpLayer layer;
+  layer.name = name;
+  Handle group = open_group(file, "layers/" + name);
+  for (const char* required : {"q", "k"})
+    require(H5Lexists(group.get(), required, H5P_DEFAULT) > 0,
+            describe(where(path, name), ": missing dataset '", required, "'"));
+  int rank_k = 0;
+  std::string dtype_k;
+  const auto q = float_tensor_shape(group.get(), path, name, "q", layer.rank, layer.dtype);
+  const auto k = float_tensor_shape(group.get(), path, name, "k", rank_k, dtype_k);
+  require(q == k && layer.rank == rank_k,
+          describe(where(path, name, "k"), ": shape ", shape_text(k), " does not match q ", shape_text(q)));
+  layer.batch = q[0];
+  layer.heads = q[1];
+  layer.tokens = q[2];
+  layer.dim = q[3];
+  require(layer.batch * layer.heads > 0,
+          describe(where(path, name, "q"), ": no heads (shape ", shape_text(q), ")"));
+  require(layer.tokens * layer.dim > 0,
+          describe(where(path, name, "q"), ": N·d = 0 (shape ", shape_text(q), ")"));
+  if (H5Lexists(group.get(), "v", H5P_DEFAULT) > 0) {
+    int rank_v = 0;
+    std::string dtype_v;
+    const auto v = float_tensor_shape(group.get(), path, name, "v", rank_v, dtype_v);
+    require(rank_v == layer.rank && v[0] == q[0] && v[1] == q[1] && v[2] == q[2] && v[3] > 0,
+            describe(where(path, name, "v"), ": shape ", shape_text(v), " does not match q ", shape_text(q),
+                     " (expected [B, H, N, dv] with dv > 0)"));
+    layer.value_dim = v[3];
+  }
+  if (H5Lexists(group.get(), "attn", H5P_DEFAULT) > 0) {
+    int rank_a = 0;
+    std::string dtype_a;
+    const auto a = float_tensor_shape(group.get(), path, name, "attn", rank_a, dtype_a);
+    require(rank_a == layer.rank && a[0] == q[0] && a[1] == q[1] && a[2] == q[2] && a[3] == q[2],
+            describe(where(path, name, "attn"), ": shape ", shape_text(a), " does not match q ",
+                     shape_text(q), " (expected [B, H, N, N])"));
+    layer.has_attention = true;
+  }
+  layer.scale = 1.0 / std::sqrt(double(layer.dim));
+  if (has_attribute(group.get(), "scale")) {
+    const auto scale = read_numeric_attribute(group.get(), "scale");
+    require(scale.size() == 1 && std::isfinite(scale[0]),
+            describe(where(path, name), ": attribute 'scale' must be one finite number"));
+    layer.scale = scale[0];
+    layer.scale_given = true;
+  }
+  if (has_attribute(group.get(), "window")) {
+    const auto window = read_numeric_attribute(group.get(), "window");
+    require(window.size() == 2 && window[0] >= 1 && window[1] >= 1 &&
+                window[0] * window[1] == double(layer.tokens),
+            describe(where(path, name),
+                     ": attribute 'window' must be two integers h, w with h·w = N = ", layer.tokens));
+    layer.window = {Index(window[0]), Index(window[1])};
+  }
+  return layer;
+}
+
+/// Reads a whole float dataset converted to T, rejecting non-finite values with their coordinates.
+template <class T>
+std::vector<T> read_float_dataset(hid_t group, const std::string& path, const std::string& layer,
+                                  const std::string& name, const std::vector<hsize_t>& start,
+                                  const std::vector<hsize_t>& count) {
+  Handle dataset = open_dataset(group, name);
+  Handle file_space(H5Dget_space(dataset.get()), H5Sclose, "H5Dget_space");
+  hsize_t total = 1;
+  for (auto c : count) total *= c;
+  std::vector<T> data(total);
+  check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+        "select " + name);
+  Handle memory_space = simple_space({total});
+  require(H5Dread(dataset.get(), native_type<T>(), memory_space.get(), file_space.get(), H5P_DEFAULT,
+                  data.data()) >= 0,
+          describe(where(path, layer, name), ": cannot read the dataset"));
+  const auto bad = std::find_if(data.begin(), data.end(), [](T x) { return !std::isfinite(x); });
+  if (bad != data.end()) {
+    // Report the coordinate of the first non-finite element within the whole dataset.
+    auto offset = hsize_t(bad - data.begin());
+    std::vector<hsize_t> coordinate(count.size());
+    for (std::size_t i = count.size(); i-- > 0;) {
+      coordinate[i] = start[i] + offset % count[i];
+      offset /= count[i];
+    }
+    std::string text;
+    for (std::size_t i = 0; i < coordinate.size(); ++i)
+      text += (i ? ", " : "") + std::to_string(coordinate[i]);
+    throw std::invalid_argument(
+        describe(where(path, layer, name), ": non-finite value ", double(*bad), " at [", text, "]"));
+  }
+  return data;
+}
+
+/// Start and count selecting batch b.. (all heads when `head` < 0) of a rank-3 or rank-4 dataset.
+std::pair<std::vector<hsize_t>, std::vector<hsize_t>> selection(const DumpLayer& layer, Index batch,
+                                                                Index head, Index last) {
+  const hsize_t h0 = head < 0 ? 0 : hsize_t(head), hc = head < 0 ? hsize_t(layer.heads) : 1;
+  if (layer.rank == 3) return {{h0, 0, 0}, {hc, hsize_t(layer.tokens), hsize_t(last)}};
+  const hsize_t b0 = batch < 0 ? 0 : hsize_t(batch), bc = batch < 0 ? hsize_t(layer.batch) : 1;
+  return {{b0, h0, 0, 0}, {bc, hc, hsize_t(layer.tokens), hsize_t(last)}};
+}
+
+/// Copies the row-major N×cols block number `index` of a flat buffer into a column-major matrix.
+template <class T>
+Matrix<T> block_of(const std::vector<T>& data, Index index, Index rows, Index cols) {
+  using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  return Eigen::Map<const RowMajor>(data.data() + index * rows * cols, rows, cols);
+}
+
+}  // namespace
+
+DumpInfo inspect_dump(const std::string& path) {
+  DumpInfo dump;
+  dump.path = path;
+  Handle file = open_file(path, false);
+  if (has_attribute(file.get(), "format")) {
+    const auto format = read_string_attribute(file.get(), "format");
+    require(format == "nystrom-dump", describe(path, ": attribute format = '", format,
+                                               "', expected 'nystrom-dump' (an attention dump)"));
+  }
+  if (has_attribute(file.get(), "format_version")) {
+    const auto version = read_numeric_attribute(file.get(), "format_version");
+    require(version.size() == 1 && version[0] == 1,
+            describe(path, ": unknown format_version ", version.empty() ? std::nan("") : version[0],
+                     " (this build reads format_version 1)"));
+  }
+  if (has_attribute(file.get(), "source")) dump.source = read_string_attribute(file.get(), "source");
+  require(H5Lexists(file.get(), "layers", H5P_DEFAULT) > 0, describe(path, ": missing group /layers"));
+  Handle layers = open_group(file.get(), "layers");
+  for (const auto& name : list_group(layers.get()))
+    dump.layers.push_back(inspect_layer(file.get(), path, name));
+  require(!dump.layers.empty(), describe(path, ": group /layers has no layers"));
+  return dump;
+}
+
+template <class T>
+std::vector<Head<T>> read_layer_heads(const DumpInfo& dump, const DumpLayer& layer) {
+  Handle file = open_file(dump.path, false);
+  Handle group = open_group(file.get(), "layers/" + layer.name);
+  auto [start, count] = selection(layer, -1, -1, layer.dim);
+  const auto q = read_float_dataset<T>(group.get(), dump.path, layer.name, "q", start, count);
+  const auto k = read_float_dataset<T>(group.get(), dump.path, layer.name, "k", start, count);
+  std::vector<T> v;
+  if (layer.value_dim > 0) {
+    auto [v_start, v_count] = selection(layer, -1, -1, layer.value_dim);
+    v = read_float_dataset<T>(group.get(), dump.path, layer.name, "v", v_start, v_count);
+  }
+  std::vector<Head<T>> heads(layer.batch * layer.heads);
+  for (Index i = 0; i < Index(heads.size()); ++i) {
+    heads[i].q = block_of(q, i, layer.tokens, layer.dim);
+    heads[i].k = block_of(k, i, layer.tokens, layer.dim);
+    if (layer.value_dim > 0) heads[i].v = block_of(v, i, layer.tokens, layer.value_dim);
+    heads[i].window = layer.window;
+  }
+  return heads;
+}
+
+template <class T>
+Matrix<T> read_attention(const DumpInfo& dump, const DumpLayer& layer, Index batch, Index head) {
+  require(layer.has_attention, describe(where(dump.path, layer.name), ": no 'attn' dataset"));
+  Handle file = open_file(dump.path, false);
+  Handle group = open_group(file.get(), "layers/" + layer.name);
+  auto [start, count] = selection(layer, layer.rank == 3 ? -1 : batch, head, layer.tokens);
+  return block_of(read_float_dataset<T>(group.get(), dump.path, layer.name, "attn", start, count), 0,
+                  layer.tokens, layer.tokens);
+}
+
+void write_dump_header(hid_t file, const std::string& source) {
+  write_attribute(file, "format", std::string("nystrom-dump"));
+  write_attribute(file, "format_version", std::vector<std::int64_t>{1});
+  write_attribute(file, "source", source);
+}
+
+template <class T>
+void write_dump_layer(hid_t file, const std::string& name, const DumpLayerData<T>& data) {
+  Handle group = create_group(file, "layers/" + name);
+  require(!data.without_batch_axis || data.batch == 1, "rank-3 datasets [H, N, d] need batch = 1");
+  const auto dims = [&](Index last) {
+    if (data.without_batch_axis)
+      return std::vector<hsize_t>{hsize_t(data.heads), hsize_t(data.tokens), hsize_t(last)};
+    return std::vector<hsize_t>{hsize_t(data.batch), hsize_t(data.heads), hsize_t(data.tokens),
+                                hsize_t(last)};
+  };
+  write_array(group.get(), "q", dims(data.dim), data.q.data());
+  write_array(group.get(), "k", dims(data.dim), data.k.data());
+  if (!data.v.empty()) write_array(group.get(), "v", dims(data.value_dim), data.v.data());
+  if (!data.attention.empty()) write_array(group.get(), "attn", dims(data.tokens), data.attention.data());
+  write_attribute(group.get(), "scale", std::vector<double>{data.scale});
+  if (data.window[0] > 0)
+    write_attribute(group.get(), "window", std::vector<std::int64_t>{data.window[0], data.window[1]});
+}
+
+template std::vector<Head<float>> read_layer_heads(const DumpInfo&, const DumpLayer&);
+template std::vector<Head<double>> read_layer_heads(const DumpInfo&, const DumpLayer&);
+template Matrix<float> read_attention(const DumpInfo&, const DumpLayer&, Index, Index);
+template Matrix<double> read_attention(const DumpInfo&, const DumpLayer&, Index, Index);
+template void write_dump_layer(hid_t, const std::string&, const DumpLayerData<float>&);
+template void write_dump_layer(hid_t, const std::string&, const DumpLayerData<double>&);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Results files
+
+std::string git_revision() {
+  const std::string source = NYSTROM_SOURCE_DIR;
+  if (!source.empty() && std::filesystem::exists(source + "/.git")) {
+    const std::string command = "git -C " + source + " describe --always --dirty --abbrev=12 2>/dev/null";
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+    if (pipe) {
+      std::array<char, 128> buffer{};
+      std::string revision;
+      while (fgets(buffer.data(), int(buffer.size()), pipe.get())) revision += buffer.data();
+      while (!revision.empty() && std::isspace(static_cast<unsigned char>(revision.back())))
+        revision.pop_back();
+      if (!revision.empty()) return revision;
+    }
+  }
+  return NYSTROM_GIT_REVISION;
+}
+
+std::string utc_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::array<char, 32> buffer{};
+  std::strftime(buffer.data(), buffer.size(), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buffer.data();
+}
+
+Provenance make_provenance(const std::string& command_line, int threads, const std::string& input) {
+  return {NYSTROM_VERSION, git_revision(), command_line, utc_timestamp(), threads, input};
+}
+
+void write_results_header(hid_t file, const Provenance& provenance) {
+  write_attribute(file, "format", std::string("nystrom-results"));
+  write_attribute(file, "format_version", std::vector<std::int64_t>{1});
+  write_attribute(file, "program_version", provenance.program_version);
+  write_attribute(file, "git_revision", provenance.git_revision);
+  write_attribute(file, "command_line", provenance.command_line);
+  write_attribute(file, "created", provenance.created);
+  write_attribute(file, "threads", std::vector<std::int64_t>{provenance.threads});
+  write_attribute(file, "input", provenance.input);
+}
+
+namespace {
+
+constexpr hsize_t column_chunk = 256;
+
+Handle column_memory_type(ColumnType type) {
+  switch (type) {
+    case ColumnType::text:
+      return utf8_string_type();
+    case ColumnType::int64:
+      return Handle(H5Tcopy(H5T_NATIVE_INT64), H5Tclose, "H5Tcopy");
+    case ColumnType::float64:
+      return Handle(H5Tcopy(H5T_NATIVE_DOUBLE), H5Tclose, "H5Tcopy");
+  }
+  throw std::logic_error("column type");
+}
+
+H5T_class_t column_class(ColumnType type) {
+  return type == ColumnType::text ? H5T_STRING : type == ColumnType::int64 ? H5T_INTEGER : H5T_FLOAT;
+}
+
+}  // namespace
+
+ResultsTable ResultsTable::create(hid_t file, const std::string& group_name, std::vector<Column> columns) {
+  ResultsTable table;
+  Handle group = create_group(file, group_name);
+  for (const auto& column : columns) {
+    const hsize_t initial = 0, maximum = H5S_UNLIMITED;
+    Handle space(H5Screate_simple(1, &initial, &maximum), H5Sclose, "H5Screate_simple");
+    Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate");
+    check(H5Pset_chunk(properties.get(), 1, &column_chunk), "H5Pset_chunk");
+    Handle type = column_memory_type(column.type);
+    table.datasets_.emplace_back(H5Dcreate2(group.get(), column.name.c_str(), type.get(), space.get(),
+                                            H5P_DEFAULT, properties.get(), H5P_DEFAULT),
+                                 H5Dclose, "create column " + column.name);
+  }
+  table.columns_ = std::move(columns);
+  return table;
+}
+
+ResultsTable ResultsTable::open(hid_t file, const std::string& group_name, std::vector<Column> columns,
+                                const std::string& where_text) {
+  ResultsTable table;
+  require(H5Lexists(file, group_name.c_str(), H5P_DEFAULT) > 0,
+          describe(where_text, ": missing group /", group_name));
+  Handle group = open_group(file, group_name);
+  hsize_t rows = std::numeric_limits<hsize_t>::max();
+  for (const auto& column : columns) {
+    require(H5Lexists(group.get(), column.name.c_str(), H5P_DEFAULT) > 0,
+            describe(where_text, ": /", group_name, "/", column.name, ": missing column"));
+    Handle dataset = open_dataset(group.get(), column.name);
+    Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
+    const auto dims = dataset_dims(dataset.get());
+    require(H5Tget_class(type.get()) == column_class(column.type) && dims.size() == 1,
+            describe(where_text, ": /", group_name, "/", column.name, ": unexpected type or rank"));
+    rows = std::min(rows, dims[0]);
+    table.datasets_.push_back(std::move(dataset));
+  }
+  // A crash between two columns leaves the later ones one row short: cut every column to the shortest.
+  for (auto& dataset : table.datasets_)
+    if (dataset_dims(dataset.get())[0] != rows) check(H5Dset_extent(dataset.get(), &rows), "H5Dset_extent");
+  table.columns_ = std::move(columns);
+  table.rows_ = rows;
+  return table;
+}
+
+std::vector<Row> ResultsTable::read_rows() const {
+  std::vector<Row> rows(rows_, Row(columns_.size()));
+  if (rows_ == 0) return rows;
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    const hid_t dataset = datasets_[c].get();
+    Handle type = column_memory_type(columns_[c].type);
+    switch (columns_[c].type) {
+      case ColumnType::text: {
+        std::vector<char*> texts(rows_, nullptr);
+        check(H5Dread(dataset, type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, texts.data()),
+              "read " + columns_[c].name);
+        for (hsize_t r = 0; r < rows_; ++r) rows[r][c] = std::string(texts[r] ? texts[r] : "");
+        Handle space(H5Dget_space(dataset), H5Sclose, "H5Dget_space");
+        H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, texts.data());
+        break;
+      }
+      case ColumnType::int64: {
+        std::vector<std::int64_t> values(rows_);
+        check(H5Dread(dataset, type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+              "read " + columns_[c].name);
+        for (hsize_t r = 0; r < rows_; ++r) rows[r][c] = values[r];
+        break;
+      }
+      case ColumnType::float64: {
+        std::vector<double> values(rows_);
+        check(H5Dread(dataset, type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+              "read " + columns_[c].name);
+        for (hsize_t r = 0; r < rows_; ++r) rows[r][c] = values[r];
+        break;
+      }
+    }
+  }
+  return rows;
+}
+
+void ResultsTable::append(const Row& row) {
+  require(row.size() == columns_.size(),
+          describe("results row has ", row.size(), " cells for ", columns_.size(), " columns"));
+  const hsize_t extent = rows_ + 1, one = 1;
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    const hid_t dataset = datasets_[c].get();
+    check(H5Dset_extent(dataset, &extent), "extend " + columns_[c].name);
+    Handle space(H5Dget_space(dataset), H5Sclose, "H5Dget_space");
+    check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &rows_, nullptr, &one, nullptr), "select");
+    Handle memory = simple_space({1});
+    Handle type = column_memory_type(columns_[c].type);
+    const void* data = nullptr;
+    const char* text = nullptr;
+    if (columns_[c].type == ColumnType::text) {
+      text = std::get<std::string>(row[c]).c_str();
+      data = &text;
+    } else if (columns_[c].type == ColumnType::int64) {
+      data = &std::get<std::int64_t>(row[c]);
+    } else {
+      data = &std::get<double>(row[c]);
+    }
+    check(H5Dwrite(dataset, type.get(), memory.get(), space.get(), H5P_DEFAULT, data),
+          "write " + columns_[c].name);
+  }
+  ++rows_;
+}
+
+std::string row_key(const std::vector<Column>& columns, const Row& row) {
+  std::string key;
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    if (!columns[c].parameter) continue;
+    if (const auto* text = std::get_if<std::string>(&row[c])) {
+      key += *text;
+    } else if (const auto* integer = std::get_if<std::int64_t>(&row[c])) {
+      key += std::to_string(*integer);
+    } else {
+      std::array<char, 32> buffer{};
+      std::snprintf(buffer.data(), buffer.size(), "%.17g", std::get<double>(row[c]));
+      key += buffer.data();
+    }
+    key += '\x1f';
+  }
+  return key;
+}
+
+}  // namespace nystrom::cli

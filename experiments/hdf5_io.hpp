@@ -1,0 +1,220 @@
+#pragma once
+/// @file hdf5_io.hpp
+/// HDF5 I/O of the `nystrom` program over the HDF5 C API (FORMATS.md §1–2): RAII handles, attributes, the
+/// attention dump reader and writer, and results tables made of equal-length, extendable 1-D column datasets
+/// that h5py and pandas read without this tool. Every input error throws std::invalid_argument naming the
+/// file, group and dataset.
+
+#include <hdf5.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "nystrom/evaluation.hpp"
+#include "nystrom/types.hpp"
+
+namespace nystrom::cli {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Handles and attributes
+
+/// Owns one HDF5 identifier and releases it with its matching close function (H5Fclose, H5Dclose, ...).
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  /// Takes ownership of `id`; throws std::runtime_error with `what` when `id` is negative (the call failed).
+  Handle(hid_t id, Closer closer, const std::string& what);
+  ~Handle() { reset(); }
+  Handle(Handle&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = -1; }
+  Handle& operator=(Handle&& other) noexcept;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  /// Closes the identifier now (idempotent).
+  void reset();
+
+ private:
+  hid_t id_ = -1;
+  Closer closer_ = nullptr;
+};
+
+/// Silences HDF5's automatic error-stack printing (errors surface as exceptions with our own messages).
+void silence_hdf5_errors();
+
+/// Opens an existing HDF5 file; throws std::invalid_argument naming the path if it is missing or not HDF5.
+Handle open_file(const std::string& path, bool writable);
+/// Creates (truncating) an HDF5 file.
+Handle create_file(const std::string& path);
+/// True if `path` (relative to `location`, e.g. "layers/00/q") names an existing link, checking each level.
+bool has_link(hid_t location, const std::string& path);
+/// Opens a group or dataset by path; throws std::runtime_error naming it on failure.
+Handle open_group(hid_t location, const std::string& path);
+Handle open_dataset(hid_t location, const std::string& path);
+/// Creates a group (and its missing parents).
+Handle create_group(hid_t location, const std::string& path);
+/// Names of the links directly in a group, in name order.
+std::vector<std::string> list_group(hid_t group);
+/// Dimensions of a dataset's dataspace.
+std::vector<hsize_t> dataset_dims(hid_t dataset);
+/// "float32", "float64", "int64", "string", ... for messages and `info`.
+std::string describe_type(hid_t dataset);
+
+bool has_attribute(hid_t object, const std::string& name);
+/// Reads a scalar string attribute (fixed or variable length).
+std::string read_string_attribute(hid_t object, const std::string& name);
+/// Reads all elements of a numeric attribute, converted to double.
+std::vector<double> read_numeric_attribute(hid_t object, const std::string& name);
+/// Writes (replacing) a scalar UTF-8 string attribute.
+void write_attribute(hid_t object, const std::string& name, const std::string& value);
+/// Writes (replacing) a numeric attribute: a scalar for one value, else a 1-D array.
+void write_attribute(hid_t object, const std::string& name, const std::vector<double>& values);
+void write_attribute(hid_t object, const std::string& name, const std::vector<std::int64_t>& values);
+
+/// Writes a new contiguous dataset of float, double or int64 with the given dims (row-major data).
+template <class T>
+void write_array(hid_t location, const std::string& name, const std::vector<hsize_t>& dims, const T* data);
+
+/// A new HDF5 file written under a temporary name in the target's directory and renamed onto the target only
+/// by commit(), so a failed run never leaves a truncated file in place of a good one. Without commit() the
+/// temporary file is removed. Missing parent directories are created.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string target);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  hid_t get() const { return file_.get(); }
+  /// Closes the file and renames it onto the target.
+  void commit();
+
+ private:
+  std::string target_, temporary_;
+  Handle file_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Attention dumps (FORMATS.md §1)
+
+/// One layer of a dump, as described by its datasets and attributes (no data read yet).
+struct DumpLayer {
+  std::string name;  ///< group name under /layers
+  int rank = 4;      ///< 3 ([H, N, d], B = 1) or 4 ([B, H, N, d])
+  Index batch = 1, heads = 0, tokens = 0, dim = 0;
+  Index value_dim = 0;         ///< dv, 0 without v
+  bool has_attention = false;  ///< an `attn` [B, H, N, N] dataset is present
+  double scale = 0;            ///< the `scale` attribute, else 1/√d
+  bool scale_given = false;
+  std::array<Index, 2> window{};  ///< the `window` attribute (h, w), {0, 0} without it
+  std::string dtype;              ///< storage type of q, e.g. "float32"
+};
+
+/// A dump's metadata: attributes and layers, validated for shape consistency.
+struct DumpInfo {
+  std::string path;
+  std::string source;  ///< the `source` attribute ("" without it)
+  std::int64_t format_version = 1;
+  std::vector<DumpLayer> layers;
+};
+
+/// Opens and validates the structure of a dump; throws std::invalid_argument naming the file, group and
+/// dataset for a missing file, a file that is not HDF5, a wrong `format`, an unknown format_version, no
+/// layers, a missing q or k, a rank other than 3 or 4, a non-float type, mismatched shapes, N·d = 0, or a bad
+/// window attribute.
+DumpInfo inspect_dump(const std::string& path);
+
+/// Every head of one layer, index b·H + h, converted to T. Throws std::invalid_argument naming the file,
+/// dataset and element for non-finite values.
+template <class T>
+std::vector<Head<T>> read_layer_heads(const DumpInfo& dump, const DumpLayer& layer);
+
+/// The N×N `attn` of one head of a layer (which must have it), converted to T; non-finite values throw.
+template <class T>
+Matrix<T> read_attention(const DumpInfo& dump, const DumpLayer& layer, Index batch, Index head);
+
+/// Arrays of one layer to write, row-major [B, H, N, ·] (v and attn may be empty).
+template <class T>
+struct DumpLayerData {
+  Index batch = 1, heads = 1, tokens = 0, dim = 0, value_dim = 0;
+  std::vector<T> q, k, v, attention;
+  double scale = 0;                 ///< written as the `scale` attribute
+  std::array<Index, 2> window{};    ///< written as the `window` attribute when nonzero
+  bool without_batch_axis = false;  ///< write rank-3 [H, N, ·] datasets (requires batch = 1)
+};
+
+/// Writes the root attributes of a dump (format, format_version = 1, source).
+void write_dump_header(hid_t file, const std::string& source);
+/// Writes /layers/<name>/{q,k[,v][,attn]} with attributes.
+template <class T>
+void write_dump_layer(hid_t file, const std::string& name, const DumpLayerData<T>& data);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Results files (FORMATS.md §2)
+
+/// Provenance attributes of a results file.
+struct Provenance {
+  std::string program_version;
+  std::string git_revision;
+  std::string command_line;
+  std::string created;  ///< ISO 8601 UTC
+  std::int64_t threads = 1;
+  std::string input;
+};
+
+/// Provenance for this run: version, git revision (see git_revision), the command line, now, threads, input.
+Provenance make_provenance(const std::string& command_line, int threads, const std::string& input);
+/// `git describe --always --dirty` of the source tree at run time, else the revision seen at configure time,
+/// else "unknown".
+std::string git_revision();
+/// The current time as ISO 8601 UTC, e.g. "2026-11-21T21:07:19Z".
+std::string utc_timestamp();
+/// Writes format = "nystrom-results", format_version = 1 and the provenance attributes on the root group.
+void write_results_header(hid_t file, const Provenance& provenance);
+
+/// Column types of a results table: variable-length UTF-8 strings, int64, float64.
+enum class ColumnType { text, int64, float64 };
+
+/// One column of a results table.
+struct Column {
+  std::string name;
+  ColumnType type;
+  bool parameter;  ///< part of the point's identity (the resume key)
+};
+
+/// One cell and one row (cells in column order).
+using Cell = std::variant<std::string, std::int64_t, double>;
+using Row = std::vector<Cell>;
+
+/// A group of equal-length, chunked, extendable 1-D column datasets, appended one row at a time.
+class ResultsTable {
+ public:
+  /// Creates the column datasets in a new group `group` of `file`.
+  static ResultsTable create(hid_t file, const std::string& group, std::vector<Column> columns);
+  /// Opens an existing table; throws std::invalid_argument naming the file and column when a column is
+  /// missing or has another type. Columns of unequal length (a crash between columns) are cut to the
+  /// shortest.
+  static ResultsTable open(hid_t file, const std::string& group, std::vector<Column> columns,
+                           const std::string& where);
+
+  const std::vector<Column>& columns() const { return columns_; }
+  hsize_t rows() const { return rows_; }
+  /// Every stored row.
+  std::vector<Row> read_rows() const;
+  /// Appends one row (extends every column by one element). The caller flushes the file.
+  void append(const Row& row);
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<Handle> datasets_;
+  hsize_t rows_ = 0;
+};
+
+/// The resume key of a row: its parameter cells, printed exactly (%.17g for doubles), joined by '\x1f'.
+std::string row_key(const std::vector<Column>& columns, const Row& row);
+
+}  // namespace nystrom::cli

@@ -1,0 +1,249 @@
+// `nystrom spectrum`: singular-value decay of G = κ(Q, K), S = D⁻¹G, the extended matrix G̃ = κ([Q̄;Q], [K̄;K])
+// and the model's own `attn` (when the dump has it), per layer and head (MATH.md §7; PnP-Nystra Fig. 1).
+// Small heads take the dense path (full SVD, so the energy fractions and ranks use every singular value);
+// heads beyond --memory-budget take the matrix-free Lanczos path for G and G̃ (energy over the top k, S not
+// computed).
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "hdf5_io.hpp"
+#include "nystrom/attention.hpp"
+#include "nystrom/landmarks.hpp"
+#include "nystrom/matrix_free.hpp"
+#include "nystrom/spectral.hpp"
+#include "progress.hpp"
+#include "subcommands.hpp"
+
+namespace nystrom::cli {
+
+namespace {
+
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+/// The spectrum quantities of one matrix for one head.
+struct SpectrumSummary {
+  std::vector<double> values;  ///< top k singular values (NaN-padded)
+  std::vector<double> energy;  ///< energy fraction of the first i + 1 values
+  std::int64_t rank = -1;      ///< numerical rank at the tolerance (-1: not computed)
+};
+
+/// Summary from a singular-value vector (all of them on the dense path, the top k on the matrix-free path).
+SpectrumSummary summarize(const Vector<double>& singular_values, Index k, double rank_tol) {
+  SpectrumSummary summary;
+  summary.values.assign(k, nan);
+  summary.energy.assign(k, nan);
+  for (Index i = 0; i < std::min<Index>(k, singular_values.size()); ++i) {
+    summary.values[i] = singular_values[i];
+    summary.energy[i] = energy_fraction(singular_values, i + 1);
+  }
+  summary.rank = numerical_rank(singular_values, rank_tol);
+  return summary;
+}
+
+/// Which matrices are analysed, with their dataset suffixes.
+enum SpectrumMatrix { g_matrix, s_matrix, ext_matrix, attn_matrix, matrix_count };
+constexpr std::array<const char*, matrix_count> matrix_names = {"G", "S", "Gext", "attn"};
+
+struct SpectrumSettings {
+  std::string input, output;
+  std::vector<std::string> layers;
+  Kernel kernel;
+  LandmarkOptions landmarks;
+  Index top = 50;
+  double rank_tol = 1e-6;
+  double memory_budget = 4.0e9;
+  bool quiet = false;
+};
+
+/// Every spectrum of one head, in T.
+template <class T>
+std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, const DumpLayer& layer,
+                                                       const Head<T>& head, Index b, Index h,
+                                                       const SpectrumSettings& settings, Index k,
+                                                       bool dense) {
+  std::array<SpectrumSummary, matrix_count> spectra;
+  const Kernel kernel = settings.kernel;
+  LandmarkOptions landmark_options = settings.landmarks;
+  landmark_options.window = layer.window;
+  const auto landmarks = select_landmarks<T>(head.q, head.k, landmark_options);
+  Matrix<T> q_ext(landmarks.q.rows() + head.q.rows(), head.q.cols()), k_ext(q_ext.rows(), head.k.cols());
+  q_ext << landmarks.q, head.q;
+  k_ext << landmarks.k, head.k;
+  if (dense) {
+    spectra[g_matrix] = summarize(singular_values<T>(kernel.block<T>(head.q, head.k)), k, settings.rank_tol);
+    spectra[s_matrix] =
+        summarize(singular_values<T>(attention_matrix<T>(head.q, head.k, kernel)), k, settings.rank_tol);
+    spectra[ext_matrix] = summarize(singular_values<T>(kernel.block<T>(q_ext, k_ext)), k, settings.rank_tol);
+  } else {
+    const Index lanczos_k = std::min(k, head.q.rows() - 1);
+    spectra[g_matrix] = summarize(
+        matrix_free_top_singular_values<T>(head.q, head.k, kernel, lanczos_k).values, k, settings.rank_tol);
+    spectra[s_matrix].values.assign(k, nan);  // S = D⁻¹G has no matrix-free path here
+    spectra[s_matrix].energy.assign(k, nan);
+    spectra[ext_matrix] = summarize(
+        matrix_free_top_singular_values<T>(q_ext, k_ext, kernel, lanczos_k).values, k, settings.rank_tol);
+  }
+  if (layer.has_attention)
+    spectra[attn_matrix] =
+        summarize(singular_values<T>(read_attention<T>(dump, layer, b, h)), k, settings.rank_tol);
+  return spectra;
+}
+
+/// Writes /spectra/<layer>/{sv,decay,energy}_<X> [B, H, k] and rank_<X> [B, H] for one layer.
+void write_layer(hid_t file, const DumpLayer& layer, const SpectrumSettings& settings, Index k, bool dense,
+                 const std::vector<std::array<SpectrumSummary, matrix_count>>& spectra) {
+  Handle group = create_group(file, "spectra/" + layer.name);
+  const std::vector<hsize_t> dims = {hsize_t(layer.batch), hsize_t(layer.heads), hsize_t(k)};
+  for (int matrix = 0; matrix < matrix_count; ++matrix) {
+    if (matrix == attn_matrix && !layer.has_attention) continue;
+    std::vector<double> values, decay, energy;
+    std::vector<std::int64_t> ranks;
+    for (const auto& head : spectra) {
+      const auto& s = head[matrix];
+      values.insert(values.end(), s.values.begin(), s.values.end());
+      energy.insert(energy.end(), s.energy.begin(), s.energy.end());
+      for (double x : s.values) decay.push_back(x / s.values[0]);
+      ranks.push_back(s.rank);
+    }
+    const std::string suffix = matrix_names[matrix];
+    write_array(group.get(), "sv_" + suffix, dims, values.data());
+    write_array(group.get(), "decay_" + suffix, dims, decay.data());
+    write_array(group.get(), "energy_" + suffix, dims, energy.data());
+    write_array(group.get(), "rank_" + suffix, {dims[0], dims[1]}, ranks.data());
+  }
+  write_attribute(group.get(), "k", std::vector<std::int64_t>{k});
+  write_attribute(group.get(), "N", std::vector<std::int64_t>{layer.tokens});
+  write_attribute(group.get(), "d", std::vector<std::int64_t>{layer.dim});
+  write_attribute(group.get(), "kernel", to_string(settings.kernel.type));
+  write_attribute(group.get(), "kernel_param", std::vector<double>{settings.kernel.param});
+  write_attribute(group.get(), "strategy", to_string(settings.landmarks.strategy));
+  write_attribute(group.get(), "landmarks", std::vector<std::int64_t>{settings.landmarks.count});
+  write_attribute(group.get(), "seed", std::vector<std::int64_t>{std::int64_t(settings.landmarks.seed)});
+  write_attribute(group.get(), "rank_tol", std::vector<double>{settings.rank_tol});
+  write_attribute(group.get(), "path", std::string(dense ? "dense" : "matrix-free"));
+  write_attribute(group.get(), "energy_denominator",
+                  std::string(dense ? "all singular values" : "the top k singular values"));
+}
+
+template <class T>
+void compute_and_write(const DumpInfo& dump, const std::vector<DumpLayer>& layers,
+                       const SpectrumSettings& settings, AtomicFile& file) {
+  std::int64_t total = 0;
+  for (const auto& layer : layers) total += layer.batch * layer.heads;
+  Progress progress(total, 0, settings.quiet, std::cerr);
+  for (const auto& layer : layers) {
+    const auto heads = read_layer_heads<T>(dump, layer);
+    const Index k = std::min(settings.top, layer.tokens);
+    const bool dense =
+        3.0 * double(layer.tokens + settings.landmarks.count) * double(layer.tokens) * sizeof(double) <=
+        settings.memory_budget;
+    std::vector<std::array<SpectrumSummary, matrix_count>> spectra;
+    for (Index b = 0; b < layer.batch; ++b)
+      for (Index h = 0; h < layer.heads; ++h) {
+        spectra.push_back(head_spectra(dump, layer, heads[b * layer.heads + h], b, h, settings, k, dense));
+        progress.advance(describe(layer.name, "/b", b, "/h", h));
+      }
+    write_layer(file.get(), layer, settings, k, dense, spectra);
+  }
+  progress.finish(describe("wrote ", settings.output));
+}
+
+}  // namespace
+
+int run_spectrum(const Invocation& invocation) {
+  po::options_description options("spectrum options");
+  add_common_options(options, true);
+  options.add_options()("input,i", po::value<std::string>()->value_name("FILE"), "attention dump (required)")(
+      "output,o", po::value<std::string>()->default_value("results/spectrum.h5")->value_name("FILE"),
+      "results file with /spectra/<layer>/ (written atomically)")(
+      "layers", po::value<std::string>()->default_value(""), "layer names, comma-separated (default: all)")(
+      "kernel", po::value<std::string>()->default_value("exp"), "exp, laplacian or gaussian")(
+      "scale", po::value<double>()->default_value(0), "exp: scale s (0: the layer's scale attribute)")(
+      "lambda", po::value<double>()->default_value(4), "laplacian: lambda (> 0)")(
+      "bandwidth", po::value<double>()->default_value(8), "gaussian: bandwidth h (> 0)")(
+      "strategy", po::value<std::string>()->default_value("segment-means"), "landmark strategy for G~")(
+      "landmarks,m", po::value<Index>()->default_value(16), "landmark count m for G~")(
+      "top,k", po::value<Index>()->default_value(50), "number of singular values kept (capped at N)")(
+      "rank-tol", po::value<double>()->default_value(1e-6),
+      "numerical rank: singular values > tol * sigma_1")(
+      "memory-budget", po::value<double>()->default_value(4.0e9), "bytes the dense path may use")(
+      "precision", po::value<std::string>()->default_value("double"), "float or double arithmetic")(
+      "quiet,q", po::bool_switch(), "no progress output");
+  po::variables_map values;
+  if (!parse_options(invocation, "--input FILE [options]", options, {}, values)) return 0;
+  require(values.count("input"), "option --input is required");
+  SpectrumSettings settings;
+  settings.input = values["input"].as<std::string>();
+  settings.output = values["output"].as<std::string>();
+  if (const auto text = values["layers"].as<std::string>(); !text.empty())
+    settings.layers = split_list(text, "layers");
+  const auto type =
+      parse_enum<KernelType>(values["kernel"].as<std::string>(), "kernel", kernel_type_from_string);
+  const double param = type == KernelType::exponential ? values["scale"].as<double>()
+                       : type == KernelType::laplacian ? values["lambda"].as<double>()
+                                                       : values["bandwidth"].as<double>();
+  settings.kernel = Kernel{type, param};
+  if (type != KernelType::exponential || param != 0) {
+    try {
+      settings.kernel.validate();
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument(describe(
+          "option --", type == KernelType::laplacian ? "lambda" : "scale/bandwidth", ": ", error.what()));
+    }
+  }
+  settings.landmarks.strategy = parse_enum<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy",
+                                                             landmark_strategy_from_string);
+  settings.landmarks.count = values["landmarks"].as<Index>();
+  settings.landmarks.seed = values["seed"].as<std::uint64_t>();
+  settings.top = values["top"].as<Index>();
+  settings.rank_tol = values["rank-tol"].as<double>();
+  settings.memory_budget = values["memory-budget"].as<double>();
+  settings.quiet = values["quiet"].as<bool>();
+  const auto precision = values["precision"].as<std::string>();
+  require(precision == "float" || precision == "double",
+          describe("option --precision: '", precision, "' (expected float or double)"));
+  require(settings.top >= 1, describe("option --top: ", settings.top, " must be >= 1"));
+  require(settings.rank_tol > 0 && settings.rank_tol < 1, "option --rank-tol: must lie in (0, 1)");
+
+  const DumpInfo dump = inspect_dump(settings.input);
+  std::vector<DumpLayer> layers;
+  for (const auto& layer : dump.layers)
+    if (settings.layers.empty() ||
+        std::find(settings.layers.begin(), settings.layers.end(), layer.name) != settings.layers.end())
+      layers.push_back(layer);
+  for (const auto& name : settings.layers)
+    require(std::any_of(layers.begin(), layers.end(), [&](const auto& l) { return l.name == name; }),
+            describe("option --layers: ", settings.input, " has no layer /layers/", name));
+  if (settings.kernel.type == KernelType::exponential && settings.kernel.param == 0) {
+    // The scale comes from the layers; one file holds one kernel, so the layers must agree.
+    settings.kernel.param = layers.front().scale;
+    for (const auto& layer : layers)
+      require(layer.scale == settings.kernel.param,
+              describe(settings.input, ": layers have different scales; give --scale or select --layers"));
+  }
+  for (const auto& layer : layers) {
+    try {
+      LandmarkOptions check = settings.landmarks;
+      check.window = layer.window;
+      check.validate(layer.tokens, layer.dim);
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument(describe(settings.input, ": /layers/", layer.name, ": ", error.what()));
+    }
+  }
+  const int threads = apply_threads(values);
+
+  AtomicFile file(settings.output);
+  write_results_header(file.get(),
+                       make_provenance(invocation.command_line, threads,
+                                       std::filesystem::weakly_canonical(settings.input).string()));
+  if (precision == "float")
+    compute_and_write<float>(dump, layers, settings, file);
+  else
+    compute_and_write<double>(dump, layers, settings, file);
+  file.commit();
+  return 0;
+}
+
+}  // namespace nystrom::cli

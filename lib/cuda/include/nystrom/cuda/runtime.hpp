@@ -1,0 +1,16 @@
+#pragma once
+/// @file runtime.hpp
+/// What the CUDA runtime sees on this machine. Part of the nystrom_cuda target (built only with
+/// NYSTROM_WITH_CUDA); the rest of the library reaches the GPU through nystrom/backend.hpp.
+
+#include <string>
+
+namespace nystrom::cuda {
+
+/// Number of CUDA devices visible to this process; 0 when there is no device or no driver (never throws).
+int device_count();
+
+/// "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)" for device 0, or "" when there is none.
+std::string device_description();
+
+}  // namespace nystrom::cuda

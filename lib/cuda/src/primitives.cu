@@ -1,0 +1,519 @@
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "primitives.cuh"
+
+namespace nystrom::cuda::detail {
+
+namespace {
+
+constexpr int block_threads = 256;  ///< threads per block for the line and elementwise kernels
+constexpr int pinv_threads = 256;   ///< threads of the single-block m×m kernels
+constexpr int tile = 32;            ///< output tile edge of the distance kernel
+constexpr int tile_depth = 16;      ///< token-dimension chunk staged in shared memory per step
+constexpr int tile_rows_per_thread = tile / (block_threads / tile);
+
+/// Throws std::runtime_error naming the kernel if its launch failed.
+void check_launch(const char* kernel) {
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess)
+    throw std::runtime_error(std::string("CUDA launch of ") + kernel +
+                             " failed: " + cudaGetErrorString(error));
+}
+
+int blocks_for(Offset count, int threads) {
+  const Offset blocks = (count + threads - 1) / threads;
+  return static_cast<int>(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+
+__device__ inline float exp_of(float x) {
+  return expf(x);
+}
+__device__ inline double exp_of(double x) {
+  return exp(x);
+}
+__device__ inline float abs_of(float x) {
+  return fabsf(x);
+}
+__device__ inline double abs_of(double x) {
+  return fabs(x);
+}
+__device__ inline float max_of(float a, float b) {
+  return fmaxf(a, b);
+}
+__device__ inline double max_of(double a, double b) {
+  return fmax(a, b);
+}
+__device__ inline float min_of(float a, float b) {
+  return fminf(a, b);
+}
+__device__ inline double min_of(double a, double b) {
+  return fmin(a, b);
+}
+
+template <class T>
+__device__ inline T apply_map(ExpMap map, T x) {
+  // PnP-Nystra public code: exp(min(x, 5)) + max(x − 5, 0) keeps large logits from overflowing.
+  if (map == ExpMap::clamped) return exp_of(min_of(x, T(5))) + max_of(x - T(5), T(0));
+  return exp_of(x);
+}
+
+struct SumOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return max_of(a, b);
+  }
+};
+
+/// Reduces `value` over a group of Group threads (a warp, or the whole block of block_threads); every thread
+/// of the group receives the result. `shared` holds one entry per warp of the block.
+template <int Group, class T, class Op>
+__device__ T group_reduce(T value, Op op, T* shared) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  if constexpr (Group == 32) {
+    return value;
+  } else {
+    const int warp = threadIdx.x / 32;
+    __syncthreads();  // a previous reduction may still be reading `shared`
+    if (threadIdx.x % 32 == 0) shared[warp] = value;
+    __syncthreads();
+    T total = shared[0];
+    for (int w = 1; w < Group / 32; ++w) total = op(total, shared[w]);
+    return total;
+  }
+}
+
+/// Sum over the whole (single) block, in double, every thread receiving the result.
+__device__ double block_sum(double value) {
+  __shared__ double shared[32];
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = value;
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < static_cast<int>((blockDim.x + 31) / 32); ++w) total += shared[w];
+  return total;
+}
+
+/// Maximum over the whole (single) block, every thread receiving the result.
+__device__ double block_max(double value) {
+  __shared__ double shared[32];
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = fmax(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = value;
+  __syncthreads();
+  double total = shared[0];
+  for (int w = 1; w < static_cast<int>((blockDim.x + 31) / 32); ++w) total = fmax(total, shared[w]);
+  return total;
+}
+
+template <class T, Distance D>
+__global__ void distance_kernel(const T* x, Offset ldx, int n, const T* y, Offset ldy, int p, int d, T factor,
+                                T* out, Offset ldo) {
+  __shared__ T xs[tile_depth][tile + 1];
+  __shared__ T ys[tile_depth][tile + 1];
+  const int tx = threadIdx.x % tile;  // output row within the tile (coalesced along the column)
+  const int ty = threadIdx.x / tile;  // first output column within the tile
+  const int i0 = blockIdx.x * tile;
+  const int j0 = blockIdx.y * tile;
+  T acc[tile_rows_per_thread] = {};
+  for (int c0 = 0; c0 < d; c0 += tile_depth) {
+    for (int e = ty; e < tile_depth; e += block_threads / tile) {
+      const int c = c0 + e;
+      xs[e][tx] = (i0 + tx < n && c < d) ? x[(i0 + tx) + c * ldx] : T(0);
+      ys[e][tx] = (j0 + tx < p && c < d) ? y[(j0 + tx) + c * ldy] : T(0);
+    }
+    __syncthreads();
+    const int depth = min(tile_depth, d - c0);
+    for (int e = 0; e < depth; ++e) {
+      const T xv = xs[e][tx];
+      for (int r = 0; r < tile_rows_per_thread; ++r) {
+        const T diff = xv - ys[e][ty + r * (block_threads / tile)];
+        acc[r] += D == Distance::l1 ? abs_of(diff) : diff * diff;
+      }
+    }
+    __syncthreads();
+  }
+  for (int r = 0; r < tile_rows_per_thread; ++r) {
+    const int i = i0 + tx;
+    const int j = j0 + ty + r * (block_threads / tile);
+    if (i < n && j < p) out[i + j * ldo] = factor * acc[r];
+  }
+}
+
+template <int Group, class T>
+__global__ void map_lines_kernel(T* data, Offset ld, int length, int lines, ExpMap map, bool stabilize,
+                                 T* shift_out, T* sum_out) {
+  __shared__ T shared[block_threads / 32];
+  const int lane = threadIdx.x % Group;
+  const Offset line = static_cast<Offset>(blockIdx.x) * (block_threads / Group) + threadIdx.x / Group;
+  if (line >= lines) return;  // whole groups leave together (Group 256: one line per block, never taken)
+  T* column = data + line * ld;
+  T shift = 0;
+  if (stabilize) {
+    // PnP-Nystra eq. (8): shift each row of exponents by its maximum, so every exponent is ≤ 0.
+    T largest = -INFINITY;
+    for (int k = lane; k < length; k += Group) largest = max_of(largest, column[k]);
+    shift = group_reduce<Group>(largest, MaxOp{}, shared);
+  }
+  T sum = 0;
+  for (int k = lane; k < length; k += Group) {
+    const T value = apply_map(map, column[k] - shift);
+    column[k] = value;
+    sum += value;
+  }
+  sum = group_reduce<Group>(sum, SumOp{}, shared);
+  if (lane == 0) {
+    if (shift_out) shift_out[line] = shift;
+    if (sum_out) sum_out[line] = sum;
+  }
+}
+
+template <int Group, class T>
+__global__ void exp_dot_lines_kernel(const T* data, Offset ld, int length, int lines, const T* x, T* out) {
+  __shared__ T shared[block_threads / 32];
+  const int lane = threadIdx.x % Group;
+  const Offset line = static_cast<Offset>(blockIdx.x) * (block_threads / Group) + threadIdx.x / Group;
+  if (line >= lines) return;
+  const T* column = data + line * ld;
+  T sum = 0;
+  for (int k = lane; k < length; k += Group) sum += exp_of(column[k]) * x[k];
+  sum = group_reduce<Group>(sum, SumOp{}, shared);
+  if (lane == 0) out[line] = sum;
+}
+
+template <class T>
+__global__ void map_rows_shifted_kernel(T* data, Offset ld, int rows, int cols, ExpMap map,
+                                        const T* row_shift) {
+  const Offset count = static_cast<Offset>(rows) * cols;
+  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<Offset>(gridDim.x) * blockDim.x) {
+    const Offset i = e % rows, j = e / rows;
+    T& value = data[i + j * ld];
+    value = apply_map(map, value - (row_shift ? row_shift[i] : T(0)));
+  }
+}
+
+template <class T>
+__global__ void divide_rows_kernel(T* data, Offset ld, int rows, int cols, const T* denominators, T offset) {
+  const Offset count = static_cast<Offset>(rows) * cols;
+  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<Offset>(gridDim.x) * blockDim.x) {
+    const Offset i = e % rows, j = e / rows;
+    data[i + j * ld] /= denominators[i] + offset;
+  }
+}
+
+template <class T>
+__global__ void fill_kernel(T* data, Offset count, T value) {
+  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<Offset>(gridDim.x) * blockDim.x)
+    data[e] = value;
+}
+
+template <class T>
+__global__ void add_to_diagonal_kernel(T* a, Offset lda, int m, T value) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += gridDim.x * blockDim.x)
+    a[i + i * lda] += value;
+}
+
+template <class From, class To>
+__global__ void convert_kernel(const From* in, To* out, Offset count) {
+  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<Offset>(gridDim.x) * blockDim.x)
+    out[e] = static_cast<To>(in[e]);
+}
+
+/// c = a·b for m×m blocks (ld = m), by the whole block; c must not alias a or b.
+template <class T>
+__device__ void block_matmul(const T* a, const T* b, T* c, int m) {
+  for (int e = threadIdx.x; e < m * m; e += blockDim.x) {
+    const int i = e % m, j = e / m;
+    T sum = 0;
+    for (int k = 0; k < m; ++k) sum += a[i + k * m] * b[k + j * m];
+    c[e] = sum;
+  }
+  __syncthreads();
+}
+
+/// a ← diagonal·I − a (m×m), by the whole block.
+template <class T>
+__device__ void identity_minus(T diagonal, T* a, int m) {
+  for (int e = threadIdx.x; e < m * m; e += blockDim.x) a[e] = (e % m == e / m ? diagonal : T(0)) - a[e];
+  __syncthreads();
+}
+
+/// ‖I − p‖_F in double for an m×m product p.
+template <class T>
+__device__ double residual_of(const T* product, int m) {
+  double sum = 0;
+  for (int e = threadIdx.x; e < m * m; e += blockDim.x) {
+    const double r = (e % m == e / m ? 1.0 : 0.0) - static_cast<double>(product[e]);
+    sum += r * r;
+  }
+  return sqrt(block_sum(sum));
+}
+
+/// (‖a‖_F, whether every entry is finite) for an m×m block.
+template <class T>
+__device__ double frobenius_or_nan(const T* a, int m) {
+  double sum = 0, bad = 0;
+  for (int e = threadIdx.x; e < m * m; e += blockDim.x) {
+    const double v = static_cast<double>(a[e]);
+    if (isfinite(v))
+      sum += v * v;
+    else
+      bad += 1;
+  }
+  bad = block_sum(bad);
+  sum = block_sum(sum);
+  return bad > 0 ? NAN : sqrt(sum);
+}
+
+template <class T>
+__global__ void pinv_iterate_kernel(const T* M, int m, bool razavi, int iterations, double alpha,
+                                    double tolerance, T* z, T* workspace, double* residuals, int* info,
+                                    double* alpha_out) {
+  T* mz = workspace;
+  T* w1 = workspace + m * m;
+  T* w2 = workspace + 2 * m * m;
+  T* next = workspace + 3 * m * m;
+  if (!(alpha > 0)) {
+    // Nyströmformer's per-matrix safe start α = 1/(‖M‖₁‖M‖_∞), so that ασ₁² ≤ 1 (MATH.md §4).
+    double col = 0, row = 0;
+    for (int j = threadIdx.x; j < m; j += blockDim.x) {
+      double c = 0, r = 0;
+      for (int i = 0; i < m; ++i) {
+        c += fabs(static_cast<double>(M[i + j * m]));
+        r += fabs(static_cast<double>(M[j + i * m]));
+      }
+      col = fmax(col, c);
+      row = fmax(row, r);
+    }
+    const double product = block_max(col) * block_max(row);
+    alpha = product > 0 ? 1.0 / product : 1.0;
+  }
+  for (int e = threadIdx.x; e < m * m; e += blockDim.x) z[e] = static_cast<T>(alpha) * M[e / m + (e % m) * m];
+  __syncthreads();
+  const double rounding =
+      16.0 * m * (sizeof(T) == 4 ? 1.1920929e-7 : 2.220446049250313e-16) * frobenius_or_nan(M, m);
+  block_matmul(M, z, mz, m);
+  const double start = residual_of(mz, m);
+  if (threadIdx.x == 0) residuals[0] = start;
+  int status = pinv_completed, done = 0;
+  if (!isfinite(start) || isnan(frobenius_or_nan(z, m)))
+    status = pinv_non_finite;
+  else if (tolerance > 0 && start <= tolerance)
+    status = pinv_converged;
+  else {
+    double previous = start;
+    for (int k = 1; k <= iterations; ++k) {
+      if (razavi) {
+        // Razavi (Nyströmformer eq. (15), PnP-Nystra §3): Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))).
+        for (int e = threadIdx.x; e < m * m; e += blockDim.x) w1[e] = mz[e];
+        __syncthreads();
+        identity_minus(T(7), w1, m);
+        block_matmul(mz, w1, w2, m);
+        identity_minus(T(15), w2, m);
+        block_matmul(mz, w2, w1, m);
+        identity_minus(T(13), w1, m);
+        block_matmul(z, w1, next, m);
+        for (int e = threadIdx.x; e < m * m; e += blockDim.x) z[e] = T(0.25) * next[e];
+      } else {
+        // Newton–Schulz (LaplacianFormer Alg. 1): Z ← Z(2I − MZ).
+        for (int e = threadIdx.x; e < m * m; e += blockDim.x) w1[e] = mz[e];
+        __syncthreads();
+        identity_minus(T(2), w1, m);
+        block_matmul(z, w1, next, m);
+        for (int e = threadIdx.x; e < m * m; e += blockDim.x) z[e] = next[e];
+      }
+      __syncthreads();
+      done = k;
+      block_matmul(M, z, mz, m);
+      const double residual = residual_of(mz, m);
+      if (threadIdx.x == 0) residuals[k] = residual;
+      const double z_norm = frobenius_or_nan(z, m);
+      if (!isfinite(residual) || isnan(z_norm)) {
+        status = pinv_non_finite;
+        break;
+      }
+      if (tolerance > 0 && residual <= tolerance) {
+        status = pinv_converged;
+        break;
+      }
+      const double noise = rounding * z_norm;
+      if (residual > start + noise || residual > previous + noise) {
+        status = pinv_diverged;
+        break;
+      }
+      previous = residual;
+    }
+  }
+  if (threadIdx.x == 0) {
+    info[0] = status;
+    info[1] = done;
+    *alpha_out = alpha;
+  }
+}
+
+__global__ void invert_singular_values_kernel(const double* sigma, int m, double cut, double* inverse,
+                                              int* rank_out) {
+  const double threshold = m > 0 ? cut * sigma[0] : 0;
+  int rank = 0;
+  for (int i = 0; i < m; ++i) {
+    const bool kept = sigma[i] > threshold;
+    inverse[i] = kept ? 1.0 / sigma[i] : 0.0;
+    rank += kept;
+  }
+  *rank_out = rank;
+}
+
+template <class T>
+__global__ void identity_residual_kernel(const T* M, const T* z, int m, double* residual_out) {
+  double sum = 0;
+  for (int e = threadIdx.x; e < m * m; e += blockDim.x) {
+    const int i = e % m, j = e / m;
+    double product = 0;
+    for (int k = 0; k < m; ++k)
+      product += static_cast<double>(M[i + k * m]) * static_cast<double>(z[k + j * m]);
+    const double r = (i == j ? 1.0 : 0.0) - product;
+    sum += r * r;
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) *residual_out = sqrt(sum);
+}
+
+}  // namespace
+
+template <class T>
+void distance_exponent(const T* x, Offset ldx, int n, const T* y, Offset ldy, int p, int d, Distance distance,
+                       T factor, T* out, Offset ldo, cudaStream_t stream) {
+  if (n == 0 || p == 0) return;
+  const dim3 grid((n + tile - 1) / tile, (p + tile - 1) / tile);
+  if (distance == Distance::l1)
+    distance_kernel<T, Distance::l1>
+        <<<grid, block_threads, 0, stream>>>(x, ldx, n, y, ldy, p, d, factor, out, ldo);
+  else
+    distance_kernel<T, Distance::squared_l2>
+        <<<grid, block_threads, 0, stream>>>(x, ldx, n, y, ldy, p, d, factor, out, ldo);
+  check_launch("distance_exponent");
+}
+
+template <class T>
+void map_lines(T* data, Offset ld, int length, int lines, ExpMap map, bool stabilize, T* shift_out,
+               T* sum_out, cudaStream_t stream) {
+  if (lines == 0) return;
+  // Long lines get a whole block each; short ones (m landmarks) a warp each, eight to a block.
+  if (length >= 1024)
+    map_lines_kernel<block_threads, T>
+        <<<lines, block_threads, 0, stream>>>(data, ld, length, lines, map, stabilize, shift_out, sum_out);
+  else
+    map_lines_kernel<32, T>
+        <<<(lines + block_threads / 32 - 1) / (block_threads / 32), block_threads, 0, stream>>>(
+            data, ld, length, lines, map, stabilize, shift_out, sum_out);
+  check_launch("map_lines");
+}
+
+template <class T>
+void map_rows_shifted(T* data, Offset ld, int rows, int cols, ExpMap map, const T* row_shift,
+                      cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  map_rows_shifted_kernel<T>
+      <<<blocks_for(static_cast<Offset>(rows) * cols, block_threads), block_threads, 0, stream>>>(
+          data, ld, rows, cols, map, row_shift);
+  check_launch("map_rows_shifted");
+}
+
+template <class T>
+void exp_dot_lines(const T* data, Offset ld, int length, int lines, const T* x, T* out, cudaStream_t stream) {
+  if (lines == 0) return;
+  if (length >= 1024)
+    exp_dot_lines_kernel<block_threads, T>
+        <<<lines, block_threads, 0, stream>>>(data, ld, length, lines, x, out);
+  else
+    exp_dot_lines_kernel<32, T>
+        <<<(lines + block_threads / 32 - 1) / (block_threads / 32), block_threads, 0, stream>>>(
+            data, ld, length, lines, x, out);
+  check_launch("exp_dot_lines");
+}
+
+template <class T>
+void divide_rows(T* data, Offset ld, int rows, int cols, const T* denominators, T offset,
+                 cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  divide_rows_kernel<T>
+      <<<blocks_for(static_cast<Offset>(rows) * cols, block_threads), block_threads, 0, stream>>>(
+          data, ld, rows, cols, denominators, offset);
+  check_launch("divide_rows");
+}
+
+template <class T>
+void fill(T* data, Offset count, T value, cudaStream_t stream) {
+  if (count == 0) return;
+  fill_kernel<T><<<blocks_for(count, block_threads), block_threads, 0, stream>>>(data, count, value);
+  check_launch("fill");
+}
+
+template <class T>
+void add_to_diagonal(T* a, Offset lda, int m, T value, cudaStream_t stream) {
+  if (m == 0) return;
+  add_to_diagonal_kernel<T><<<blocks_for(m, block_threads), block_threads, 0, stream>>>(a, lda, m, value);
+  check_launch("add_to_diagonal");
+}
+
+template <class From, class To>
+void convert(const From* in, To* out, Offset count, cudaStream_t stream) {
+  if (count == 0) return;
+  convert_kernel<From, To><<<blocks_for(count, block_threads), block_threads, 0, stream>>>(in, out, count);
+  check_launch("convert");
+}
+
+template <class T>
+void pinv_iterate(const T* m_matrix, int m, bool razavi, int iterations, double alpha, double tolerance, T* z,
+                  T* workspace, double* residuals, int* info, double* alpha_out, cudaStream_t stream) {
+  pinv_iterate_kernel<T><<<1, pinv_threads, 0, stream>>>(m_matrix, m, razavi, iterations, alpha, tolerance, z,
+                                                         workspace, residuals, info, alpha_out);
+  check_launch("pinv_iterate");
+}
+
+void invert_singular_values(const double* sigma, int m, double cut, double* inverse, int* rank_out,
+                            cudaStream_t stream) {
+  invert_singular_values_kernel<<<1, 1, 0, stream>>>(sigma, m, cut, inverse, rank_out);
+  check_launch("invert_singular_values");
+}
+
+template <class T>
+void identity_residual(const T* m_matrix, const T* z, int m, double* residual_out, cudaStream_t stream) {
+  identity_residual_kernel<T><<<1, pinv_threads, 0, stream>>>(m_matrix, z, m, residual_out);
+  check_launch("identity_residual");
+}
+
+#define NYSTROM_CUDA_INSTANTIATE(T)                                                                       \
+  template void distance_exponent<T>(const T*, Offset, int, const T*, Offset, int, int, Distance, T, T*,  \
+                                     Offset, cudaStream_t);                                               \
+  template void map_lines<T>(T*, Offset, int, int, ExpMap, bool, T*, T*, cudaStream_t);                   \
+  template void map_rows_shifted<T>(T*, Offset, int, int, ExpMap, const T*, cudaStream_t);                \
+  template void exp_dot_lines<T>(const T*, Offset, int, int, const T*, T*, cudaStream_t);                 \
+  template void divide_rows<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                          \
+  template void fill<T>(T*, Offset, T, cudaStream_t);                                                     \
+  template void add_to_diagonal<T>(T*, Offset, int, T, cudaStream_t);                                     \
+  template void pinv_iterate<T>(const T*, int, bool, int, double, double, T*, T*, double*, int*, double*, \
+                                cudaStream_t);                                                            \
+  template void identity_residual<T>(const T*, const T*, int, double*, cudaStream_t);
+NYSTROM_CUDA_INSTANTIATE(float)
+NYSTROM_CUDA_INSTANTIATE(double)
+#undef NYSTROM_CUDA_INSTANTIATE
+template void fill<int>(int*, Offset, int, cudaStream_t);
+template void convert<float, double>(const float*, double*, Offset, cudaStream_t);
+template void convert<double, float>(const double*, float*, Offset, cudaStream_t);
+
+}  // namespace nystrom::cuda::detail

@@ -1,0 +1,95 @@
+#pragma once
+/// @file approximation.hpp
+/// The family of attention approximations the seeds compare (MATH.md §6), behind one dispatcher so a sweep
+/// runs them on the same inputs with the same error measures:
+///   pnp-nystra         generalized Nyström Ĝ = G_L G_A⁺ G_U, Ô by PnP-Nystra Algorithm 1 (nystrom.hpp)
+///   nystromformer      Ô = F̃ Ã⁺ (B̃V) (nystromformer.hpp)
+///   cur                Ô = C U⁺ (RV) (cur.hpp)
+///   symmetric-nystrom  Ĝ = C W⁺ Cᵀ (LaplacianFormer Alg. 1; nystrom.hpp), Ô = (ĜV) ⊘ (Ĝ1)
+///   performer          FAVOR+ (performer.hpp)
+///   linformer          Ô = softmax(sQ(EK)ᵀ)(FV) (linformer.hpp)
+///   exact              O = (GV) ⊘ (G1) (attention.hpp)
+/// Every method but exact implies an N×N attention matrix Ŝ, exposed as an operator (factored_operator.hpp)
+/// so that ‖S − Ŝ‖₂ with S = D⁻¹G can be computed without forming N×N; `implied_matrix(method)` says which
+/// matrix it is.
+
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "nystrom/cur.hpp"
+#include "nystrom/factored_operator.hpp"
+#include "nystrom/kernels.hpp"
+#include "nystrom/linformer.hpp"
+#include "nystrom/nystrom.hpp"
+#include "nystrom/nystromformer.hpp"
+#include "nystrom/performer.hpp"
+#include "nystrom/spectral.hpp"
+#include "nystrom/types.hpp"
+
+namespace nystrom {
+
+/// The approximation methods (FORMATS.md §2 column `method`).
+enum class Method { pnp_nystra, nystromformer, cur, symmetric_nystrom, performer, linformer, exact };
+
+/// "pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer", "exact".
+std::string to_string(Method method);
+/// Inverse of to_string; throws std::invalid_argument naming an unknown method.
+Method method_from_string(const std::string& name);
+
+/// A column-friendly description of the N×N matrix a method's operator represents, e.g.
+/// "S_hat = F~ pinv(A~) B~ (Nystromformer eq. 15)"; "none" for exact. Its spectral error is always against S
+/// = D⁻¹G.
+std::string implied_matrix(Method method);
+
+/// Options of every method; only the member of the chosen method (and `kernel`) is read.
+struct ApproximationOptions {
+  /// κ of every method. nystromformer, cur, performer and linformer are softmax methods and require the
+  /// exponential kernel (s = kernel.param); pnp-nystra, symmetric-nystrom and exact accept any kernel.
+  Kernel kernel;
+  NystromOptions nystrom;  ///< pnp-nystra (its kernel member is replaced by `kernel`)
+  /// symmetric-nystrom (kernel replaced by `kernel`): LaplacianFormer's Newton–Schulz on W + εI, no row-max
+  /// scaling (row-max is undefined for C W⁺ Cᵀ).
+  NystromOptions symmetric = {{}, {}, {PinvMethod::newton_schulz, 20, 0, 0, 0, 1e-6}, Stabilization::none};
+  NystromformerOptions nystromformer;
+  CurOptions cur;
+  PerformerOptions performer;
+  LinformerOptions linformer;
+
+  /// Validates `kernel` and the chosen method's options for N tokens of dimension d.
+  void validate(Method method, Index n, Index d) const;
+};
+
+/// The output of one method, its implied attention matrix and the diagnostics of its pseudoinverse.
+template <class T>
+struct Approximation {
+  Method method = Method::exact;
+  Matrix<T> output;                              ///< Ô, N×dv
+  std::optional<FactoredOperator<T>> attention;  ///< Ŝ, the implied attention matrix (absent for exact)
+  std::optional<NystromFactors<T>>
+      kernel_factors;                     ///< pnp-nystra, symmetric-nystrom: Ĝ ≈ G (NystromOperator)
+  std::optional<PinvStatus> pinv_status;  ///< methods with a pseudoinverse
+  double pinv_residual = std::numeric_limits<double>::quiet_NaN();  ///< ‖I − AZ‖_F of that pseudoinverse
+};
+
+/// Runs `method` on Q, K (N×d) and V (N×dv). Throws std::invalid_argument for bad inputs or options.
+template <class T>
+Approximation<T> approximate_attention(Method method, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                       const ConstMatrixRef<T>& V, const ApproximationOptions& options);
+
+/// Errors of an implied attention matrix Ŝ against the exact S = D⁻¹G.
+struct AttentionMatrixErrors {
+  double spectral = 0;                                          ///< ‖S − Ŝ‖₂
+  double relative_spectral = 0;                                 ///< ‖S − Ŝ‖₂ / ‖S‖₂
+  double frobenius = std::numeric_limits<double>::quiet_NaN();  ///< ‖S − Ŝ‖_F (dense path only)
+  bool matrix_free = false;
+};
+
+/// ‖S − Ŝ‖ for S = D⁻¹κ(Q, K): dense SVDs when `dense` (small N), else Lanczos on operators that evaluate S
+/// in row panels (nothing N×N stored).
+template <class T>
+AttentionMatrixErrors attention_matrix_errors(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                              const Kernel& kernel, const FactoredOperator<T>& approximate,
+                                              bool dense, const SpectralOptions& spectral = {});
+
+}  // namespace nystrom

@@ -1,0 +1,100 @@
+#pragma once
+/// @file backend.hpp
+/// Choosing where the work runs (STYLE.md pattern 7): the CPU code or the CUDA backend (lib/cuda/, built when
+/// NYSTROM_WITH_CUDA is ON), behind the same signatures. The implementation (src/backend.cpp) is the only
+/// place that tests NYSTROM_WITH_CUDA. Asking for Device::cuda in a build without the backend, or on a
+/// machine without a GPU, throws std::invalid_argument with a message saying which (drivers turn that into
+/// exit status 2).
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "nystrom/kernels.hpp"
+#include "nystrom/nystrom.hpp"
+#include "nystrom/pinv.hpp"
+#include "nystrom/types.hpp"
+
+namespace nystrom {
+
+/// Where a computation runs.
+enum class Device { cpu, cuda };
+
+/// "cpu", "cuda".
+std::string to_string(Device device);
+/// Inverse of to_string; throws std::invalid_argument naming an unknown device.
+Device device_from_string(const std::string& name);
+
+/// True when this build has the CUDA backend (compiled in).
+bool cuda_compiled();
+/// True when the CUDA backend is compiled in AND a CUDA device is present at run time.
+bool cuda_available();
+/// "cpu", or the GPU's name, compute capability and memory for Device::cuda; throws like require_device.
+std::string describe_device(Device device);
+/// Throws std::invalid_argument unless `device` can run here: "--device cuda: this build has no CUDA backend
+/// (configure with -DNYSTROM_WITH_CUDA=ON and nvcc)" or "--device cuda: no CUDA device found".
+void require_device(Device device);
+
+/// Exact attention O = (κ(Q,K) V) ⊘ (κ(Q,K) 1) on `device` (nystrom::exact_attention or
+/// cuda::exact_attention).
+template <class T>
+Matrix<T> exact_attention(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                          const ConstMatrixRef<T>& V, const Kernel& kernel);
+
+/// Z ≈ A⁺ of a square A on `device` (nystrom::pseudoinverse or cuda::pseudoinverse), with the same
+/// diagnostics.
+template <class T>
+PinvResult<T> pseudoinverse(Device device, const ConstMatrixRef<T>& A, const PinvOptions& options);
+
+/// The generalized Nyström factors of κ(Q, K) on `device`; landmarks are always selected on the host, so both
+/// devices use the same Q̄, K̄ (nystrom::generalized_nystrom or cuda::generalized_nystrom).
+template <class T>
+NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const NystromOptions& options);
+
+/// PnP-Nystra Algorithm 1 from the tokens: nystrom_attention(generalized_nystrom(Q, K, options), V) on the
+/// CPU, the whole pipeline in one pass on the GPU (only Ô comes back).
+template <class T>
+Matrix<T> nystrom_attention(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                            const ConstMatrixRef<T>& V, const NystromOptions& options);
+
+/// The kernel block κ(X, Y) (n×p) on `device`.
+template <class T>
+Matrix<T> kernel_block(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                       const Kernel& kernel);
+
+/// A type-erased operator in the concept of operators.hpp (rows, cols, perform_op, perform_transpose_op), so
+/// Spectra-based code takes CPU and GPU operators alike. Copies share the underlying operator.
+template <class T>
+class AnyOperator {
+ public:
+  using Scalar = T;
+  /// Wraps a shared operator `op` of any type with the four members.
+  template <class Operator>
+  explicit AnyOperator(std::shared_ptr<Operator> op)
+      : rows_(op->rows()),
+        cols_(op->cols()),
+        apply_([op](const T* x, T* y) { op->perform_op(x, y); }),
+        apply_transpose_([op](const T* x, T* y) { op->perform_transpose_op(x, y); }) {}
+  Index rows() const { return rows_; }
+  Index cols() const { return cols_; }
+  void perform_op(const T* x, T* y) const { apply_(x, y); }
+  void perform_transpose_op(const T* x, T* y) const { apply_transpose_(x, y); }
+
+ private:
+  Index rows_, cols_;
+  std::function<void(const T*, T*)> apply_, apply_transpose_;
+};
+
+/// G = κ(X, Y) as a matrix-free operator on `device` (KernelOperator or cuda::KernelOperator).
+template <class T>
+AnyOperator<T> kernel_operator(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                               const Kernel& kernel);
+
+/// E = G − Ĝ with G = κ(Q, K) (kernel from factors.options) evaluated blockwise on `device`, for Lanczos
+/// (MATH.md §7). The CPU operator refers to `factors`, which must outlive it; the GPU one copies them.
+template <class T>
+AnyOperator<T> error_operator(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                              const NystromFactors<T>& factors);
+
+}  // namespace nystrom

@@ -1,0 +1,208 @@
+#include "nystrom/backend.hpp"
+
+#include "nystrom/attention.hpp"
+#include "nystrom/error.hpp"
+#include "nystrom/landmarks.hpp"
+#include "nystrom/operators.hpp"
+
+// The one file that tests NYSTROM_WITH_CUDA (STYLE.md pattern 7): each factory below checks the device, then
+// takes the CUDA branch only when the backend is compiled in.
+#ifdef NYSTROM_WITH_CUDA
+#include "nystrom/cuda/attention.hpp"
+#include "nystrom/cuda/kernels.hpp"
+#include "nystrom/cuda/operators.hpp"
+#include "nystrom/cuda/runtime.hpp"
+#endif
+
+namespace nystrom {
+
+namespace {
+
+/// Owns G's operator, Ĝ's and their difference (which refers to both) at stable addresses.
+template <class T>
+struct CpuErrorOperator {
+  CpuErrorOperator(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const NystromFactors<T>& factors)
+      : kernel(Q, K, factors.options.kernel), approximation(factors), difference(kernel, approximation) {}
+  Index rows() const { return difference.rows(); }
+  Index cols() const { return difference.cols(); }
+  void perform_op(const T* x, T* y) const { difference.perform_op(x, y); }
+  void perform_transpose_op(const T* x, T* y) const { difference.perform_transpose_op(x, y); }
+
+  KernelOperator<T> kernel;
+  NystromOperator<T> approximation;
+  DifferenceOperator<KernelOperator<T>, NystromOperator<T>> difference;
+};
+
+/// The input checks of the CPU attention and Nyström entry points, repeated for the GPU path.
+template <class T>
+void check_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const char* where) {
+  require(Q.cols() == K.cols(),
+          describe(where, ": token dimensions differ, Q has d = ", Q.cols(), " and K has d = ", K.cols()));
+  require(
+      Q.rows() > 0 && K.rows() > 0 && Q.cols() > 0,
+      describe(where, ": empty tokens, Q is ", Q.rows(), "x", Q.cols(), ", K is ", K.rows(), "x", K.cols()));
+  require_finite(Q, describe(where, ": Q"));
+  require_finite(K, describe(where, ": K"));
+}
+
+template <class T>
+void check_nystrom_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                          const NystromOptions& options) {
+  check_tokens<T>(Q, K, "generalized_nystrom");
+  require(Q.rows() == K.rows(), describe("generalized_nystrom: Q has N = ", Q.rows(),
+                                         " tokens and K has N = ", K.rows(), " (must be equal)"));
+  options.validate(Q.rows(), Q.cols());
+}
+
+}  // namespace
+
+std::string to_string(Device device) {
+  return device == Device::cuda ? "cuda" : "cpu";
+}
+
+Device device_from_string(const std::string& name) {
+  for (auto device : {Device::cpu, Device::cuda})
+    if (name == to_string(device)) return device;
+  throw std::invalid_argument("unknown device '" + name + "' (expected cpu or cuda)");
+}
+
+bool cuda_compiled() {
+#ifdef NYSTROM_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_available() {
+#ifdef NYSTROM_WITH_CUDA
+  return cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+void require_device(Device device) {
+  if (device == Device::cpu) return;
+  require(cuda_compiled(),
+          "--device cuda: this build has no CUDA backend (configure with -DNYSTROM_WITH_CUDA=ON "
+          "and the CUDA Toolkit's nvcc)");
+  require(cuda_available(),
+          "--device cuda: no CUDA device found (the CUDA backend is built, but the driver reports "
+          "no GPU on this machine)");
+}
+
+std::string describe_device(Device device) {
+  require_device(device);
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) return cuda::device_description();
+#endif
+  return "cpu";
+}
+
+template <class T>
+Matrix<T> exact_attention(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                          const ConstMatrixRef<T>& V, const Kernel& kernel) {
+  require_device(device);
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) {
+    kernel.validate();
+    check_tokens<T>(Q, K, "exact_attention");
+    require_finite(V, "exact_attention: V");
+    return cuda::exact_attention<T>(Q, K, V, kernel);
+  }
+#endif
+  return exact_attention<T>(Q, K, V, kernel);
+}
+
+template <class T>
+PinvResult<T> pseudoinverse(Device device, const ConstMatrixRef<T>& A, const PinvOptions& options) {
+  require_device(device);
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) {
+    options.validate();
+    return cuda::pseudoinverse<T>(A, options);
+  }
+#endif
+  return pseudoinverse<T>(A, options);
+}
+
+template <class T>
+NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const NystromOptions& options) {
+  require_device(device);
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) {
+    check_nystrom_tokens<T>(Q, K, options);
+    return cuda::generalized_nystrom<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+  }
+#endif
+  return generalized_nystrom<T>(Q, K, options);
+}
+
+template <class T>
+Matrix<T> nystrom_attention(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                            const ConstMatrixRef<T>& V, const NystromOptions& options) {
+  require_device(device);
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) {
+    check_nystrom_tokens<T>(Q, K, options);
+    require_finite(V, "nystrom_attention: V");
+    return cuda::nystrom_attention<T>(Q, K, V, select_landmarks<T>(Q, K, options.landmarks), options);
+  }
+#endif
+  return nystrom_attention<T>(generalized_nystrom<T>(Q, K, options), V);
+}
+
+template <class T>
+Matrix<T> kernel_block(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                       const Kernel& kernel) {
+  require_device(device);
+  kernel.validate();
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) return cuda::kernel_block<T>(X, Y, kernel);
+#endif
+  return kernel.block<T>(X, Y);
+}
+
+template <class T>
+AnyOperator<T> kernel_operator(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                               const Kernel& kernel) {
+  require_device(device);
+  kernel.validate();
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) return AnyOperator<T>(std::make_shared<cuda::KernelOperator<T>>(X, Y, kernel));
+#endif
+  return AnyOperator<T>(std::make_shared<KernelOperator<T>>(X, Y, kernel));
+}
+
+template <class T>
+AnyOperator<T> error_operator(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                              const NystromFactors<T>& factors) {
+  require_device(device);
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda)
+    return AnyOperator<T>(std::make_shared<cuda::DifferenceOperator<T>>(Q, K, factors));
+#endif
+  return AnyOperator<T>(std::make_shared<CpuErrorOperator<T>>(Q, K, factors));
+}
+
+#define NYSTROM_INSTANTIATE(T)                                                                           \
+  template PinvResult<T> pseudoinverse<T>(Device, const ConstMatrixRef<T>&, const PinvOptions&);         \
+  template Matrix<T> exact_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,      \
+                                        const ConstMatrixRef<T>&, const Kernel&);                        \
+  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                    \
+                                                    const ConstMatrixRef<T>&, const NystromOptions&);    \
+  template Matrix<T> nystrom_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,    \
+                                          const ConstMatrixRef<T>&, const NystromOptions&);              \
+  template Matrix<T> kernel_block<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,         \
+                                     const Kernel&);                                                     \
+  template AnyOperator<T> kernel_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
+                                             const Kernel&);                                             \
+  template AnyOperator<T> error_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
+                                            const NystromFactors<T>&);
+NYSTROM_INSTANTIATE(float)
+NYSTROM_INSTANTIATE(double)
+#undef NYSTROM_INSTANTIATE
+
+}  // namespace nystrom

@@ -1,0 +1,87 @@
+#include "nystrom/bounds.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "nystrom/error.hpp"
+
+namespace nystrom {
+
+namespace {
+constexpr double not_applicable = std::numeric_limits<double>::quiet_NaN();
+}
+
+bool BoundReport::holds(double slack) const {
+  const auto respects = [&](bool applies, double bound) {
+    return !applies || spectral_error <= bound + slack * (bound + sigma1_ext);
+  };
+  return respects(theorem1_applies, theorem1) && respects(theorem2_applies, theorem2) &&
+         respects(theorem3_applies, theorem3);
+}
+
+BoundReport evaluate_bounds(const BoundInputs& in) {
+  for (double value : {in.sigma1_ext, in.sigma_m1_ext, in.sigma_m_core, in.spectral_error})
+    require(!(value < 0), describe("evaluate_bounds: singular values and norms must be >= 0, got ", value));
+  const double s1 = in.sigma1_ext, s = in.sigma_m1_ext, a = in.sigma_m_core;
+  BoundReport r;
+  r.spectral_error = in.spectral_error;
+  r.sigma1_ext = s1;
+  r.theorem3_k = in.theorem3_k;
+  // The paper's quantity σ_{m+1}(G̃)/σ_m(G_A) (Lemma 2.1): a term, always reported.
+  r.ratio = s / a;
+  // Theorem 1 (derived, MATH.md §3): ‖E‖₂ ≤ σ₁²/(a − σ_{m+1}) · σ_{m+1}/a when a > σ_{m+1}.
+  r.theorem1_applies = a > s;
+  r.theorem1 = r.theorem1_applies ? s1 * s1 / (a - s) * s / a : not_applicable;
+  // Theorem 2: ‖E‖₂ ≤ 2σ₁² σ_{m+1}/a², whenever a > 0.
+  r.theorem2_applies = a > 0;
+  r.theorem2 = r.theorem2_applies ? 2 * s1 * s1 * s / (a * a) : not_applicable;
+  // Theorem 3 (a posteriori): ‖E‖₂ ≤ K σ_{m+1} when K σ_{m+1} < a.
+  r.theorem3_applies = std::isfinite(in.theorem3_k) && in.theorem3_k * s < a;
+  r.theorem3 = r.theorem3_applies ? in.theorem3_k * s : not_applicable;
+  // Empirical constant C_emp = ‖E‖₂ a / σ_{m+1} and C_emp/σ₁².
+  r.c_emp = s > 0 ? in.spectral_error * a / s : not_applicable;
+  r.c_emp_normalized = s1 > 0 ? r.c_emp / (s1 * s1) : not_applicable;
+  return r;
+}
+
+namespace {
+
+/// ‖X‖₂² from the m×m symmetric Gram matrix XᵀX or XXᵀ (the largest eigenvalue).
+double largest_eigenvalue(const Matrix<double>& gram) {
+  return Eigen::SelfAdjointEigenSolver<Matrix<double>>(gram, Eigen::EigenvaluesOnly).eigenvalues().maxCoeff();
+}
+
+}  // namespace
+
+template <class T>
+double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core,
+                         const ConstMatrixRef<T>& upper) {
+  const Index m = core.rows();
+  require(m > 0 && core.cols() == m, describe("theorem3_constant: core is ", core.rows(), "x", core.cols(),
+                                              ", expected a nonempty square matrix"));
+  require(left.cols() == m && upper.rows() == m,
+          describe("theorem3_constant: left is ", left.rows(), "x", left.cols(), " and upper is ",
+                   upper.rows(), "x", upper.cols(), ", expected N x ", m, " and ", m, " x N"));
+  const Matrix<double> a = core.template cast<double>();
+  Eigen::JacobiSVD<Matrix<double>> svd(a, Eigen::ComputeFullU | Eigen::ComputeFullV);
+  const Vector<double>& sigma = svd.singularValues();
+  if (!(sigma(m - 1) > static_cast<double>(m) * std::numeric_limits<double>::epsilon() * sigma(0)))
+    return std::numeric_limits<double>::infinity();
+  const Matrix<double> inverse =
+      svd.matrixV() * sigma.cwiseInverse().asDiagonal() * svd.matrixU().transpose();
+  const Matrix<double> l = left.template cast<double>();
+  const Matrix<double> u = upper.template cast<double>();
+  // ‖G_L G_A⁻¹‖₂² = λ_max(G_A⁻ᵀ (G_LᵀG_L) G_A⁻¹), ‖G_A⁻¹G_U‖₂² = λ_max(G_A⁻¹ (G_U G_Uᵀ) G_A⁻ᵀ): m×m only.
+  const Matrix<double> left_gram = inverse.transpose() * (l.transpose() * l) * inverse;
+  const Matrix<double> upper_gram = inverse * (u * u.transpose()) * inverse.transpose();
+  const double left_norm = std::sqrt(std::max(0.0, largest_eigenvalue(left_gram)));
+  const double upper_norm = std::sqrt(std::max(0.0, largest_eigenvalue(upper_gram)));
+  return (1 + left_norm) * (1 + upper_norm);
+}
+
+template double theorem3_constant<float>(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,
+                                         const ConstMatrixRef<float>&);
+template double theorem3_constant<double>(const ConstMatrixRef<double>&, const ConstMatrixRef<double>&,
+                                          const ConstMatrixRef<double>&);
+
+}  // namespace nystrom

@@ -1,0 +1,371 @@
+#include "nystrom/landmarks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "nystrom/error.hpp"
+
+namespace nystrom {
+
+namespace {
+
+constexpr LandmarkStrategy all_strategies[] = {
+    LandmarkStrategy::segment_means, LandmarkStrategy::window_pool, LandmarkStrategy::step,
+    LandmarkStrategy::random,        LandmarkStrategy::top_sum,     LandmarkStrategy::top_abs,
+    LandmarkStrategy::top_embed,     LandmarkStrategy::kmeans,      LandmarkStrategy::given};
+
+/// Throws unless every index lies in [0, n) and none repeats; `what` names the list in the message.
+void require_valid_indices(const std::vector<Index>& indices, Index n, const std::string& what) {
+  std::set<Index> seen;
+  for (Index index : indices) {
+    require(index >= 0 && index < n,
+            describe("landmarks: ", what, " index ", index, " is outside [0, ", n, ")"));
+    require(seen.insert(index).second, describe("landmarks: ", what, " index ", index, " appears twice"));
+  }
+}
+
+/// A uniform integer in [0, bound) by rejection from mt19937_64: the same stream on every platform (unlike
+/// std::uniform_int_distribution, whose algorithm the standard leaves open).
+Index uniform_below(std::mt19937_64& engine, Index bound) {
+  const auto range = static_cast<std::uint64_t>(bound);
+  const std::uint64_t limit =
+      std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % range;
+  std::uint64_t draw;
+  do draw = engine();
+  while (draw >= limit);
+  return static_cast<Index>(draw % range);
+}
+
+/// A uniform double in [0, 1) from the top 53 bits of one draw (platform independent).
+double uniform_unit(std::mt19937_64& engine) {
+  return static_cast<double>(engine() >> 11) * 0x1.0p-53;
+}
+
+/// The rows of X listed in `indices`, in that order.
+template <class T>
+Matrix<T> gather_rows(const ConstMatrixRef<T>& X, const std::vector<Index>& indices) {
+  Matrix<T> out(static_cast<Index>(indices.size()), X.cols());
+  for (std::size_t r = 0; r < indices.size(); ++r) out.row(static_cast<Index>(r)) = X.row(indices[r]);
+  return out;
+}
+
+/// The tokens a selection strategy may still choose: every index in [0, n) not forced, ascending.
+std::vector<Index> unforced_tokens(Index n, const std::vector<Index>& forced) {
+  const std::set<Index> excluded(forced.begin(), forced.end());
+  std::vector<Index> free;
+  for (Index t = 0; t < n; ++t)
+    if (!excluded.count(t)) free.push_back(t);
+  return free;
+}
+
+/// The per-row score a top-* strategy ranks by (CURformer "Sum", "Abs", "Embed"), in double.
+template <class T>
+Vector<double> row_scores(const ConstMatrixRef<T>& X, const LandmarkOptions& options) {
+  const Matrix<double> x = X.template cast<double>();
+  switch (options.strategy) {
+    case LandmarkStrategy::top_sum:
+      return x.rowwise().sum();
+    case LandmarkStrategy::top_abs:
+      return x.cwiseAbs().rowwise().sum();
+    default:
+      return x.col(options.embed_column);
+  }
+}
+
+/// Selection (MATH.md §5): the forced tokens plus m − |forced| tokens of X chosen by the strategy among the
+/// others; returned ascending. `engine` drives the random strategy.
+template <class T>
+std::vector<Index> select_rows(const ConstMatrixRef<T>& X, const LandmarkOptions& options,
+                               std::mt19937_64& engine) {
+  std::vector<Index> free = unforced_tokens(X.rows(), options.forced);
+  const auto wanted = static_cast<std::size_t>(options.count) - options.forced.size();
+  std::vector<Index> chosen = options.forced;
+  switch (options.strategy) {
+    case LandmarkStrategy::step: {
+      // CURformer "Step": every ⌊n/k⌋-th of the n free tokens, starting with the first.
+      const std::size_t stride = wanted > 0 ? free.size() / wanted : 1;
+      for (std::size_t r = 0; r < wanted; ++r) chosen.push_back(free[r * stride]);
+      break;
+    }
+    case LandmarkStrategy::random: {
+      // Partial Fisher–Yates shuffle: `wanted` distinct tokens, uniformly.
+      for (std::size_t r = 0; r < wanted; ++r) {
+        const auto pick =
+            r + static_cast<std::size_t>(uniform_below(engine, static_cast<Index>(free.size() - r)));
+        std::swap(free[r], free[pick]);
+        chosen.push_back(free[r]);
+      }
+      break;
+    }
+    default: {
+      // Top-m by score, ties broken by the lower index.
+      const Vector<double> score = row_scores<T>(X, options);
+      std::partial_sort(
+          free.begin(), free.begin() + static_cast<std::ptrdiff_t>(wanted), free.end(),
+          [&](Index a, Index b) { return score(a) > score(b) || (score(a) == score(b) && a < b); });
+      chosen.insert(chosen.end(), free.begin(), free.begin() + static_cast<std::ptrdiff_t>(wanted));
+      break;
+    }
+  }
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
+}
+
+/// Squared Euclidean distance between row i of X and row c of C, in double.
+template <class T>
+double squared_distance(const ConstMatrixRef<T>& X, Index i, const Matrix<double>& C, Index c) {
+  return (X.row(i).template cast<double>() - C.row(c)).squaredNorm();
+}
+
+/// Centroids of seeded k-means++ (Arthur & Vassilvitskii 2007) refined by at most `iterations` Lloyd steps,
+/// stopping when the assignment no longer changes; at that point every centroid is the mean of the rows
+/// nearest to it. Computed in double. An empty cluster keeps its centroid.
+template <class T>
+Matrix<T> kmeans_centroids(const ConstMatrixRef<T>& X, Index m, int iterations, std::mt19937_64& engine) {
+  const Index n = X.rows();
+  Matrix<double> centroids(m, X.cols());
+  // k-means++ seeding: the first centre uniformly, each next one with probability ∝ D(x)², the squared
+  // distance to the nearest centre so far.
+  centroids.row(0) = X.row(uniform_below(engine, n)).template cast<double>();
+  Vector<double> nearest(n);
+  for (Index i = 0; i < n; ++i) nearest(i) = squared_distance<T>(X, i, centroids, 0);
+  for (Index c = 1; c < m; ++c) {
+    const double total = nearest.sum();
+    Index pick = 0;
+    if (total > 0) {
+      double target = uniform_unit(engine) * total;
+      for (Index i = 0; i < n; ++i) {
+        if (nearest(i) <= 0) continue;
+        pick = i;  // the last row with D > 0 also absorbs rounding in the running sum
+        target -= nearest(i);
+        if (target < 0) break;
+      }
+    } else {
+      pick = uniform_below(engine, n);  // fewer distinct rows than m: any row
+    }
+    centroids.row(c) = X.row(pick).template cast<double>();
+    for (Index i = 0; i < n; ++i) nearest(i) = std::min(nearest(i), squared_distance<T>(X, i, centroids, c));
+  }
+  // Lloyd iterations.
+  std::vector<Index> assignment(static_cast<std::size_t>(n), -1);
+  for (int it = 0; it < iterations; ++it) {
+    bool changed = false;
+    for (Index i = 0; i < n; ++i) {
+      Index best = 0;
+      double best_distance = squared_distance<T>(X, i, centroids, 0);
+      for (Index c = 1; c < m; ++c) {
+        const double distance = squared_distance<T>(X, i, centroids, c);
+        if (distance < best_distance) best = c, best_distance = distance;
+      }
+      changed |= assignment[static_cast<std::size_t>(i)] != best;
+      assignment[static_cast<std::size_t>(i)] = best;
+    }
+    if (!changed) break;
+    Matrix<double> sums = Matrix<double>::Zero(m, X.cols());
+    Vector<double> counts = Vector<double>::Zero(m);
+    for (Index i = 0; i < n; ++i) {
+      sums.row(assignment[static_cast<std::size_t>(i)]) += X.row(i).template cast<double>();
+      counts(assignment[static_cast<std::size_t>(i)]) += 1;
+    }
+    for (Index c = 0; c < m; ++c)
+      if (counts(c) > 0) centroids.row(c) = sums.row(c) / counts(c);
+  }
+  return centroids.template cast<T>();
+}
+
+}  // namespace
+
+std::string to_string(LandmarkStrategy strategy) {
+  switch (strategy) {
+    case LandmarkStrategy::segment_means:
+      return "segment-means";
+    case LandmarkStrategy::window_pool:
+      return "window-pool";
+    case LandmarkStrategy::step:
+      return "step";
+    case LandmarkStrategy::random:
+      return "random";
+    case LandmarkStrategy::top_sum:
+      return "top-sum";
+    case LandmarkStrategy::top_abs:
+      return "top-abs";
+    case LandmarkStrategy::top_embed:
+      return "top-embed";
+    case LandmarkStrategy::kmeans:
+      return "kmeans";
+    case LandmarkStrategy::given:
+      return "given";
+  }
+  return "unknown";
+}
+
+LandmarkStrategy landmark_strategy_from_string(const std::string& name) {
+  for (auto strategy : all_strategies)
+    if (name == to_string(strategy)) return strategy;
+  throw std::invalid_argument(
+      "unknown landmark strategy '" + name +
+      "' (expected segment-means, window-pool, step, random, top-sum, top-abs, top-embed, "
+      "kmeans or given)");
+}
+
+bool is_selection(LandmarkStrategy strategy) {
+  switch (strategy) {
+    case LandmarkStrategy::step:
+    case LandmarkStrategy::random:
+    case LandmarkStrategy::top_sum:
+    case LandmarkStrategy::top_abs:
+    case LandmarkStrategy::top_embed:
+    case LandmarkStrategy::given:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::array<Index, 2> closest_square_factors(Index m) {
+  require(m >= 1, describe("closest_square_factors: m = ", m, " must be >= 1"));
+  auto a = static_cast<Index>(std::sqrt(static_cast<double>(m)));
+  while (a * a > m) --a;
+  while ((a + 1) * (a + 1) <= m) ++a;
+  while (m % a != 0) --a;
+  return {a, m / a};
+}
+
+void LandmarkOptions::validate(Index n, Index d) const {
+  const std::string name = to_string(strategy);
+  require(n >= 1, describe("landmarks: no tokens (N = ", n, ")"));
+  require(count >= 1, describe("landmarks: m = ", count, " must be >= 1"));
+  require(count <= n, describe("landmarks: m = ", count, " exceeds the number of tokens N = ", n));
+  if (!forced.empty()) {
+    require(is_selection(strategy) && strategy != LandmarkStrategy::given,
+            describe("landmarks: forced indices apply to step, random and top-* selection, not to ", name));
+    require(static_cast<Index>(forced.size()) <= count,
+            describe("landmarks: ", forced.size(), " forced indices exceed m = ", count));
+    require_valid_indices(forced, n, "forced");
+  }
+  if (strategy == LandmarkStrategy::given) {
+    require(static_cast<Index>(q_indices.size()) == count,
+            describe("landmarks: given ", q_indices.size(), " q_indices, expected m = ", count));
+    require_valid_indices(q_indices, n, "q_indices");
+    require(
+        k_indices.empty() || static_cast<Index>(k_indices.size()) == count,
+        describe("landmarks: given ", k_indices.size(), " k_indices, expected m = ", count, " (or none)"));
+    require_valid_indices(k_indices, n, "k_indices");
+  }
+  if (strategy == LandmarkStrategy::window_pool) {
+    require(window[0] >= 0 && window[1] >= 0,
+            describe("landmarks: window ", window[0], "x", window[1], " has a negative side"));
+    if (window[0] == 0 && window[1] == 0) {
+      const auto side = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(n))));
+      require(side * side == n, describe("landmarks: N = ", n, " is not a square; give the window h x w"));
+    } else {
+      require(window[0] * window[1] == n,
+              describe("landmarks: window ", window[0], "x", window[1], " does not hold N = ", n, " tokens"));
+    }
+  }
+  if (strategy == LandmarkStrategy::top_embed)
+    require(embed_column >= 0 && embed_column < d,
+            describe("landmarks: embed_column = ", embed_column, " is outside [0, d = ", d, ")"));
+  if (strategy == LandmarkStrategy::kmeans)
+    require(kmeans_iterations >= 0,
+            describe("landmarks: kmeans_iterations = ", kmeans_iterations, " must be >= 0"));
+}
+
+template <class T>
+Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m) {
+  const Index n = X.rows();
+  require(m >= 1 && m <= n, describe("segment_means: m = ", m, " must lie in [1, N = ", n, "]"));
+  // Nyströmformer: s = ⌊N/m⌋; the first (s+1)m − N segments have s rows, the rest s+1.
+  const Index s = n / m;
+  const Index short_segments = (s + 1) * m - n;
+  Matrix<T> means(m, X.cols());
+  Index begin = 0;
+  for (Index segment = 0; segment < m; ++segment) {
+    const Index length = segment < short_segments ? s : s + 1;
+    means.row(segment) =
+        X.middleRows(begin, length).template cast<double>().colwise().mean().template cast<T>();
+    begin += length;
+  }
+  return means;
+}
+
+template <class T>
+Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m) {
+  require(h >= 1 && w >= 1 && h * w == X.rows(),
+          describe("window_pool: window ", h, "x", w, " does not hold N = ", X.rows(), " tokens"));
+  require(m >= 1 && m <= X.rows(), describe("window_pool: m = ", m, " must lie in [1, N = ", X.rows(), "]"));
+  const auto [grid_rows, grid_cols] = closest_square_factors(m);
+  // Adaptive average pooling (PnP-Nystra code): bin I covers [⌊I·h/gh⌋, ⌈(I+1)·h/gh⌉); bins may overlap.
+  const auto bin = [](Index i, Index size, Index bins) {
+    return std::array<Index, 2>{i * size / bins, ((i + 1) * size + bins - 1) / bins};
+  };
+  Matrix<T> pooled(m, X.cols());
+  for (Index I = 0; I < grid_rows; ++I) {
+    const auto [r0, r1] = bin(I, h, grid_rows);
+    for (Index J = 0; J < grid_cols; ++J) {
+      const auto [c0, c1] = bin(J, w, grid_cols);
+      Vector<double> sum = Vector<double>::Zero(X.cols());
+      for (Index r = r0; r < r1; ++r)
+        for (Index c = c0; c < c1; ++c) sum += X.row(r * w + c).transpose().template cast<double>();
+      pooled.row(I * grid_cols + J) =
+          (sum / static_cast<double>((r1 - r0) * (c1 - c0))).transpose().template cast<T>();
+    }
+  }
+  return pooled;
+}
+
+template <class T>
+Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                              const LandmarkOptions& options) {
+  require(Q.rows() == K.rows() && Q.cols() == K.cols(),
+          describe("landmarks: Q is ", Q.rows(), "x", Q.cols(), " but K is ", K.rows(), "x", K.cols()));
+  options.validate(Q.rows(), Q.cols());
+  require_finite(Q, "landmarks: Q");
+  require_finite(K, "landmarks: K");
+  const Index n = Q.rows(), m = options.count;
+  Landmarks<T> out;
+  std::mt19937_64 engine(options.seed);
+  switch (options.strategy) {
+    case LandmarkStrategy::segment_means:
+      out.q = segment_means<T>(Q, m);
+      out.k = segment_means<T>(K, m);
+      return out;
+    case LandmarkStrategy::window_pool: {
+      Index h = options.window[0], w = options.window[1];
+      if (h == 0 && w == 0) h = w = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(n))));
+      out.q = window_pool<T>(Q, h, w, m);
+      out.k = window_pool<T>(K, h, w, m);
+      return out;
+    }
+    case LandmarkStrategy::kmeans:
+      out.q = kmeans_centroids<T>(Q, m, options.kmeans_iterations, engine);
+      out.k = kmeans_centroids<T>(K, m, options.kmeans_iterations, engine);
+      return out;
+    case LandmarkStrategy::given:
+      out.q_indices = options.q_indices;
+      out.k_indices = options.k_indices.empty() ? options.q_indices : options.k_indices;
+      break;
+    default:
+      // Same indices: scored on Q and shared; different: Q and K each scored on their own rows (CURformer).
+      out.q_indices = select_rows<T>(Q, options, engine);
+      out.k_indices = options.same_indices ? out.q_indices : select_rows<T>(K, options, engine);
+      break;
+  }
+  out.q = gather_rows<T>(Q, out.q_indices);
+  out.k = gather_rows<T>(K, out.k_indices);
+  return out;
+}
+
+template Landmarks<float> select_landmarks<float>(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,
+                                                  const LandmarkOptions&);
+template Landmarks<double> select_landmarks<double>(const ConstMatrixRef<double>&,
+                                                    const ConstMatrixRef<double>&, const LandmarkOptions&);
+template Matrix<float> segment_means<float>(const ConstMatrixRef<float>&, Index);
+template Matrix<double> segment_means<double>(const ConstMatrixRef<double>&, Index);
+template Matrix<float> window_pool<float>(const ConstMatrixRef<float>&, Index, Index, Index);
+template Matrix<double> window_pool<double>(const ConstMatrixRef<double>&, Index, Index, Index);
+
+}  // namespace nystrom

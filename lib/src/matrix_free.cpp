@@ -1,0 +1,327 @@
+#include "nystrom/matrix_free.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "nystrom/threads.hpp"
+
+namespace nystrom {
+
+void MatrixFreeOptions::validate() const {
+  require(panel_rows >= 1, describe("MatrixFreeOptions: panel_rows = ", panel_rows, " must be >= 1"));
+  require(tile_cols >= 1, describe("MatrixFreeOptions: tile_cols = ", tile_cols, " must be >= 1"));
+}
+
+namespace {
+
+/// Rows of X per register block of the distance tile loop (one 512-bit vector of floats, two of doubles).
+constexpr Index kRowBlock = 16;
+/// Columns of the tile per register block: kRowBlock × kColumnBlock accumulators stay in registers over d.
+constexpr Index kColumnBlock = 8;
+
+Index round_up(Index value, Index multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+/// out(i, j) += Σ_f δ(x(i, f) − y(j, f)) for δ = |·| (L1) or (·)² over one kRowBlock × columns register
+/// block. x: panel of X rows, column-major with leading dimension x_stride; y: Y column-major with leading
+/// dimension y_stride, already offset to the block's first column. The inner loop over rows is contiguous and
+/// vectorizes.
+template <class T, bool squared, Index columns>
+void distance_block(const T* x, Index x_stride, const T* y, Index y_stride, Index d, T* out,
+                    Index out_stride) {
+  T acc[columns][kRowBlock] = {};
+  for (Index f = 0; f < d; ++f) {
+    const T* xf = x + f * x_stride;
+    const T* yf = y + f * y_stride;
+    for (Index jj = 0; jj < columns; ++jj) {
+      const T yv = yf[jj];
+      for (Index ii = 0; ii < kRowBlock; ++ii) {
+        const T diff = xf[ii] - yv;
+        acc[jj][ii] += squared ? diff * diff : std::abs(diff);
+      }
+    }
+  }
+  for (Index jj = 0; jj < columns; ++jj)
+    for (Index ii = 0; ii < kRowBlock; ++ii) out[jj * out_stride + ii] = acc[jj][ii];
+}
+
+/// out(i, j) = Σ_f δ(x(i, f) − y(j, f)) for a whole tile: x has `padded_rows` (a multiple of kRowBlock) rows.
+template <class T, bool squared>
+void distance_tile(const T* x, Index padded_rows, const T* y, Index y_stride, Index tile_cols, Index d,
+                   T* out) {
+  for (Index i0 = 0; i0 < padded_rows; i0 += kRowBlock) {
+    Index j0 = 0;
+    for (; j0 + kColumnBlock <= tile_cols; j0 += kColumnBlock)
+      distance_block<T, squared, kColumnBlock>(x + i0, padded_rows, y + j0, y_stride, d,
+                                               out + j0 * padded_rows + i0, padded_rows);
+    for (; j0 < tile_cols; ++j0)
+      distance_block<T, squared, 1>(x + i0, padded_rows, y + j0, y_stride, d, out + j0 * padded_rows + i0,
+                                    padded_rows);
+  }
+}
+
+/// Ĝ's factors converted to double, so Ĝ products accumulate in double whatever T is.
+template <class T>
+std::unique_ptr<NystromFactors<double>> widen(const NystromFactors<T>& factors) {
+  auto wide = std::make_unique<NystromFactors<double>>();
+  wide->left = factors.left.template cast<double>();
+  wide->core = factors.core.template cast<double>();
+  wide->upper = factors.upper.template cast<double>();
+  wide->left_log_scale = factors.left_log_scale.template cast<double>();
+  wide->upper_log_scale = factors.upper_log_scale.template cast<double>();
+  wide->pinv.z = factors.pinv.z.template cast<double>();
+  wide->pinv.status = factors.pinv.status;
+  wide->options = factors.options;
+  return wide;
+}
+
+/// A column-major view with a leading dimension.
+using StridedMap = Eigen::Map<Matrix<double>, 0, Eigen::OuterStride<>>;
+
+/// tile = exp(factor · exponent) in double. Widening first and exponentiating in place keeps Eigen's
+/// vectorized exp (a fused cast-and-exp expression falls back to scalar std::exp, measured 2x slower per
+/// pass).
+template <class Exponent>
+void exponentiate(const Exponent& exponent, double factor, StridedMap& tile) {
+  tile = factor * exponent.template cast<double>();
+  tile.array() = tile.array().exp();
+}
+
+}  // namespace
+
+template <class T>
+KernelPasses<T>::KernelPasses(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, const Kernel& kernel,
+                              const MatrixFreeOptions& options)
+    : x_(X), y_(Y), kernel_(kernel), options_(options) {
+  kernel.validate();
+  options.validate();
+  require(X.cols() == Y.cols(),
+          describe("matrix-free kernel: token dimensions differ, d = ", X.cols(), " and ", Y.cols()));
+  require(X.rows() >= 1 && Y.rows() >= 1 && X.cols() >= 1,
+          describe("matrix-free kernel: empty tokens, ", X.rows(), "x", X.cols(), " and ", Y.rows(), "x",
+                   Y.cols()));
+  require_finite(X, "matrix-free kernel: X");
+  require_finite(Y, "matrix-free kernel: Y");
+  if (kernel.type == KernelType::exponential) x_ *= T(kernel.param);  // as Kernel::exponent: (s·X) Yᵀ
+}
+
+template <class T>
+void KernelPasses<T>::evaluate_tile(Index r0, Index nr, Index c0, Index nc, Matrix<T>& exponent_buffer,
+                                    double* out, Index out_stride) const {
+  StridedMap tile(out, nr, nc, Eigen::OuterStride<>(out_stride));
+  if (kernel_.type == KernelType::exponential) {
+    // PnP-Nystra eq. (2): logits s·q_iᵀk_j by a GEMM in T, exp in double.
+    auto logits = exponent_buffer.topLeftCorner(nr, nc);
+    logits.noalias() = x_.middleRows(r0, nr) * y_.middleRows(c0, nc).transpose();
+    exponentiate(logits, 1.0, tile);
+    return;
+  }
+  // Laplacian (LaplacianFormer Alg. 1) and Gaussian: distances by the register-blocked loop on a padded panel
+  // copy.
+  const bool laplacian = kernel_.type == KernelType::laplacian;
+  const Index padded = round_up(nr, kRowBlock);
+  const Index d = x_.cols();
+  // The padded X panel lives after the distance tile in the same buffer (allocated large enough by pass()).
+  T* distances = exponent_buffer.data();
+  T* panel = distances + padded * nc;
+  for (Index f = 0; f < d; ++f) {
+    for (Index i = 0; i < nr; ++i) panel[f * padded + i] = x_(r0 + i, f);
+    for (Index i = nr; i < padded; ++i) panel[f * padded + i] = T(0);
+  }
+  const T* y = y_.data() + c0;
+  if (laplacian)
+    distance_tile<T, false>(panel, padded, y, y_.rows(), nc, d, distances);
+  else
+    distance_tile<T, true>(panel, padded, y, y_.rows(), nc, d, distances);
+  const double factor = laplacian ? -1.0 / kernel_.param : -0.5 / (kernel_.param * kernel_.param);
+  const Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>> distance(distances, nr, nc,
+                                                                      Eigen::OuterStride<>(padded));
+  exponentiate(distance, factor, tile);
+}
+
+template <class T>
+Matrix<double> KernelPasses<T>::tile(Index r0, Index nr, Index c0, Index nc) const {
+  require(r0 >= 0 && nr >= 0 && r0 + nr <= rows() && c0 >= 0 && nc >= 0 && c0 + nc <= cols(),
+          describe("KernelPasses::tile: block (", r0, ", ", c0, ") of ", nr, "x", nc, " outside ", rows(),
+                   "x", cols()));
+  Matrix<double> out(nr, nc);
+  Matrix<T> buffer(round_up(std::max<Index>(nr, 1), kRowBlock), std::max<Index>(nc, 1) + x_.cols());
+  if (nr > 0 && nc > 0) evaluate_tile(r0, nr, c0, nc, buffer, out.data(), nr);
+  return out;
+}
+
+template <class T>
+void KernelPasses<T>::pass(const double* x, const double* u, double* product, double* transpose, bool gram,
+                           const double* subtract) const {
+  require(!gram || (x != nullptr && transpose != nullptr),
+          "KernelPasses::pass: a Gram pass needs x and transpose");
+  ++passes_;
+  const Index n_rows = rows(), n_cols = cols();
+  const Index panel_rows = std::min(options_.panel_rows, n_rows);
+  const Index tile_cols = std::min(options_.tile_cols, n_cols);
+  const Index panel_count = (n_rows + panel_rows - 1) / panel_rows;
+  const Index padded_rows = round_up(panel_rows, kRowBlock);
+  const bool accumulate_transpose = transpose != nullptr;
+  const Eigen::Map<const Vector<double>> x_in(x, x ? n_cols : 0);
+  const Eigen::Map<const Vector<double>> u_in(u, u ? n_rows : 0);
+  if (accumulate_transpose) Eigen::Map<Vector<double>>(transpose, n_cols).setZero();
+
+  const SingleThreadedBlas single_threaded_blas;
+#pragma omp parallel
+  {
+    // Per thread: the exponent tile in T (plus room for the padded X panel of the distance kernels), the
+    // evaluated tile in double (a whole row panel for Gram passes) and the thread's share of Gᵀu.
+    Matrix<T> exponent_buffer(padded_rows, tile_cols + x_.cols());
+    Matrix<double> values(panel_rows, gram ? n_cols : tile_cols);
+    Vector<double> row_sums(panel_rows);
+    Vector<double> local_transpose = Vector<double>::Zero(accumulate_transpose ? n_cols : 0);
+
+#pragma omp for schedule(dynamic, 1)
+    for (Index p = 0; p < panel_count; ++p) {
+      const Index r0 = p * panel_rows;
+      const Index nr = std::min(panel_rows, n_rows - r0);
+      auto sums = row_sums.head(nr);
+      sums.setZero();
+      for (Index c0 = 0; c0 < n_cols; c0 += tile_cols) {
+        const Index nc = std::min(tile_cols, n_cols - c0);
+        double* destination = values.data() + (gram ? c0 * panel_rows : 0);
+        evaluate_tile(r0, nr, c0, nc, exponent_buffer, destination, panel_rows);
+        const StridedMap tile(destination, nr, nc, Eigen::OuterStride<>(panel_rows));
+        if (x) sums.noalias() += tile * x_in.segment(c0, nc);
+        if (!gram && u) local_transpose.segment(c0, nc).noalias() += tile.transpose() * u_in.segment(r0, nr);
+      }
+      if (gram) {
+        // Fused Gram product: r_P = G_P x − subtract_P, then Gᵀ r accumulates G_Pᵀ r_P from the kept panel.
+        if (subtract) sums -= Eigen::Map<const Vector<double>>(subtract + r0, nr);
+        const StridedMap panel(values.data(), nr, n_cols, Eigen::OuterStride<>(panel_rows));
+        local_transpose.noalias() += panel.transpose() * sums;
+      }
+      if (product) Eigen::Map<Vector<double>>(product + r0, nr) = sums;
+    }
+    if (accumulate_transpose) {
+#pragma omp critical(nystrom_matrix_free_reduce)
+      Eigen::Map<Vector<double>>(transpose, n_cols) += local_transpose;
+    }
+  }
+}
+
+template <class T>
+MatrixFreeOperator<T>::MatrixFreeOperator(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                                          const Kernel& kernel, const MatrixFreeOptions& options)
+    : forward_(X, Y, kernel, options), backward_(Y, X, kernel, options) {}
+
+template <class T>
+MatrixFreeOperator<T>::MatrixFreeOperator(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                                          const Kernel& kernel, const NystromFactors<T>& factors,
+                                          const MatrixFreeOptions& options)
+    : MatrixFreeOperator(X, Y, kernel, options) {
+  require(factors.rows() == X.rows() && factors.cols() == Y.rows(),
+          describe("MatrixFreeOperator: Nystrom factors are ", factors.rows(), "x", factors.cols(),
+                   ", the kernel is ", X.rows(), "x", Y.rows()));
+  require(factors.pinv.z.rows() == factors.upper.rows() && factors.pinv.z.cols() == factors.left.cols(),
+          describe("MatrixFreeOperator: pseudoinverse is ", factors.pinv.z.rows(), "x", factors.pinv.z.cols(),
+                   ", expected ", factors.upper.rows(), "x", factors.left.cols()));
+  approximation_ = widen(factors);
+}
+
+template <class T>
+void MatrixFreeOperator<T>::perform_op(const double* x, double* y) const {
+  forward_.pass(x, nullptr, y, nullptr);
+  if (!approximation_) return;
+  Vector<double> approximate(rows());
+  approximation_->apply(x, approximate.data());
+  Eigen::Map<Vector<double>>(y, rows()) -= approximate;
+}
+
+template <class T>
+void MatrixFreeOperator<T>::perform_transpose_op(const double* x, double* y) const {
+  backward_.pass(x, nullptr, y, nullptr);
+  if (!approximation_) return;
+  Vector<double> approximate(cols());
+  approximation_->apply_transpose(x, approximate.data());
+  Eigen::Map<Vector<double>>(y, cols()) -= approximate;
+}
+
+template <class T>
+void MatrixFreeOperator<T>::perform_inner_gram_op(const double* x, double* y) const {
+  Vector<double> approximate, residual(rows());
+  if (approximation_) {
+    approximate.resize(rows());
+    approximation_->apply(x, approximate.data());  // Ĝx, so the pass forms r = Gx − Ĝx = Ex
+  }
+  forward_.pass(x, nullptr, residual.data(), y, true, approximation_ ? approximate.data() : nullptr);
+  if (!approximation_) return;
+  Vector<double> correction(cols());
+  approximation_->apply_transpose(residual.data(), correction.data());  // EᵀEx = GᵀEx − ĜᵀEx
+  Eigen::Map<Vector<double>>(y, cols()) -= correction;
+}
+
+template <class T>
+void MatrixFreeOperator<T>::perform_outer_gram_op(const double* x, double* y) const {
+  Vector<double> approximate, residual(cols());
+  if (approximation_) {
+    approximate.resize(cols());
+    approximation_->apply_transpose(x, approximate.data());  // Ĝᵀx, so the pass forms r = Gᵀx − Ĝᵀx = Eᵀx
+  }
+  backward_.pass(x, nullptr, residual.data(), y, true, approximation_ ? approximate.data() : nullptr);
+  if (!approximation_) return;
+  Vector<double> correction(rows());
+  approximation_->apply(residual.data(), correction.data());  // EEᵀx = GEᵀx − ĜEᵀx
+  Eigen::Map<Vector<double>>(y, rows()) -= correction;
+}
+
+template <class T>
+void MatrixFreeOperator<T>::perform_augmented_op(const double* x, double* y) const {
+  const double* top = x;              // rows entries: multiplies Eᵀ
+  const double* bottom = x + rows();  // cols entries: multiplies E
+  forward_.pass(bottom, top, y, y + rows());
+  if (!approximation_) return;
+  Vector<double> approximate(rows()), approximate_transpose(cols());
+  approximation_->apply(bottom, approximate.data());
+  approximation_->apply_transpose(top, approximate_transpose.data());
+  Eigen::Map<Vector<double>>(y, rows()) -= approximate;
+  Eigen::Map<Vector<double>>(y + rows(), cols()) -= approximate_transpose;
+}
+
+template <class T>
+SpectralResult matrix_free_error_norm(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const NystromFactors<T>& factors, const Kernel& kernel,
+                                      const SpectralOptions& options, const MatrixFreeOptions& tiling) {
+  const MatrixFreeOperator<T> error(Q, K, kernel, factors, tiling);
+  return spectral_norm(error, options);
+}
+
+template <class T>
+SpectralResult matrix_free_kernel_norm(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                       const Kernel& kernel, const SpectralOptions& options,
+                                       const MatrixFreeOptions& tiling) {
+  const MatrixFreeOperator<T> g(Q, K, kernel, tiling);
+  return spectral_norm(g, options);
+}
+
+template <class T>
+SpectralResult matrix_free_top_singular_values(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                               const Kernel& kernel, Index k, const SpectralOptions& options,
+                                               const MatrixFreeOptions& tiling) {
+  const MatrixFreeOperator<T> g(Q, K, kernel, tiling);
+  return top_singular_values(g, k, options);
+}
+
+#define NYSTROM_INSTANTIATE(T)                                                                           \
+  template class KernelPasses<T>;                                                                        \
+  template class MatrixFreeOperator<T>;                                                                  \
+  template SpectralResult matrix_free_error_norm<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
+                                                    const NystromFactors<T>&, const Kernel&,             \
+                                                    const SpectralOptions&, const MatrixFreeOptions&);   \
+  template SpectralResult matrix_free_kernel_norm<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
+                                                     const Kernel&, const SpectralOptions&,              \
+                                                     const MatrixFreeOptions&);                          \
+  template SpectralResult matrix_free_top_singular_values<T>(                                            \
+      const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, const Kernel&, Index, const SpectralOptions&,  \
+      const MatrixFreeOptions&);
+
+NYSTROM_INSTANTIATE(float)
+NYSTROM_INSTANTIATE(double)
+
+}  // namespace nystrom

@@ -1,0 +1,184 @@
+#include "nystrom/pinv.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "nystrom/error.hpp"
+
+namespace nystrom {
+
+std::string to_string(PinvMethod method) {
+  switch (method) {
+    case PinvMethod::exact:
+      return "exact";
+    case PinvMethod::razavi:
+      return "razavi";
+    case PinvMethod::newton_schulz:
+      return "newton-schulz";
+  }
+  return "unknown";
+}
+
+PinvMethod pinv_method_from_string(const std::string& name) {
+  for (auto method : {PinvMethod::exact, PinvMethod::razavi, PinvMethod::newton_schulz})
+    if (name == to_string(method)) return method;
+  throw std::invalid_argument("unknown pseudoinverse method '" + name +
+                              "' (expected exact, razavi or newton-schulz)");
+}
+
+std::string to_string(PinvStatus status) {
+  switch (status) {
+    case PinvStatus::converged:
+      return "converged";
+    case PinvStatus::completed:
+      return "completed";
+    case PinvStatus::diverged:
+      return "diverged";
+    case PinvStatus::non_finite:
+      return "non-finite";
+  }
+  return "unknown";
+}
+
+void PinvOptions::validate() const {
+  require(iterations >= 1, describe("pinv: iterations = ", iterations, " must be >= 1"));
+  require(std::isfinite(alpha) && alpha >= 0, describe("pinv: alpha = ", alpha, " must be finite and >= 0"));
+  require(std::isfinite(tolerance) && tolerance >= 0,
+          describe("pinv: tolerance = ", tolerance, " must be finite and >= 0"));
+  require(std::isfinite(tikhonov) && tikhonov >= 0,
+          describe("pinv: tikhonov = ", tikhonov, " must be finite and >= 0"));
+  require(std::isfinite(shift) && shift >= 0, describe("pinv: shift = ", shift, " must be finite and >= 0"));
+  require(!(tikhonov > 0 && shift > 0),
+          describe("pinv: tikhonov = ", tikhonov, " and shift = ", shift, " cannot both be > 0"));
+}
+
+template <class T>
+double safe_alpha(const ConstMatrixRef<T>& A) {
+  // Nyströmformer's init: ‖A‖₁‖A‖_∞ ≥ ‖A‖₂² = σ₁², so ασ₁² ≤ 1, inside both convergence ranges.
+  const double norm_1 = A.cwiseAbs().colwise().sum().maxCoeff();
+  const double norm_inf = A.cwiseAbs().rowwise().sum().maxCoeff();
+  const double product = norm_1 * norm_inf;
+  return product > 0 ? 1.0 / product : 1.0;  // the zero matrix: every α gives Z₀ = 0 = A⁺
+}
+
+namespace {
+
+/// ‖I − M Z‖_F in double.
+template <class T>
+double identity_residual(const Matrix<T>& M, const Matrix<T>& Z) {
+  const Matrix<double> product = M.template cast<double>() * Z.template cast<double>();
+  return (Matrix<double>::Identity(M.rows(), M.cols()) - product).stableNorm();  // no overflow before 1e308
+}
+
+/// Exact pseudoinverse of M by SVD in double (MATH.md §4): singular values ≤ cut·σ₁ are dropped.
+template <class T>
+void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result) {
+  const Eigen::BDCSVD<Matrix<double>> svd(M.template cast<double>(),
+                                          Eigen::ComputeThinU | Eigen::ComputeThinV);
+  const Vector<double>& sigma = svd.singularValues();
+  const double threshold = sigma.size() > 0 ? cut * sigma(0) : 0;
+  Vector<double> inverse = Vector<double>::Zero(sigma.size());
+  for (Index i = 0; i < sigma.size(); ++i) {
+    if (sigma(i) > threshold) {
+      inverse(i) = 1 / sigma(i);
+      ++result.rank;
+    }
+  }
+  result.z = (svd.matrixV() * inverse.asDiagonal() * svd.matrixU().transpose()).template cast<T>();
+  result.residuals.push_back(identity_residual(M, result.z));
+  result.status = PinvStatus::converged;
+}
+
+/// One step of the iteration on M: Razavi Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))) (Nyströmformer eq. (15),
+/// PnP-Nystra §3) or Newton–Schulz X ← X(2I − MX) (LaplacianFormer Alg. 1).
+template <class T>
+Matrix<T> iteration_step(PinvMethod method, const Matrix<T>& M, const Matrix<T>& Z) {
+  const Index m = M.rows();
+  const Matrix<T> identity = Matrix<T>::Identity(m, m);
+  const Matrix<T> MZ = M * Z;
+  if (method == PinvMethod::newton_schulz) return Z * (T(2) * identity - MZ);
+  const Matrix<T> inner = MZ * (T(7) * identity - MZ);
+  const Matrix<T> middle = MZ * (T(15) * identity - inner);
+  return T(0.25) * (Z * (T(13) * identity - middle));
+}
+
+/// Runs the iteration from Z₀ = αMᵀ, recording ‖I − MZ_k‖_F in double and stopping at convergence, divergence
+/// or a non-finite value. Divergence: the residual exceeds its starting value, or grows from one step to the
+/// next by more than rounding (c·m·eps·‖M‖_F‖Z‖_F). In exact arithmetic inside the monotone ranges (ασ₁² < 2
+/// Newton–Schulz, ασ₁² < 3 Razavi) every direction's residual shrinks, so neither happens (MATH.md §4).
+template <class T>
+void iterative_pseudoinverse(const Matrix<T>& M, const PinvOptions& options, PinvResult<T>& result) {
+  const Index m = M.rows();
+  result.alpha = options.alpha > 0 ? options.alpha : safe_alpha<T>(M);
+  result.z = (T(result.alpha) * M.transpose()).eval();
+  result.residuals.push_back(identity_residual(M, result.z));
+  const double start = result.residuals.front();
+  const double rounding =
+      16.0 * static_cast<double>(m) * std::numeric_limits<T>::epsilon() * static_cast<double>(M.norm());
+  result.status = PinvStatus::completed;
+  if (!std::isfinite(start) || !result.z.allFinite()) {
+    result.status = PinvStatus::non_finite;
+    return;
+  }
+  if (options.tolerance > 0 && start <= options.tolerance) {
+    result.status = PinvStatus::converged;
+    return;
+  }
+  for (int k = 1; k <= options.iterations; ++k) {
+    result.z = iteration_step(options.method, M, result.z);
+    result.iterations = k;
+    const double residual = identity_residual(M, result.z);
+    const double previous = result.residuals.back();
+    result.residuals.push_back(residual);
+    if (!std::isfinite(residual) || !result.z.allFinite()) {
+      result.status = PinvStatus::non_finite;
+      return;
+    }
+    if (options.tolerance > 0 && residual <= options.tolerance) {
+      result.status = PinvStatus::converged;
+      return;
+    }
+    const double noise = rounding * static_cast<double>(result.z.norm());
+    if (residual > start + noise || residual > previous + noise) {
+      result.status = PinvStatus::diverged;
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options) {
+  options.validate();
+  require(A.rows() == A.cols(), describe("pinv: the core must be square, got ", A.rows(), "x", A.cols()));
+  require(A.rows() >= 1, describe("pinv: the core is empty (", A.rows(), "x", A.cols(), ")"));
+  require_finite(A, "pinv: the core");
+
+  // The matrix actually inverted: A, A + εI (shift), or AᵀA + εI (Tikhonov; then Z = M⁻¹Aᵀ).
+  const Index m = A.rows();
+  Matrix<T> M = A;
+  if (options.shift > 0) M.diagonal().array() += T(options.shift);
+  if (options.tikhonov > 0) {
+    M = A.transpose() * A;
+    M.diagonal().array() += T(options.tikhonov);
+  }
+
+  PinvResult<T> result;
+  if (options.method == PinvMethod::exact) {
+    const double cut = options.tolerance > 0 ? options.tolerance
+                                             : static_cast<double>(m) * std::numeric_limits<T>::epsilon();
+    exact_pseudoinverse(M, cut, result);
+  } else {
+    iterative_pseudoinverse(M, options, result);
+  }
+  if (options.tikhonov > 0) result.z = (result.z * A.transpose()).eval();
+  return result;
+}
+
+template double safe_alpha<float>(const ConstMatrixRef<float>&);
+template double safe_alpha<double>(const ConstMatrixRef<double>&);
+template PinvResult<float> pseudoinverse<float>(const ConstMatrixRef<float>&, const PinvOptions&);
+template PinvResult<double> pseudoinverse<double>(const ConstMatrixRef<double>&, const PinvOptions&);
+
+}  // namespace nystrom

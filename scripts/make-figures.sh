@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Executes the figure notebooks (notebooks/*.ipynb) headless on a results folder and writes their PNGs to
+# <results>/figures/ and the executed notebooks, with their printed tables, to <results>/notebooks/.
+#   scripts/make-figures.sh [--strict] [RESULTS_DIR]      (default: $NYSTROM_RESULTS, else results/)
+# Inputs: RESULTS_DIR/sweep.h5 (`nystrom sweep`) and RESULTS_DIR/spectrum.h5 (`nystrom spectrum`). When spectrum.h5
+# is missing but sweep.h5 names a dump file as its input and the program exists ($NYSTROM_BIN, else
+# build/bin/nystrom), `nystrom spectrum` is run on that dump first. A notebook whose input is still missing is
+# skipped with a message; with --strict that is an error. Needs .venv (scripts/setup-python.sh).
+set -euo pipefail
+repository=$(cd "$(dirname "$0")/.." && pwd)
+python="$repository/.venv/bin/python"
+
+strict=0
+if [[ "${1:-}" == "--strict" ]]; then strict=1; shift; fi
+results=${1:-${NYSTROM_RESULTS:-results}}
+[[ "$results" = /* ]] || results="$PWD/$results"
+[[ -x "$python" ]] || { echo "make-figures: $python not found; run scripts/setup-python.sh" >&2; exit 2; }
+[[ -d "$results" ]] || { echo "make-figures: results folder $results does not exist" >&2; exit 2; }
+export NYSTROM_RESULTS="$results"
+export NYSTROM_FIGURES="${NYSTROM_FIGURES:-$results/figures}"
+executed="$results/notebooks"
+mkdir -p "$NYSTROM_FIGURES" "$executed"
+
+nystrom=${NYSTROM_BIN:-$repository/build/bin/nystrom}
+if [[ ! -f "$results/spectrum.h5" && -f "$results/sweep.h5" && -x "$nystrom" ]]; then
+  dump=$("$python" -c 'import h5py, sys; print(h5py.File(sys.argv[1], "r").attrs.get("input", ""))' "$results/sweep.h5")
+  if [[ -f "$dump" ]]; then
+    echo "make-figures: $results/spectrum.h5 missing; running nystrom spectrum on $dump"
+    "$nystrom" spectrum --input "$dump" --output "$results/spectrum.h5"
+  fi
+fi
+
+declare -A needs=(
+  [spectrum_decay]=spectrum.h5 [error_vs_landmarks]=sweep.h5 [bound_validation]=sweep.h5 [method_comparison]=sweep.h5
+)
+failed=0
+for name in spectrum_decay error_vs_landmarks bound_validation method_comparison; do
+  input="$results/${needs[$name]}"
+  if [[ ! -f "$input" ]]; then
+    echo "make-figures: skipping $name: $input not found"
+    ((strict)) && failed=1
+    continue
+  fi
+  echo "make-figures: $name on $input"
+  if ! "$repository/.venv/bin/jupyter" nbconvert --to notebook --execute --log-level=WARN \
+      --ExecutePreprocessor.timeout=900 --output-dir "$executed" "$repository/notebooks/$name.ipynb"; then
+    echo "make-figures: $name failed (see the traceback above)" >&2
+    failed=1
+  fi
+done
+echo "make-figures: figures in $NYSTROM_FIGURES, executed notebooks in $executed"
+exit "$failed"

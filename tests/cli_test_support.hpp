@@ -1,0 +1,105 @@
+#pragma once
+/// @file cli_test_support.hpp
+/// Helpers of the end-to-end tests of the `nystrom` program: run it in-process with captured stderr,
+/// temporary directories, file bytes, and reading a results table back.
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "hdf5_io.hpp"
+
+namespace nystrom::test {
+
+namespace fs = std::filesystem;
+
+/// The exit status and stderr of one in-process run of `nystrom args...`.
+struct CliRun {
+  int status = -1;
+  std::string err, out;
+};
+
+inline CliRun run_cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "nystrom");
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  std::ostringstream err, out;
+  auto* old_err = std::cerr.rdbuf(err.rdbuf());
+  auto* old_out = std::cout.rdbuf(out.rdbuf());
+  CliRun run;
+  run.status = cli::run(int(args.size()), argv.data());
+  std::cerr.rdbuf(old_err);
+  std::cout.rdbuf(old_out);
+  run.err = err.str();
+  run.out = out.str();
+  return run;
+}
+
+/// A fresh temporary directory removed at the end of the test.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(fs::temp_directory_path() / ("nystrom_test_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string operator/(const std::string& file) const { return (path_ / file).string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Every column of /sweep by name, cells as stored.
+struct Table {
+  std::vector<cli::Column> columns;
+  std::vector<cli::Row> rows;
+  std::size_t index(const std::string& name) const {
+    for (std::size_t c = 0; c < columns.size(); ++c)
+      if (columns[c].name == name) return c;
+    FAIL("no column " << name);
+    return 0;
+  }
+  double number(std::size_t row, const std::string& name) const {
+    const auto& cell = rows[row][index(name)];
+    if (const auto* i = std::get_if<std::int64_t>(&cell)) return double(*i);
+    return std::get<double>(cell);
+  }
+  std::string text(std::size_t row, const std::string& name) const {
+    return std::get<std::string>(rows[row][index(name)]);
+  }
+};
+
+inline Table read_sweep(const std::string& path) {
+  cli::Handle file = cli::open_file(path, false);
+  cli::Handle group = cli::open_group(file.get(), "sweep");
+  Table table;
+  for (const auto& name : cli::list_group(group.get())) {
+    cli::Handle dataset = cli::open_dataset(group.get(), name);
+    const auto type = cli::describe_type(dataset.get());
+    table.columns.push_back({name,
+                             type == "string"          ? cli::ColumnType::text
+                             : type.starts_with("int") ? cli::ColumnType::int64
+                                                       : cli::ColumnType::float64,
+                             false});
+  }
+  table.rows = cli::ResultsTable::open(file.get(), "sweep", table.columns, path).read_rows();
+  return table;
+}
+
+}  // namespace nystrom::test

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Writes small, plausible `nystrom` results files (shared FORMATS.md §2) for testing the notebooks without the C++
+program: <dir>/sweep.h5 (a /sweep table) and <dir>/spectrum.h5 (/spectra/<layer>/...).
+
+    make_fake_results.py OUT_DIR [--minimal] [--methods pnp-nystra,nystromformer,...] [--seed 0]
+
+--minimal writes only what FORMATS.md §2 requires (the required /sweep columns; sv_G, sv_S, sv_Gext with attrs k, N),
+so that tests show the notebooks do not depend on the extra columns and datasets `nystrom` writes besides.
+The numbers are synthetic (geometric singular-value decay, errors falling with the landmark count), not results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+STRING_COLUMNS = ("layer", "kernel", "strategy", "pinv", "method")
+INT_COLUMNS = ("batch", "head", "n", "d", "landmarks", "pinv_iters", "seed")
+FLOAT_COLUMNS = (
+    "kernel_param", "spectral_error", "relative_spectral_error", "frobenius_error", "output_relative_error",
+    "output_max_error", "output_mean_abs_error", "sigma1_ext", "sigma_m1_ext", "sigma_m_core", "bound_ratio",
+    "theorem1_bound", "theorem2_bound", "theorem3_bound", "theorem3_k", "c_emp", "pinv_residual", "seconds",
+)
+METHODS = ("pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer", "exact")
+FACTORED = ("pnp-nystra", "symmetric-nystrom", "exact")  # methods with a kernel approximation Ĝ
+LAYERS = ("00", "01")
+HEADS = 2
+TOKENS, DIM = 64, 16
+
+
+def write_root(file: h5py.File, command: str) -> None:
+    file.attrs["format"] = "nystrom-results"
+    file.attrs["format_version"] = np.int64(1)
+    file.attrs["program_version"] = "0.0.0-fake"
+    file.attrs["git_revision"] = "fake"
+    file.attrs["command_line"] = command
+    file.attrs["created"] = "2026-01-01T00:00:00Z"
+    file.attrs["threads"] = np.int64(1)
+    file.attrs["input"] = "synthetic:fake"
+
+
+def sweep_rows(methods: list[str], rng: np.random.Generator) -> list[dict]:
+    rows = []
+    kernels = (("exponential", 1 / np.sqrt(DIM)), ("laplacian", 4.0))
+    strategies = ("segment-means", "random")
+    pinvs = [("exact", 0)] + [("razavi", i) for i in (2, 4, 6)] + [("newton-schulz", i) for i in (2, 4, 6)]
+    for layer, head, (kernel, param), strategy, m, (pinv, iters), method in itertools.product(
+        LAYERS, range(HEADS), kernels, strategies, (8, 16, 32), pinvs, methods
+    ):
+        if method != "pnp-nystra" and pinv != "exact":
+            continue
+        sigma1 = 50.0 * (1 + 0.1 * head)
+        decay = 0.12 if kernel == "exponential" else 0.08
+        sigma_m1 = sigma1 * np.exp(-decay * m)
+        core = sigma1 * np.exp(-decay * m * (0.7 if strategy == "segment-means" else 0.9))
+        iteration_penalty = 1.0 if iters == 0 else 1 + 8.0 / iters
+        error = 0.8 * sigma_m1 * iteration_penalty * (1.5 if method != "pnp-nystra" else 1.0) * rng.uniform(0.8, 1.2)
+        factored = method in FACTORED
+        ratio = sigma_m1 / core
+        theorem3_k = float(rng.uniform(1.1, 4.0))
+        row = {
+            "layer": layer, "kernel": kernel, "strategy": strategy, "pinv": pinv, "method": method,
+            "batch": 0, "head": head, "n": TOKENS, "d": DIM, "landmarks": m, "pinv_iters": iters, "seed": 7,
+            "kernel_param": param,
+            "spectral_error": error if factored else np.nan,
+            "relative_spectral_error": error / sigma1 if factored else np.nan,
+            "frobenius_error": 2.5 * error if factored else np.nan,
+            "output_relative_error": 0.05 * error / sigma_m1 * np.exp(-0.03 * m),
+            "output_max_error": 0.1 * np.exp(-0.03 * m),
+            "output_mean_abs_error": 0.01 * np.exp(-0.03 * m),
+            "sigma1_ext": sigma1, "sigma_m1_ext": sigma_m1, "sigma_m_core": core,
+            "bound_ratio": ratio,
+            "theorem1_bound": sigma1**2 / (core - sigma_m1) * ratio if core > sigma_m1 else np.nan,
+            "theorem2_bound": 2 * sigma1**2 * sigma_m1 / core**2,
+            "theorem3_bound": theorem3_k * sigma_m1 if theorem3_k * sigma_m1 < core else np.nan,
+            "theorem3_k": theorem3_k,
+            "c_emp": error * core / sigma_m1 if factored else np.nan,
+            "pinv_residual": 0.0 if iters == 0 else 3.0 * 0.5**iters,
+            "seconds": 1e-3 * m,
+        }
+        if not factored:
+            for name in ("bound_ratio", "theorem1_bound", "theorem2_bound", "theorem3_bound", "theorem3_k", "c_emp"):
+                row[name] = np.nan
+        rows.append(row)
+    return rows
+
+
+def write_sweep(path: Path, methods: list[str], minimal: bool, rng: np.random.Generator) -> None:
+    rows = sweep_rows(methods, rng)
+    with h5py.File(path, "w") as file:
+        write_root(file, "nystrom sweep (fake)")
+        group = file.create_group("sweep")
+        text = h5py.string_dtype("utf-8")
+        for name in STRING_COLUMNS:
+            group.create_dataset(name, data=[r[name] for r in rows], dtype=text)
+        for name in INT_COLUMNS:
+            group.create_dataset(name, data=np.array([r[name] for r in rows], dtype=np.int64))
+        for name in FLOAT_COLUMNS:
+            group.create_dataset(name, data=np.array([r[name] for r in rows], dtype=np.float64))
+        if not minimal:  # extra columns `nystrom sweep` writes besides the required ones
+            group.create_dataset("stabilization", data=["row-max"] * len(rows), dtype=text)
+            group.create_dataset("precision", data=["double"] * len(rows), dtype=text)
+            for n in (1, 2, 3):
+                bound = np.array([r[f"theorem{n}_bound"] for r in rows])
+                group.create_dataset(f"theorem{n}_applies", data=np.isfinite(bound).astype(np.int64))
+
+
+def write_spectrum(path: Path, minimal: bool, rng: np.random.Generator) -> None:
+    k = 50
+    with h5py.File(path, "w") as file:
+        write_root(file, "nystrom spectrum (fake)")
+        for depth, layer in enumerate(LAYERS):
+            group = file.create_group(f"spectra/{layer}")
+            index = np.arange(k)
+            matrices = {"G": 0.10, "S": 0.25, "Gext": 0.09}
+            if not minimal:
+                matrices["attn"] = 0.25 + 0.05 * depth
+            for name, rate in matrices.items():
+                sv = np.empty((1, HEADS, k))
+                for head in range(HEADS):
+                    sv[0, head] = rng.uniform(5, 50) * np.exp(-rate * (1 + 0.2 * head) * index)
+                group.create_dataset(f"sv_{name}", data=sv)
+                if not minimal:
+                    group.create_dataset(f"decay_{name}", data=sv / sv[..., :1])
+                    group.create_dataset(f"rank_{name}", data=(sv > 1e-6 * sv[..., :1]).sum(axis=-1).astype(np.int64))
+            group.attrs["k"] = np.int64(k)
+            group.attrs["N"] = np.int64(TOKENS)
+            if not minimal:
+                group.attrs["d"] = np.int64(DIM)
+                group.attrs["kernel"] = "exponential"
+                group.attrs["rank_tol"] = 1e-6
+                group.attrs["landmarks"] = np.int64(16)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("output_dir", type=Path)
+    parser.add_argument("--minimal", action="store_true", help="only what FORMATS.md §2 requires")
+    parser.add_argument("--methods", default="pnp-nystra", help=f"comma-separated, from {','.join(METHODS)}")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    methods = args.methods.split(",")
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        parser.error(f"--methods: unknown {unknown}")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(args.seed)
+    write_sweep(args.output_dir / "sweep.h5", methods, args.minimal, rng)
+    write_spectrum(args.output_dir / "spectrum.h5", args.minimal, rng)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Test: executes every figure notebook headless on a results folder (scripts/make-figures.sh --strict) and checks
+# that each expected PNG appears, freshly written and non-empty.
+#   tests/python/run_notebooks.sh RESULTS_DIR           run on an existing results folder (e.g. results/)
+#   tests/python/run_notebooks.sh --fake [ARGS...]      run on a fake results folder made by make_fake_results.py
+#                                                       (ARGS go to it, e.g. --minimal or --methods a,b)
+set -euo pipefail
+repository=$(cd "$(dirname "$0")/../.." && pwd)
+python="$repository/.venv/bin/python"
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+if [[ "${1:-}" == "--fake" ]]; then
+  shift
+  results="$scratch/results"
+  "$python" "$repository/tests/python/make_fake_results.py" "$results" "$@"
+else
+  results=${1:?usage: run_notebooks.sh RESULTS_DIR | --fake [ARGS...]}
+fi
+export NYSTROM_FIGURES="$scratch/figures"
+
+"$repository/scripts/make-figures.sh" --strict "$results"
+
+expected=(spectrum_decay spectrum_decay_mean error_vs_landmarks error_vs_pinv_iterations bounds_vs_error
+          bounds_applicability bounds_tightness methods_comparison)
+passed=0 failed=0
+for figure in "${expected[@]}"; do
+  if [[ -s "$NYSTROM_FIGURES/$figure.png" ]] && head -c 8 "$NYSTROM_FIGURES/$figure.png" | grep -q PNG; then
+    passed=$((passed + 1))
+  else
+    echo "run_notebooks: missing or empty figure $figure.png" >&2
+    failed=$((failed + 1))
+  fi
+done
+echo "$passed passed, $failed failed"
+((failed == 0))

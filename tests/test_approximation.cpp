@@ -1,0 +1,86 @@
+#include <doctest/doctest.h>
+
+#include "attention_oracles.hpp"
+#include "nystrom/approximation.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+constexpr Method methods[] = {
+    Method::pnp_nystra, Method::nystromformer, Method::cur,  Method::symmetric_nystrom,
+    Method::performer,  Method::linformer,     Method::exact};
+
+ApproximationOptions small_options(Index m) {
+  ApproximationOptions options;
+  options.kernel = Kernel::exponential(0.25);
+  options.nystrom.landmarks.count = m;
+  options.symmetric.landmarks.count = m;
+  options.nystromformer.landmarks = m;
+  options.cur.selection.count = m;
+  options.performer.features = 4 * m;
+  options.linformer.projected = m;
+  return options;
+}
+}  // namespace
+
+TEST_CASE("method names round-trip and unknown names are rejected") {
+  for (auto method : methods) CHECK(method_from_string(to_string(method)) == method);
+  CHECK(to_string(Method::symmetric_nystrom) == "symmetric-nystrom");
+  CHECK(throws_naming([] { method_from_string("reformer"); }, "reformer"));
+}
+
+TEST_CASE_TEMPLATE("every method: output shape, implied matrix consistent with the output", T, float,
+                   double) {
+  const Index n = 48;
+  const Matrix<T> Q = random_matrix<T>(n, 16, 1, 0.7), K = random_matrix<T>(n, 16, 2, 0.7),
+                  V = random_matrix<T>(n, 8, 3);
+  const Matrix<double> exact =
+      naive_attention(Q.template cast<double>(), K.template cast<double>(), V.template cast<double>(), 0.25);
+  for (auto method : methods) {
+    CAPTURE(to_string(method));
+    const auto result = approximate_attention<T>(method, Q, K, V, small_options(8));
+    REQUIRE(result.output.rows() == n);
+    REQUIRE(result.output.cols() == 8);
+    CHECK(result.output.allFinite());
+    if (method == Method::exact) {
+      CHECK(!result.attention);
+      CHECK(relative_difference(result.output, exact) < 10 * tolerance<T>(n));
+      continue;
+    }
+    REQUIRE(result.attention);
+    CHECK(implied_matrix(method) != "none");
+    // Ŝ V reproduces Ô: the operator is the matrix the method really used.
+    CHECK(relative_difference(Matrix<T>(result.attention->dense() * V), result.output) <
+          100 * tolerance<T>(n));
+  }
+}
+
+TEST_CASE("attention-matrix errors: dense and matrix-free paths agree and match a dense SVD") {
+  const Index n = 64;
+  const Matrix<double> Q = random_matrix<double>(n, 8, 4, 0.7), K = random_matrix<double>(n, 8, 5, 0.7),
+                       V = random_matrix<double>(n, 4, 6);
+  const auto result = approximate_attention<double>(Method::nystromformer, Q, K, V, small_options(8));
+  const Matrix<double> S = naive_softmax(Q, K, 0.25);
+  const Matrix<double> difference = S - result.attention->dense();
+  const double expected = Eigen::JacobiSVD<Matrix<double>>(difference).singularValues()(0);
+  const auto dense =
+      attention_matrix_errors<double>(Q, K, Kernel::exponential(0.25), *result.attention, true);
+  const auto free =
+      attention_matrix_errors<double>(Q, K, Kernel::exponential(0.25), *result.attention, false);
+  CHECK(dense.spectral == doctest::Approx(expected).epsilon(1e-10));
+  CHECK(dense.frobenius == doctest::Approx(difference.norm()).epsilon(1e-10));
+  CHECK(free.matrix_free);
+  CHECK(free.spectral == doctest::Approx(expected).epsilon(1e-8));
+  CHECK(free.relative_spectral == doctest::Approx(dense.relative_spectral).epsilon(1e-8));
+}
+
+TEST_CASE("softmax methods require the exponential kernel") {
+  const Matrix<double> Q = random_matrix<double>(16, 4, 1), V = random_matrix<double>(16, 2, 2);
+  ApproximationOptions options = small_options(4);
+  options.kernel = Kernel::laplacian(4);
+  CHECK(throws_naming([&] { approximate_attention<double>(Method::performer, Q, Q, V, options); },
+                      "laplacian"));
+  CHECK_NOTHROW(approximate_attention<double>(Method::pnp_nystra, Q, Q, V, options));
+}

@@ -1,0 +1,85 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "nystrom/attention.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+/// softmax(φ(Q, K)) row by row in long double, each row shifted by its maximum (the textbook definition).
+template <class T>
+Matrix<double> naive_attention_matrix(const Matrix<T>& Q, const Matrix<T>& K, const Kernel& kernel) {
+  Matrix<double> S(Q.rows(), K.rows());
+  for (Index i = 0; i < Q.rows(); ++i) {
+    std::vector<long double> phi(K.rows());
+    long double top = -INFINITY;
+    for (Index j = 0; j < K.rows(); ++j) {
+      long double dot = 0, l1 = 0;
+      for (Index c = 0; c < Q.cols(); ++c) {
+        dot += static_cast<long double>(Q(i, c)) * K(j, c);
+        l1 += std::abs(static_cast<long double>(Q(i, c)) - K(j, c));
+      }
+      phi[j] = kernel.type == KernelType::exponential ? kernel.param * dot : -l1 / kernel.param;
+      top = std::max(top, phi[j]);
+    }
+    long double sum = 0;
+    for (Index j = 0; j < K.rows(); ++j) sum += std::exp(phi[j] - top);
+    for (Index j = 0; j < K.rows(); ++j) S(i, j) = static_cast<double>(std::exp(phi[j] - top) / sum);
+  }
+  return S;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("exact attention equals softmax(φ(Q,K)) V, also with logits far beyond exp's range", T,
+                   float, double) {
+  const Index n = 150, d = 8, dv = 5;  // n is not a multiple of the row panel
+  const Matrix<T> V = random_matrix<T>(n, dv, 3);
+  for (double scale : {1.0, 40.0}) {  // scale 40 gives logits of order 10^4
+    const Matrix<T> Q = random_matrix<T>(n, d, 1, scale);
+    const Matrix<T> K = random_matrix<T>(n, d, 2, scale);
+    for (const Kernel& kernel : {Kernel::exponential(1 / std::sqrt(8.0)), Kernel::laplacian(4.0)}) {
+      CAPTURE(scale);
+      CAPTURE(kernel.label());
+      const Matrix<double> S = naive_attention_matrix<T>(Q, K, kernel);
+      const Matrix<T> O = exact_attention<T>(Q, K, V, kernel);
+      CHECK(O.allFinite());
+      // A float logit of size L carries an absolute rounding error of about L·eps, hence the scale factor.
+      const double tol =
+          tolerance<T>(n * d) * (kernel.type == KernelType::exponential ? scale * scale : scale);
+      CHECK(relative_difference(O, S * V.template cast<double>()) <= tol);
+      const Matrix<T> A = attention_matrix<T>(Q, K, kernel);
+      CHECK(relative_difference(A, S) <= tol);
+      CHECK((A.template cast<double>().rowwise().sum().array() - 1).abs().maxCoeff() <= tolerance<T>(n));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("output errors are the relative Frobenius, max and mean absolute differences", T, float,
+                   double) {
+  Matrix<T> exact(2, 2), approximate(2, 2);
+  exact << 3, 0, 0, 4;         // ‖O‖_F = 5
+  approximate << 3, 1, -2, 4;  // differences 0, -1, 2, 0
+  const OutputErrors errors = output_errors<T>(exact, approximate);
+  CHECK(errors.relative_frobenius == doctest::Approx(std::sqrt(5.0) / 5.0));
+  CHECK(errors.max_abs == doctest::Approx(2.0));
+  CHECK(errors.mean_abs == doctest::Approx(0.75));
+  const Matrix<T> wrong(3, 2);
+  CHECK(throws_naming([&] { output_errors<T>(exact, wrong); }, "3x2"));
+}
+
+TEST_CASE("exact attention rejects bad arguments naming the value") {
+  const Matrix<double> Q = random_matrix<double>(10, 4, 5);
+  const Matrix<double> K = random_matrix<double>(10, 3, 6);
+  const Matrix<double> V = random_matrix<double>(9, 2, 7);
+  CHECK(throws_naming([&] { exact_attention<double>(Q, K, V, Kernel::exponential(0.5)); }, "d = 3"));
+  CHECK(throws_naming([&] { exact_attention<double>(Q, Q, V, Kernel::exponential(0.5)); }, "9"));
+  CHECK(throws_naming([&] { attention_matrix<double>(Q, Q, Kernel::laplacian(0)); }, "lambda = 0"));
+  Matrix<double> bad = Q;
+  bad(0, 0) = INFINITY;
+  CHECK(throws_naming([&] { attention_matrix<double>(bad, Q, Kernel::exponential(0.5)); }, "non-finite"));
+}

@@ -1,0 +1,133 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "nystrom/bounds.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+/// ‖A‖₂ by JacobiSVD in double.
+double norm2(const Matrix<double>& a) {
+  return Eigen::JacobiSVD<Matrix<double>>(a).singularValues()(0);
+}
+
+/// The bounds of a directly built G̃ = [[G_A, G_U], [G_L, G]] with an m×m core, checked against E = G − G_L
+/// G_A⁺ G_U.
+struct Case {
+  BoundReport report;
+  bool singular_core = false;
+};
+
+Case bounds_of(const Matrix<double>& extended, Index m) {
+  const Index n = extended.rows() - m;
+  const Matrix<double> core = extended.topLeftCorner(m, m), upper = extended.topRightCorner(m, n);
+  const Matrix<double> left = extended.bottomLeftCorner(n, m), g = extended.bottomRightCorner(n, n);
+  const Matrix<double> error = g - left * dense_pinv(core, 1e-14) * upper;
+  const Vector<double> sigma = Eigen::JacobiSVD<Matrix<double>>(extended).singularValues();
+  const Vector<double> sigma_core = Eigen::JacobiSVD<Matrix<double>>(core).singularValues();
+  const BoundInputs inputs{sigma(0), sigma(m), sigma_core(m - 1), norm2(error),
+                           theorem3_constant<double>(left, core, upper)};
+  return {evaluate_bounds(inputs), !(sigma_core(m - 1) > 1e-14 * sigma_core(0))};
+}
+
+}  // namespace
+
+TEST_CASE("theorems 1–3 hold on random and low-rank-plus-noise extended matrices whenever they apply") {
+  int cases = 0, theorem1 = 0, theorem2 = 0, theorem3 = 0;
+  std::uint64_t seed = 1000;
+  for (int trial = 0; trial < 1200; ++trial) {
+    const Index m = 1 + trial % 6;
+    const Index size = m + 4 + (trial * 7) % (40 - m - 4 + 1);  // N + m ≤ 40
+    Matrix<double> extended;
+    switch (trial % 3) {
+      case 0:
+        extended = random_matrix<double>(size, size, ++seed);
+        break;
+      case 1: {  // rank m plus noise of decreasing size: the regime where the bounds apply
+        const double noise = std::pow(10.0, -1.0 - (trial % 9));
+        extended =
+            random_low_rank<double>(size, size, m, ++seed) + random_matrix<double>(size, size, ++seed, noise);
+        break;
+      }
+      default: {  // a positive kernel-like matrix exp(X Yᵀ / 4) of low-dimensional tokens
+        const Matrix<double> X = random_matrix<double>(size, 3, ++seed),
+                             Y = random_matrix<double>(size, 3, ++seed);
+        extended = (X * Y.transpose() / 4.0).array().exp().matrix();
+      }
+    }
+    const Case c = bounds_of(extended, m);
+    ++cases;
+    theorem1 += c.report.theorem1_applies;
+    theorem2 += c.report.theorem2_applies;
+    theorem3 += c.report.theorem3_applies;
+    CAPTURE(trial);
+    CAPTURE(c.report.spectral_error);
+    CAPTURE(c.report.theorem1);
+    CAPTURE(c.report.theorem2);
+    CAPTURE(c.report.theorem3);
+    if (!c.singular_core) CHECK(c.report.holds(1e-8));
+  }
+  CHECK(cases >= 1000);
+  // Each theorem is exercised on many matrices, not only vacuously.
+  CHECK(theorem1 >= 200);
+  CHECK(theorem2 >= 1000);
+  CHECK(theorem3 >= 100);
+}
+
+TEST_CASE("Corollary 2.2: a rank-m extended matrix gives E = 0 and zero bounds") {
+  const Index m = 4, size = 30;
+  const Case c = bounds_of(random_low_rank<double>(size, size, m, 7), m);
+  CHECK(c.report.spectral_error <= 1e-10 * c.report.sigma1_ext);
+  CHECK(c.report.theorem1_applies);
+  CHECK(c.report.theorem1 <= 1e-10 * c.report.sigma1_ext);
+  CHECK(c.report.holds());
+}
+
+TEST_CASE("evaluate_bounds follows the table of MATH.md §3, NaN and false where a bound does not apply") {
+  // σ₁ = 10, σ_{m+1} = 1, a = 2, ‖E‖₂ = 3, K = 1.5.
+  BoundReport r = evaluate_bounds({10, 1, 2, 3, 1.5});
+  CHECK(r.ratio == doctest::Approx(0.5));
+  CHECK(r.theorem1_applies);
+  CHECK(r.theorem1 == doctest::Approx(100.0 / (2 - 1) * 1 / 2));
+  CHECK(r.theorem2 == doctest::Approx(2 * 100.0 * 1 / 4));
+  CHECK(r.theorem3_applies);
+  CHECK(r.theorem3 == doctest::Approx(1.5));
+  CHECK(r.c_emp == doctest::Approx(3.0 * 2 / 1));
+  CHECK(r.c_emp_normalized == doctest::Approx(6.0 / 100));
+  CHECK_FALSE(r.holds());  // theorem 3 (1.5) is below the error 3
+  // a ≤ σ_{m+1}: theorem 1 does not apply; K σ_{m+1} ≥ a: theorem 3 does not apply.
+  r = evaluate_bounds({10, 2, 1, 0.5, 4});
+  CHECK_FALSE(r.theorem1_applies);
+  CHECK(std::isnan(r.theorem1));
+  CHECK_FALSE(r.theorem3_applies);
+  CHECK(std::isnan(r.theorem3));
+  CHECK(r.theorem2_applies);
+  CHECK(r.holds());
+  // Singular core: only the ratio (Inf) and C_emp remain.
+  r = evaluate_bounds({10, 2, 0, 0.5, std::numeric_limits<double>::infinity()});
+  CHECK_FALSE(r.theorem2_applies);
+  CHECK(std::isnan(r.theorem2));
+  CHECK(std::isinf(r.ratio));
+  CHECK(r.holds());
+  CHECK(throws_naming([] { evaluate_bounds({-1, 0, 0, 0, 0}); }, "-1"));
+}
+
+TEST_CASE_TEMPLATE("theorem3_constant equals (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂), +Inf for a singular core", T,
+                   float, double) {
+  const Index n = 25, m = 5;
+  const Matrix<T> left = random_matrix<T>(n, m, 1), core = random_matrix<T>(m, m, 2),
+                  upper = random_matrix<T>(m, n, 3);
+  const Matrix<double> inverse = core.template cast<double>().inverse();
+  const double expected = (1 + norm2(left.template cast<double>() * inverse)) *
+                          (1 + norm2(inverse * upper.template cast<double>()));
+  const double cond = norm2(core.template cast<double>()) * norm2(inverse);
+  CHECK(std::abs(theorem3_constant<T>(left, core, upper) - expected) <= 1e-12 * cond * cond * expected);
+  Matrix<T> singular = core;
+  singular.row(4) = singular.row(3);
+  CHECK(std::isinf(theorem3_constant<T>(left, singular, upper)));
+  CHECK(throws_naming([&] { theorem3_constant<T>(left, Matrix<T>(m, m + 1), upper); }, "5x6"));
+}

@@ -1,0 +1,365 @@
+// End-to-end tests of the `nystrom` program's command line, `synth`, `info` and the dump reader: option and
+// list parsing, dispatch and exit statuses, synthetic dumps checked against independent formulas, and every
+// malformed input (exit status 2, a message naming the file/group/dataset, no output file, an existing file
+// left intact).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "cli_test_support.hpp"
+#include "nystrom/attention.hpp"
+#include "nystrom/landmarks.hpp"
+#include "options.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+TEST_CASE("landmark lists: numbers, geometric and arithmetic ranges") {
+  CHECK(cli::parse_index_list("4:64:x2,100", "landmarks") == std::vector<Index>{4, 8, 16, 32, 64, 100});
+  CHECK(cli::parse_index_list("8:30:+8", "landmarks") == std::vector<Index>{8, 16, 24});
+  CHECK(cli::parse_index_list("3:40:x3", "landmarks") == std::vector<Index>{3, 9, 27});
+  CHECK(cli::parse_index_list(" 16 , 8,16 ", "landmarks") == std::vector<Index>{16, 8});
+  CHECK(cli::parse_index_list("0", "heads", 0) == std::vector<Index>{0});
+  for (const char* bad :
+       {"", "8,", "a", "4:64", "4:64:x1", "4:64:+0", "64:4:x2", "4:64:*2", "0", "-3", "4.5"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(cli::parse_index_list(bad, "landmarks"), doctest::Contains("--landmarks"),
+                         std::invalid_argument);
+  }
+  CHECK(cli::parse_double_list("4, 0.5,1e-3", "lambda") == std::vector<double>{4, 0.5, 1e-3});
+  CHECK_THROWS_AS(cli::parse_double_list("4,nan", "lambda"), std::invalid_argument);
+  CHECK_THROWS_AS(cli::parse_double_list("4x", "lambda"), std::invalid_argument);
+}
+
+TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message") {
+  CHECK(run_cli({}).status == 2);
+  const auto help = run_cli({"--help"});
+  CHECK(help.status == 0);
+  for (const char* name : {"sweep", "spectrum", "synth", "info"}) {
+    CHECK(help.out.find(name) != std::string::npos);
+    const auto sub = run_cli({name, "--help"});
+    CHECK(sub.status == 0);
+    CHECK(sub.out.find(std::string("usage: nystrom ") + name) != std::string::npos);
+  }
+  const auto unknown = run_cli({"sweeep"});
+  CHECK(unknown.status == 2);
+  CHECK(unknown.err.find("unknown subcommand 'sweeep'") != std::string::npos);
+  const auto option = run_cli({"synth", "--output", "x.h5", "--bogus", "3"});
+  CHECK(option.status == 2);
+  CHECK(option.err.find("bogus") != std::string::npos);
+  const auto kind = run_cli({"synth", "--output", "x.h5", "--kind", "gaussian,cauchy"});
+  CHECK(kind.status == 2);
+  CHECK(kind.err.find("--kind") != std::string::npos);
+  CHECK(kind.err.find("cauchy") != std::string::npos);
+  CHECK_FALSE(fs::exists("x.h5"));
+}
+
+TEST_CASE("synth writes the dump format; the reader gets back the same heads; attn is the exact softmax") {
+  TempDir dir("synth");
+  const auto path = dir / "g.h5";
+  const auto run = run_cli({"synth",
+                            "-o",
+                            path,
+                            "--kind",
+                            "gaussian,low-rank",
+                            "--layers",
+                            "2",
+                            "--batch",
+                            "2",
+                            "--heads",
+                            "3",
+                            "--tokens",
+                            "24",
+                            "--dim",
+                            "5",
+                            "--value-dim",
+                            "4",
+                            "--dtype",
+                            "float64",
+                            "--with-attn",
+                            "--seed",
+                            "7",
+                            "--rank",
+                            "2",
+                            "--noise",
+                            "0"});
+  REQUIRE(run.status == 0);
+  const auto dump = cli::inspect_dump(path);
+  CHECK(dump.format_version == 1);
+  CHECK(dump.source.find("synth") != std::string::npos);
+  REQUIRE(dump.layers.size() == 2);
+  const auto& layer = dump.layers[1];
+  CHECK(layer.name == "01");
+  CHECK(layer.batch == 2);
+  CHECK(layer.heads == 3);
+  CHECK(layer.tokens == 24);
+  CHECK(layer.dim == 5);
+  CHECK(layer.value_dim == 4);
+  CHECK(layer.has_attention);
+  CHECK(layer.dtype == "float64");
+  CHECK(layer.scale == doctest::Approx(1 / std::sqrt(5.0)));
+  const auto heads = cli::read_layer_heads<double>(dump, layer);
+  REQUIRE(heads.size() == 6);
+  // low-rank with zero noise: rank(Q) = 2 exactly.
+  Eigen::JacobiSVD<Matrix<double>> svd(heads[4].q);
+  CHECK(svd.singularValues()(2) < 1e-12 * svd.singularValues()(0));
+  CHECK(svd.singularValues()(1) > 1e-3 * svd.singularValues()(0));
+  // attn of head (b = 1, h = 1) against the softmax recomputed from q and k.
+  const Matrix<double> attn = cli::read_attention<double>(dump, layer, 1, 1);
+  const Matrix<double> logits = layer.scale * heads[4].q * heads[4].k.transpose();
+  Matrix<double> softmax = (logits.colwise() - logits.rowwise().maxCoeff()).array().exp().matrix();
+  softmax = softmax.array().colwise() / softmax.rowwise().sum().array();
+  CHECK((attn - softmax).cwiseAbs().maxCoeff() < 1e-14);
+  // Deterministic: the same seed gives the same data, another seed different data.
+  const auto again = dir / "again.h5", other = dir / "other.h5";
+  REQUIRE(run_cli({"synth",
+                   "-o",
+                   again,
+                   "--kind",
+                   "gaussian,low-rank",
+                   "--layers",
+                   "2",
+                   "--batch",
+                   "2",
+                   "--heads",
+                   "3",
+                   "--tokens",
+                   "24",
+                   "--dim",
+                   "5",
+                   "--value-dim",
+                   "4",
+                   "--dtype",
+                   "float64",
+                   "--with-attn",
+                   "--seed",
+                   "7",
+                   "--rank",
+                   "2",
+                   "--noise",
+                   "0"})
+              .status == 0);
+  REQUIRE(run_cli({"synth", "-o", other, "--tokens", "24", "--dim", "5", "--seed", "8", "--layers", "2"})
+              .status == 0);
+  const auto same =
+      cli::read_layer_heads<double>(cli::inspect_dump(again), cli::inspect_dump(again).layers[1]);
+  CHECK(same[4].q == heads[4].q);
+  CHECK(same[5].v == heads[5].v);
+  const auto first = cli::read_layer_heads<double>(dump, dump.layers[0]);
+  const auto different =
+      cli::read_layer_heads<double>(cli::inspect_dump(other), cli::inspect_dump(other).layers[0]);
+  CHECK(first[0].q != different[0].q);
+  // float32 dumps read back as float within float rounding of the float64 values.
+  const auto f32 = dir / "f32.h5";
+  REQUIRE(run_cli({"synth",       "-o",       f32,       "--kind", "gaussian,low-rank",
+                   "--layers",    "2",        "--batch", "2",      "--heads",
+                   "3",           "--tokens", "24",      "--dim",  "5",
+                   "--value-dim", "4",        "--seed",  "7",      "--rank",
+                   "2",           "--noise",  "0"})
+              .status == 0);
+  const auto f32_dump = cli::inspect_dump(f32);
+  CHECK(f32_dump.layers[1].dtype == "float32");
+  const auto as_float = cli::read_layer_heads<float>(f32_dump, f32_dump.layers[1]);
+  CHECK((as_float[4].q.cast<double>() - heads[4].q).cwiseAbs().maxCoeff() <=
+        1e-6 * heads[4].q.cwiseAbs().maxCoeff());
+}
+
+TEST_CASE(
+    "synth kinds: block-constant tokens follow the segment-means partition; window fields carry the window") {
+  TempDir dir("kinds");
+  const auto path = dir / "k.h5";
+  REQUIRE(run_cli({"synth",    "-o",    path,          "--kind",   "block-constant,window,heavy-tailed",
+                   "--layers", "3",     "--heads",     "1",        "--tokens",
+                   "30",       "--dim", "4",           "--blocks", "4",
+                   "--window", "5x6",   "--value-dim", "0",        "--no-batch-axis"})
+              .status == 0);
+  const auto dump = cli::inspect_dump(path);
+  REQUIRE(dump.layers.size() == 3);
+  CHECK(dump.layers[0].rank == 3);
+  CHECK(dump.layers[0].value_dim == 0);
+  CHECK(dump.layers[1].window == std::array<Index, 2>{5, 6});
+  CHECK(dump.layers[0].window == std::array<Index, 2>{0, 0});
+  const auto blocks = cli::read_layer_heads<double>(dump, dump.layers[0]);
+  // Segment means of m = 4 segments of the block-constant tokens are the block values themselves, and the
+  // tokens take exactly 4 distinct values: rank(Q) = 4.
+  const Matrix<double> means = segment_means<double>(blocks[0].q, 4);
+  for (Index i = 0; i < 30; ++i) {
+    const Index nearest = [&] {
+      Index best = 0;
+      (means.rowwise() - blocks[0].q.row(i)).rowwise().norm().minCoeff(&best);
+      return best;
+    }();
+    CHECK((means.row(nearest) - blocks[0].q.row(i)).norm() < 1e-12);
+  }
+  const auto heavy = cli::read_layer_heads<double>(dump, dump.layers[2]);
+  CHECK(heavy[0].q.allFinite());
+  CHECK(run_cli({"info", path}).status == 0);
+  CHECK(run_cli({"synth", "-o", dir / "bad.h5", "--kind", "window", "--tokens", "30"}).status == 2);
+  CHECK(run_cli({"synth", "-o", dir / "bad.h5", "--kind", "window", "--tokens", "30", "--window", "4x7"})
+            .status == 2);
+  CHECK_FALSE(fs::exists(dir / "bad.h5"));
+}
+
+namespace {
+
+/// Writes a dump with layer 00 built by `edit` (q, k of shape [1, 2, 6, 3] unless edited), for
+/// malformed-input tests.
+template <class Edit>
+void write_bad_dump(const std::string& path, Edit edit, std::int64_t format_version = 1) {
+  cli::Handle file = cli::create_file(path);
+  cli::write_dump_header(file.get(), "test");
+  cli::write_attribute(file.get(), "format_version", std::vector<std::int64_t>{format_version});
+  cli::Handle group = cli::create_group(file.get(), "layers/00");
+  std::vector<double> data(1 * 2 * 6 * 3, 0.25);
+  edit(group.get(), data);
+}
+
+void write_tensor(hid_t group, const char* name, std::vector<hsize_t> dims, const std::vector<double>& data) {
+  cli::write_array(group, name, dims, data.data());
+}
+
+}  // namespace
+
+TEST_CASE(
+    "malformed dumps: exit 2, a message naming file, group and dataset, no output, existing output intact") {
+  TempDir dir("bad");
+  const auto good = dir / "good.h5";
+  REQUIRE(run_cli({"synth", "-o", good, "--tokens", "12", "--dim", "3", "--heads", "1", "--layers", "1"})
+              .status == 0);
+  const auto existing = dir / "existing.h5";
+  REQUIRE(run_cli({"sweep", "-i", good, "-o", existing, "--kernel", "exp", "--strategy", "step",
+                   "--landmarks", "2", "--pinv", "exact", "-q"})
+              .status == 0);
+  const auto existing_bytes = file_bytes(existing);
+
+  const std::vector<std::int64_t> dims{1, 2, 6, 3};
+  struct Case {
+    std::string name, expect;
+    std::function<void(const std::string&)> make;
+  };
+  const std::vector<Case> cases = {
+      {"missing", "no such file", [](const std::string&) {}},
+      {"text", "not an HDF5 file", [](const std::string& p) { std::ofstream(p) << "q,k\n1,2\n"; }},
+      {"no_q", "/layers/00: missing dataset 'q'",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) { write_tensor(g, "k", {1, 2, 6, 3}, d); });
+       }},
+      {"no_k", "/layers/00: missing dataset 'k'",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) { write_tensor(g, "q", {1, 2, 6, 3}, d); });
+       }},
+      {"shape", "/layers/00/k: shape [1, 2, 5, 3] does not match q",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           write_tensor(g, "q", {1, 2, 6, 3}, d);
+           write_tensor(g, "k", {1, 2, 5, 3}, std::vector<double>(30, 0.5));
+         });
+       }},
+      {"v_shape", "/layers/00/v: shape",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           write_tensor(g, "q", {1, 2, 6, 3}, d);
+           write_tensor(g, "k", {1, 2, 6, 3}, d);
+           write_tensor(g, "v", {1, 1, 6, 3}, std::vector<double>(18, 0.5));
+         });
+       }},
+      {"empty", "/layers/00/q: N·d = 0",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto&) {
+           write_tensor(g, "q", {1, 2, 6, 0}, {});
+           write_tensor(g, "k", {1, 2, 6, 0}, {});
+         });
+       }},
+      {"rank", "/layers/00/q: rank 2",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           write_tensor(g, "q", {12, 3}, d);
+           write_tensor(g, "k", {12, 3}, d);
+         });
+       }},
+      {"nan", "/layers/00/k: non-finite value nan at [0, 1, 4, 2]",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           write_tensor(g, "q", {1, 2, 6, 3}, d);
+           auto bad = d;
+           bad[(1 * 6 + 4) * 3 + 2] = std::nan("");
+           write_tensor(g, "k", {1, 2, 6, 3}, bad);
+         });
+       }},
+      {"inf_v", "/layers/00/v: non-finite value inf",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           write_tensor(g, "q", {1, 2, 6, 3}, d);
+           write_tensor(g, "k", {1, 2, 6, 3}, d);
+           auto bad = d;
+           bad[5] = INFINITY;
+           write_tensor(g, "v", {1, 2, 6, 3}, bad);
+         });
+       }},
+      {"version", "unknown format_version 2",
+       [](const std::string& p) {
+         write_bad_dump(
+             p,
+             [](hid_t g, auto& d) {
+               write_tensor(g, "q", {1, 2, 6, 3}, d);
+               write_tensor(g, "k", {1, 2, 6, 3}, d);
+             },
+             2);
+       }},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    const auto input = dir / (c.name + ".h5");
+    c.make(input);
+    for (const auto& output : {dir / "new.h5", existing}) {
+      for (const std::string subcommand : {"sweep", "spectrum"}) {
+        CAPTURE(subcommand);
+        const auto run =
+            run_cli({subcommand, "-i", input, "-o", output, "-q", "--landmarks", "2", "--strategy", "step"});
+        CAPTURE(run.err);
+        CHECK(run.status == 2);
+        CHECK(run.err.find(input) != std::string::npos);
+        CHECK(run.err.find(c.expect) != std::string::npos);
+        CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
+        CHECK_FALSE(fs::exists(dir / "new.h5"));
+        CHECK_FALSE(fs::exists(output + ".partial"));
+        CHECK(file_bytes(existing) == existing_bytes);
+      }
+    }
+    {
+      const auto info = run_cli({"info", input});
+      CHECK(info.status == 2);
+      CHECK(info.err.find(c.expect) != std::string::npos);
+    }
+  }
+  // No leftover temporary files in the directory.
+  for (const auto& entry : fs::directory_iterator(dir.path()))
+    CHECK(entry.path().string().find(".tmp-") == std::string::npos);
+}
+
+TEST_CASE("info describes dumps and results files; --config supplies options") {
+  TempDir dir("info");
+  const auto dump = dir / "d.h5", results = dir / "r.h5", config = dir / "sweep.ini";
+  REQUIRE(run_cli({"synth", "-o", dump, "--tokens", "16", "--dim", "4", "--heads", "2", "--layers", "1"})
+              .status == 0);
+  std::ofstream(config)
+      << "# a sweep config\nkernel = laplacian\nlambda = 2,8\nlandmarks = 2:8:x2\npinv = exact\n"
+         "strategy = step\nquiet = true\n";
+  const auto run = run_cli({"sweep", "-i", dump, "-o", results, "--config", config, "--landmarks", "4"});
+  REQUIRE(run.status == 0);
+  const auto table = read_sweep(results);
+  CHECK(table.rows.size() == 2 * 2);  // 2 heads × 2 lambdas × 1 landmark count (the command line wins)
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    CHECK(table.text(r, "kernel") == "laplacian");
+    CHECK(table.number(r, "landmarks") == 4);
+  }
+  const auto info_dump = run_cli({"info", dump});
+  CHECK(info_dump.status == 0);
+  CHECK(info_dump.out.find("/layers/00: B = 1, H = 2, N = 16, d = 4") != std::string::npos);
+  const auto info_results = run_cli({"info", results});
+  CHECK(info_results.status == 0);
+  CHECK(info_results.out.find("/sweep: 4 rows") != std::string::npos);
+  CHECK(info_results.out.find("format = nystrom-results") != std::string::npos);
+  CHECK(run_cli({"sweep", "-i", dump, "-o", results, "--config", dir / "missing.ini"}).status == 2);
+  CHECK(run_cli({"info"}).status == 2);
+}

@@ -1,0 +1,398 @@
+// End-to-end tests of `nystrom sweep` and `nystrom spectrum`: every row recomputed independently from the
+// library's dense path (dense Ĝ, full SVDs in double), provenance attributes, exact recovery on
+// block-constant tokens, bad options (exit 2, no file, an existing file intact), and an interrupted sweep
+// resumed to the same rows as a clean run.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <csignal>
+#include <regex>
+
+#include "cli_test_support.hpp"
+#include "nystrom/attention.hpp"
+#include "nystrom/landmarks.hpp"
+#include "nystrom/nystrom.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+/// A small dump: 1 layer × 2 heads, N = 40, d = 6, dv = 5, float64.
+std::string make_dump(const TempDir& dir, const std::string& kind = "gaussian") {
+  const auto path = dir / (kind + ".h5");
+  REQUIRE(run_cli({"synth",   "-o",      path,       "--kind", kind,    "--layers", "1",
+                   "--heads", "2",       "--tokens", "40",     "--dim", "6",        "--value-dim",
+                   "5",       "--dtype", "float64",  "--seed", "3",     "--blocks", "4"})
+              .status == 0);
+  return path;
+}
+
+const std::vector<std::string> grid = {"--kernel",
+                                       "exp,laplacian",
+                                       "--lambda",
+                                       "3",
+                                       "--strategy",
+                                       "segment-means,step,random",
+                                       "--landmarks",
+                                       "4,8",
+                                       "--pinv",
+                                       "exact,razavi,newton-schulz",
+                                       "--iterations",
+                                       "3,12",
+                                       "-q"};
+
+std::vector<std::string> sweep_args(const std::string& input, const std::string& output,
+                                    std::vector<std::string> extra = grid) {
+  std::vector<std::string> args = {"sweep", "-i", input, "-o", output, "--seed", "11"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+double largest_singular_value(const Matrix<double>& a) {
+  return Eigen::JacobiSVD<Matrix<double>>(a).singularValues()(0);
+}
+
+}  // namespace
+
+TEST_CASE("sweep: every row matches an independent dense recomputation; provenance attributes are present") {
+  TempDir dir("sweep");
+  const auto input = make_dump(dir);
+  const auto output = dir / "out/results.h5";
+  const auto run = run_cli(sweep_args(input, output));
+  REQUIRE(run.status == 0);
+  CHECK_FALSE(fs::exists(output + ".partial"));
+  const Table table = read_sweep(output);
+  // 2 heads × 2 kernels × 3 strategies × 2 landmark counts × (exact + 2 methods × 2 iteration counts).
+  REQUIRE(table.rows.size() == 2 * 2 * 3 * 2 * 5);
+  for (const char* column : {"layer",
+                             "kernel",
+                             "strategy",
+                             "pinv",
+                             "method",
+                             "batch",
+                             "head",
+                             "n",
+                             "d",
+                             "landmarks",
+                             "pinv_iters",
+                             "seed",
+                             "kernel_param",
+                             "spectral_error",
+                             "relative_spectral_error",
+                             "frobenius_error",
+                             "output_relative_error",
+                             "output_max_error",
+                             "output_mean_abs_error",
+                             "sigma1_ext",
+                             "sigma_m1_ext",
+                             "sigma_m_core",
+                             "bound_ratio",
+                             "theorem1_bound",
+                             "theorem2_bound",
+                             "theorem3_bound",
+                             "theorem3_k",
+                             "c_emp",
+                             "pinv_residual",
+                             "seconds"})
+    CHECK_NOTHROW(table.index(column));
+
+  const auto dump = cli::inspect_dump(input);
+  const auto heads = cli::read_layer_heads<double>(dump, dump.layers[0]);
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    CAPTURE(r);
+    const auto& head = heads[Index(table.number(r, "head"))];
+    CHECK(table.text(r, "layer") == "00");
+    CHECK(table.text(r, "method") == "pnp-nystra");
+    CHECK(table.number(r, "seed") == 11);
+    CHECK(table.number(r, "n") == 40);
+    NystromOptions options;
+    options.kernel =
+        Kernel{kernel_type_from_string(table.text(r, "kernel")), table.number(r, "kernel_param")};
+    if (options.kernel.type == KernelType::exponential)
+      CHECK(options.kernel.param == doctest::Approx(1 / std::sqrt(6.0)));
+    else
+      CHECK(options.kernel.param == 3);
+    options.landmarks.strategy = landmark_strategy_from_string(table.text(r, "strategy"));
+    options.landmarks.count = Index(table.number(r, "landmarks"));
+    options.landmarks.seed = 11;
+    options.pinv.method = pinv_method_from_string(table.text(r, "pinv"));
+    const int iterations = int(table.number(r, "pinv_iters"));
+    CHECK((options.pinv.method == PinvMethod::exact) == (iterations == 0));
+    if (iterations) options.pinv.iterations = iterations;
+    options.stabilization = stabilization_from_string(table.text(r, "stabilization"));
+
+    // The dense oracle: G, Ĝ from the factors, exact attention, and G̃ from the landmarks, all by full SVDs.
+    const Matrix<double> g = options.kernel.block<double>(head.q, head.k);
+    const auto factors = generalized_nystrom<double>(head.q, head.k, options);
+    const Matrix<double> error = g - factors.dense();
+    const double g_norm = largest_singular_value(g);
+    const double spectral = largest_singular_value(error);
+    const double tol = 1e-9;
+    CHECK(table.number(r, "spectral_error") == doctest::Approx(spectral).epsilon(tol).scale(g_norm));
+    CHECK(table.number(r, "relative_spectral_error") ==
+          doctest::Approx(spectral / g_norm).epsilon(tol).scale(1));
+    CHECK(table.number(r, "frobenius_error") == doctest::Approx(error.norm()).epsilon(tol).scale(g_norm));
+    const Matrix<double> exact = attention_matrix<double>(head.q, head.k, options.kernel) * head.v;
+    const Matrix<double> approximate = nystrom_attention<double>(factors, head.v);
+    CHECK(table.number(r, "output_relative_error") ==
+          doctest::Approx((exact - approximate).norm() / exact.norm()).epsilon(1e-7).scale(1e-12));
+    CHECK(table.number(r, "output_max_error") ==
+          doctest::Approx((exact - approximate).cwiseAbs().maxCoeff()).epsilon(1e-7).scale(1e-12));
+    CHECK(table.number(r, "output_mean_abs_error") ==
+          doctest::Approx((exact - approximate).cwiseAbs().mean()).epsilon(1e-7).scale(1e-12));
+    const auto& marks = factors.landmarks;
+    const Index m = marks.q.rows();
+    Matrix<double> q_ext(m + 40, 6), k_ext(m + 40, 6);
+    q_ext << marks.q, head.q;
+    k_ext << marks.k, head.k;
+    const Vector<double> sigma_ext =
+        Eigen::JacobiSVD<Matrix<double>>(options.kernel.block<double>(q_ext, k_ext)).singularValues();
+    const Vector<double> sigma_core =
+        Eigen::JacobiSVD<Matrix<double>>(options.kernel.block<double>(marks.q, marks.k)).singularValues();
+    CHECK(table.number(r, "sigma1_ext") == doctest::Approx(sigma_ext(0)).epsilon(tol));
+    CHECK(table.number(r, "sigma_m1_ext") == doctest::Approx(sigma_ext(m)).epsilon(tol).scale(sigma_ext(0)));
+    CHECK(table.number(r, "sigma_m_core") ==
+          doctest::Approx(sigma_core(m - 1)).epsilon(1e-6).scale(1e-12 * sigma_core(0)));
+    const double ratio = table.number(r, "sigma_m1_ext") / table.number(r, "sigma_m_core");
+    CHECK(table.number(r, "bound_ratio") == doctest::Approx(ratio).epsilon(1e-12));
+    const double s1 = table.number(r, "sigma1_ext");
+    CHECK(table.number(r, "theorem2_bound") ==
+          doctest::Approx(2 * s1 * s1 * ratio / table.number(r, "sigma_m_core")).epsilon(1e-12));
+    CHECK(table.number(r, "c_emp") ==
+          doctest::Approx(table.number(r, "spectral_error") / ratio).epsilon(1e-12));
+    CHECK(table.number(r, "theorem1_applies") ==
+          (table.number(r, "sigma_m_core") > table.number(r, "sigma_m1_ext") ? 1 : 0));
+    // With the exact pseudoinverse the measured error respects every bound that applies (MATH.md §3).
+    if (iterations == 0) CHECK(table.number(r, "bounds_hold") == 1);
+    CHECK(table.number(r, "pinv_residual") ==
+          doctest::Approx(factors.pinv.residual()).epsilon(1e-9).scale(1e-12));
+    CHECK(table.text(r, "pinv_status") == to_string(factors.pinv.status));
+    CHECK(table.number(r, "seconds") > 0);
+  }
+
+  cli::Handle file = cli::open_file(output, false);
+  CHECK(cli::read_string_attribute(file.get(), "format") == "nystrom-results");
+  CHECK(cli::read_numeric_attribute(file.get(), "format_version") == std::vector<double>{1});
+  CHECK(!cli::read_string_attribute(file.get(), "program_version").empty());
+  CHECK(!cli::read_string_attribute(file.get(), "git_revision").empty());
+  CHECK(cli::read_string_attribute(file.get(), "command_line").starts_with("nystrom sweep -i "));
+  CHECK(std::regex_match(cli::read_string_attribute(file.get(), "created"),
+                         std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
+  CHECK(cli::read_numeric_attribute(file.get(), "threads")[0] >= 1);
+  CHECK(cli::read_string_attribute(file.get(), "input") == fs::weakly_canonical(input).string());
+}
+
+TEST_CASE("sweep: block-constant tokens with aligned segment-means landmarks are recovered exactly") {
+  TempDir dir("exact");
+  const auto input = make_dump(dir, "block-constant");
+  const auto output = dir / "exact.h5";
+  REQUIRE(run_cli(sweep_args(input, output,
+                             {"--kernel", "exp,laplacian", "--strategy", "segment-means", "--landmarks", "4",
+                              "--pinv", "exact", "--stabilization", "none,row-max", "-q"}))
+              .status == 0);
+  const Table table = read_sweep(output);
+  REQUIRE(table.rows.size() == 2 * 2 * 2);
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    CAPTURE(r);
+    CHECK(table.number(r, "relative_spectral_error") < 1e-10);
+    CHECK(table.number(r, "output_relative_error") < 1e-10);
+    CHECK(table.number(r, "sigma_m1_ext") < 1e-10 * table.number(r, "sigma1_ext"));
+  }
+}
+
+TEST_CASE("sweep: interrupted (SIGINT after some points) and resumed gives the rows of one clean run") {
+  TempDir dir("resume");
+  const auto input = make_dump(dir);
+  const auto clean = dir / "clean.h5", resumed = dir / "resumed.h5";
+  REQUIRE(run_cli(sweep_args(input, clean)).status == 0);
+  auto args = sweep_args(input, resumed);
+  args.insert(args.end(), {"--stop-after", "17"});
+  const auto stopped = run_cli(args);
+  CHECK(stopped.status == 128 + SIGINT);
+  CHECK_FALSE(fs::exists(resumed));
+  REQUIRE(fs::exists(resumed + ".partial"));
+  CHECK(read_sweep(resumed + ".partial").rows.size() == 17);
+  args.back() = "5";  // stop again after 5 more
+  CHECK(run_cli(args).status == 128 + SIGINT);
+  CHECK(read_sweep(resumed + ".partial").rows.size() == 22);
+  REQUIRE(run_cli(sweep_args(input, resumed)).status == 0);
+  CHECK_FALSE(fs::exists(resumed + ".partial"));
+
+  const Table a = read_sweep(clean), b = read_sweep(resumed);
+  REQUIRE(a.rows.size() == b.rows.size());
+  REQUIRE(a.columns.size() == b.columns.size());
+  for (std::size_t r = 0; r < a.rows.size(); ++r)
+    for (const auto& column : a.columns) {
+      if (column.name.ends_with("seconds")) continue;  // wall times differ; everything else is deterministic
+      CAPTURE(column.name);
+      const auto& x = a.rows[r][a.index(column.name)];
+      const auto& y = b.rows[r][b.index(column.name)];
+      if (const auto* d = std::get_if<double>(&x); d && std::isnan(*d))
+        CHECK(std::isnan(std::get<double>(y)));
+      else
+        CHECK(x == y);
+    }
+
+  // A rerun of a finished sweep computes nothing and leaves the file byte-for-byte intact.
+  const auto bytes = file_bytes(resumed);
+  const auto rerun = run_cli(
+      sweep_args(input, resumed,
+                 {"--kernel", "exp,laplacian", "--lambda", "3", "--strategy", "segment-means,step,random",
+                  "--landmarks", "4,8", "--pinv", "exact,razavi,newton-schulz", "--iterations", "3,12"}));
+  CHECK(rerun.status == 0);
+  CHECK(rerun.err.find("already") != std::string::npos);
+  CHECK(file_bytes(resumed) == bytes);
+  // Extending the grid keeps the finished rows and adds only the new points.
+  REQUIRE(run_cli(sweep_args(input, resumed,
+                             {"--kernel", "exp", "--strategy", "step", "--landmarks", "4,16", "--pinv",
+                              "exact", "-q"}))
+              .status == 0);
+  CHECK(read_sweep(resumed).rows.size() == a.rows.size() + 2);
+}
+
+TEST_CASE(
+    "sweep: bad options exit 2 with a message naming the option, leave no file and keep an existing one") {
+  TempDir dir("badopts");
+  const auto input = make_dump(dir);
+  const auto existing = dir / "existing.h5";
+  REQUIRE(run_cli(sweep_args(
+                      input, existing,
+                      {"--kernel", "exp", "--strategy", "step", "--landmarks", "4", "--pinv", "exact", "-q"}))
+              .status == 0);
+  const auto bytes = file_bytes(existing);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--landmarks", "8,41"}, "m = 41 exceeds N = 40"},
+      {{"--landmarks", "0"}, "--landmarks"},
+      {{"--kernel", "laplacian", "--lambda", "2,0"}, "--lambda"},
+      {{"--kernel", "laplacian", "--lambda", "-1"}, "lambda = -1"},
+      {{"--kernel", "cosine"}, "unknown kernel 'cosine'"},
+      {{"--strategy", "step,best"}, "--strategy"},
+      {{"--pinv", "cholesky"}, "--pinv"},
+      {{"--method", "magic"}, "unknown method 'magic'"},
+      {{"--stabilization", "max"}, "--stabilization"},
+      {{"--iterations", "0"}, "--iterations"},
+      {{"--heads", "5"}, "--heads: index 5 out of range"},
+      {{"--layers", "07"}, "no layer /layers/07"},
+      {{"--precision", "half"}, "--precision"},
+      {{"--landmark", "4"}, "landmark"},
+      {{"--threads", "-2"}, "--threads"},
+  };
+  for (const auto& [extra, expect] : cases) {
+    CAPTURE(expect);
+    for (const auto& output : {dir / "new.h5", existing}) {
+      auto args = sweep_args(input, output, extra);
+      args.push_back("-q");
+      // N = 40 is not a square, so the default window-pool strategy would fail first: choose another one.
+      if (std::find(extra.begin(), extra.end(), "--landmarks") == extra.end())
+        args.insert(args.end(), {"--landmarks", "4"});
+      if (std::find(extra.begin(), extra.end(), "--strategy") == extra.end())
+        args.insert(args.end(), {"--strategy", "step"});
+      const auto run = run_cli(args);
+      CAPTURE(run.err);
+      CHECK(run.status == 2);
+      CHECK(run.err.find(expect) != std::string::npos);
+      CHECK_FALSE(fs::exists(dir / "new.h5"));
+      CHECK_FALSE(fs::exists(output + ".partial"));
+      CHECK(file_bytes(existing) == bytes);
+    }
+  }
+  // An output path that holds something else (here the dump itself) is never overwritten.
+  const auto dump_bytes = file_bytes(input);
+  const auto clobber = run_cli(sweep_args(input, input, {"--landmarks", "4", "--strategy", "step", "-q"}));
+  CHECK(clobber.status == 2);
+  CHECK(clobber.err.find("not a nystrom results file") != std::string::npos);
+  CHECK(file_bytes(input) == dump_bytes);
+  // Results for another input are not mixed into an existing file.
+  const auto other = make_dump(dir, "low-rank");
+  const auto mixed = run_cli(sweep_args(other, existing, {"--landmarks", "4", "--strategy", "step", "-q"}));
+  CHECK(mixed.status == 2);
+  CHECK(mixed.err.find("choose another --output") != std::string::npos);
+  CHECK(file_bytes(existing) == bytes);
+}
+
+TEST_CASE("sweep: float arithmetic agrees with double to float accuracy") {
+  TempDir dir("float");
+  const auto input = make_dump(dir);
+  const std::vector<std::string> small = {
+      "--kernel", "exp", "--strategy", "segment-means", "--landmarks", "4", "--pinv", "exact", "-q"};
+  auto single = small;
+  single.insert(single.end(), {"--precision", "float"});
+  REQUIRE(run_cli(sweep_args(input, dir / "d.h5", small)).status == 0);
+  REQUIRE(run_cli(sweep_args(input, dir / "f.h5", single)).status == 0);
+  const Table d = read_sweep(dir / "d.h5"), f = read_sweep(dir / "f.h5");
+  REQUIRE(d.rows.size() == f.rows.size());
+  for (std::size_t r = 0; r < d.rows.size(); ++r) {
+    CHECK(f.text(r, "precision") == "float");
+    CHECK(f.number(r, "sigma1_ext") == doctest::Approx(d.number(r, "sigma1_ext")).epsilon(1e-5));
+    CHECK(f.number(r, "output_relative_error") ==
+          doctest::Approx(d.number(r, "output_relative_error")).epsilon(1e-2).scale(1e-4));
+  }
+}
+
+TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the dense matrices") {
+  TempDir dir("spectrum");
+  const auto input = dir / "attn.h5", output = dir / "spectra.h5";
+  REQUIRE(run_cli({"synth",   "-o",      input,     "--kind",      "low-rank", "--layers", "1",
+                   "--batch", "2",       "--heads", "2",           "--tokens", "30",       "--dim",
+                   "4",       "--dtype", "float64", "--with-attn", "--rank",   "2"})
+              .status == 0);
+  REQUIRE(run_cli({"spectrum", "-i", input, "-o", output, "--landmarks", "5", "--strategy", "step", "--top",
+                   "12", "--rank-tol", "1e-8", "-q"})
+              .status == 0);
+  const auto dump = cli::inspect_dump(input);
+  const auto heads = cli::read_layer_heads<double>(dump, dump.layers[0]);
+  cli::Handle file = cli::open_file(output, false);
+  CHECK(cli::read_string_attribute(file.get(), "format") == "nystrom-results");
+  cli::Handle group = cli::open_group(file.get(), "spectra/00");
+  CHECK(cli::read_numeric_attribute(group.get(), "k") == std::vector<double>{12});
+  CHECK(cli::read_numeric_attribute(group.get(), "N") == std::vector<double>{30});
+  auto read = [&](const std::string& name) {
+    cli::Handle dataset = cli::open_dataset(group.get(), name);
+    CHECK(cli::dataset_dims(dataset.get()) == std::vector<hsize_t>{2, 2, 12});
+    std::vector<double> values(2 * 2 * 12);
+    H5Dread(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+    return values;
+  };
+  const auto sv_g = read("sv_G"), sv_s = read("sv_S"), sv_ext = read("sv_Gext"), sv_attn = read("sv_attn");
+  const auto decay_g = read("decay_G"), energy_g = read("energy_G");
+  const Kernel kernel = Kernel::exponential(1 / 2.0);
+  for (Index i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    const auto& head = heads[i];
+    const Vector<double> g =
+        Eigen::JacobiSVD<Matrix<double>>(kernel.block<double>(head.q, head.k)).singularValues();
+    const Matrix<double> s_matrix = attention_matrix<double>(head.q, head.k, kernel);
+    const Vector<double> s = Eigen::JacobiSVD<Matrix<double>>(s_matrix).singularValues();
+    const Vector<double> attn =
+        Eigen::JacobiSVD<Matrix<double>>(cli::read_attention<double>(dump, dump.layers[0], i / 2, i % 2))
+            .singularValues();
+    // G~ with the library's step landmarks (m = 5).
+    LandmarkOptions step;
+    step.strategy = LandmarkStrategy::step;
+    step.count = 5;
+    const auto marks = select_landmarks<double>(head.q, head.k, step);
+    Matrix<double> q_ext(35, 4), k_ext(35, 4);
+    q_ext << marks.q, head.q;
+    k_ext << marks.k, head.k;
+    const Vector<double> ext =
+        Eigen::JacobiSVD<Matrix<double>>(kernel.block<double>(q_ext, k_ext)).singularValues();
+    double total = g.squaredNorm(), cumulative = 0;
+    for (Index j = 0; j < 12; ++j) {
+      CAPTURE(j);
+      CHECK(sv_g[i * 12 + j] == doctest::Approx(g(j)).epsilon(1e-10).scale(1e-12 * g(0)));
+      CHECK(sv_s[i * 12 + j] == doctest::Approx(s(j)).epsilon(1e-10).scale(1e-12 * s(0)));
+      CHECK(sv_attn[i * 12 + j] == doctest::Approx(s(j)).epsilon(1e-10).scale(1e-12 * s(0)));
+      CHECK(sv_attn[i * 12 + j] == doctest::Approx(attn(j)).epsilon(1e-10).scale(1e-12 * s(0)));
+      CHECK(sv_ext[i * 12 + j] == doctest::Approx(ext(j)).epsilon(1e-10).scale(1e-12 * ext(0)));
+      CHECK(decay_g[i * 12 + j] == doctest::Approx(g(j) / g(0)).epsilon(1e-10).scale(1e-12));
+      cumulative += g(j) * g(j);
+      CHECK(energy_g[i * 12 + j] == doctest::Approx(cumulative / total).epsilon(1e-10));
+    }
+  }
+  // Bad options leave no file.
+  CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--landmarks", "31", "-q"}).status == 2);
+  CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--kernel", "laplacian", "--lambda", "0"})
+            .status == 2);
+  CHECK_FALSE(fs::exists(dir / "bad.h5"));
+}

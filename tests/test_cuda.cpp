@@ -1,0 +1,374 @@
+// The backend factory (nystrom/backend.hpp) and the CUDA backend against the CPU path.
+// Suite "backend" runs everywhere. Suite "gpu" compares every GPU result with the CPU code (float and
+// double); without a CUDA device each of its cases ends the process with status 77, which ctest
+// (SKIP_RETURN_CODE 77) reports as "Not Run", so a machine without a GPU never counts these cases as passed.
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "nystrom/attention.hpp"
+#include "nystrom/backend.hpp"
+#include "nystrom/nystrom.hpp"
+#include "nystrom/pinv.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using test::random_matrix;
+using test::relative_difference;
+using test::throws_naming;
+
+namespace {
+
+/// Exit status that ctest's SKIP_RETURN_CODE maps to "Not Run".
+constexpr int not_run_status = 77;
+
+/// Ends the process with status 77 when no CUDA device can run the case (see the file comment).
+void skip_without_gpu() {
+  if (cuda_available()) return;
+  std::printf("test_cuda: %s; GPU case not run (exit %d)\n",
+              cuda_compiled() ? "no CUDA device found" : "this build has no CUDA backend", not_run_status);
+  std::fflush(stdout);
+  std::_Exit(not_run_status);
+}
+
+/// Tolerance for two computations of the same quantity in T that differ only in rounding: 8·√n·eps(T),
+/// amplified by `amplification` (a condition number, or 1 + |exponent| for quantities passed through exp).
+template <class T>
+double tolerance(Index n, double amplification = 1) {
+  return test::tolerance<T>(n) * amplification;
+}
+
+/// Condition number σ₁/σ_r in double, σ_r the smallest singular value above m·eps(T)·σ₁ (the default pinv
+/// cut).
+template <class T>
+double condition_number(const Matrix<T>& a) {
+  const Eigen::JacobiSVD<Matrix<double>> svd(a.template cast<double>());
+  const auto& sigma = svd.singularValues();
+  double smallest = sigma(0);
+  for (Index i = 0; i < sigma.size(); ++i)
+    if (sigma(i) > static_cast<double>(a.rows()) * std::numeric_limits<T>::epsilon() * sigma(0))
+      smallest = sigma(i);
+  return sigma(0) / smallest;
+}
+
+/// 1 + max |log κ| over a kernel block: how much rounding in the exponent is amplified by exp.
+template <class T>
+double exponent_amplification(const Matrix<T>& block) {
+  return 1 + block.template cast<double>().array().log().abs().maxCoeff();
+}
+
+/// Options for PnP-Nystra with m landmarks taken as every ⌊N/m⌋-th token (well-conditioned cores for random
+/// tokens).
+NystromOptions nystrom_options(Kernel kernel, Index m, Stabilization stabilization, PinvMethod method) {
+  NystromOptions options;
+  options.kernel = kernel;
+  options.landmarks.strategy = LandmarkStrategy::step;
+  options.landmarks.count = m;
+  options.stabilization = stabilization;
+  options.pinv.method = method;
+  options.pinv.iterations = method == PinvMethod::razavi ? 6 : 12;
+  return options;
+}
+
+const Kernel tested_kernels[] = {Kernel::exponential(0.25), Kernel::laplacian(4), Kernel::gaussian(3)};
+
+}  // namespace
+
+TEST_SUITE("backend") {
+  TEST_CASE("device names round-trip and an unknown name is rejected naming it") {
+    for (auto device : {Device::cpu, Device::cuda}) CHECK(device_from_string(to_string(device)) == device);
+    CHECK(throws_naming([] { device_from_string("gpu0"); }, "gpu0"));
+    CHECK(describe_device(Device::cpu) == "cpu");
+    CHECK_NOTHROW(require_device(Device::cpu));
+    CHECK(!(cuda_available() && !cuda_compiled()));
+  }
+
+  TEST_CASE("asking for Device::cuda where it cannot run throws std::invalid_argument saying why") {
+    if (cuda_available()) {
+      CHECK_NOTHROW(require_device(Device::cuda));
+      CHECK(!describe_device(Device::cuda).empty());
+      return;
+    }
+    const std::string why = cuda_compiled() ? "--device cuda: no CUDA device found"
+                                            : "--device cuda: this build has no CUDA backend";
+    const Matrix<double> Q = random_matrix<double>(32, 4, 1), K = random_matrix<double>(32, 4, 2),
+                         V = random_matrix<double>(32, 3, 3);
+    const Kernel kernel = Kernel::exponential(0.5);
+    const NystromOptions options = nystrom_options(kernel, 4, Stabilization::row_max, PinvMethod::exact);
+    const NystromFactors<double> factors = generalized_nystrom<double>(Q, K, options);
+    CHECK(throws_naming([] { require_device(Device::cuda); }, why));
+    CHECK(throws_naming([] { describe_device(Device::cuda); }, why));
+    CHECK(throws_naming([&] { exact_attention<double>(Device::cuda, Q, K, V, kernel); }, why));
+    CHECK(throws_naming([&] { nystrom_attention<double>(Device::cuda, Q, K, V, options); }, why));
+    CHECK(throws_naming([&] { generalized_nystrom<double>(Device::cuda, Q, K, options); }, why));
+    CHECK(throws_naming([&] { pseudoinverse<double>(Device::cuda, factors.core, options.pinv); }, why));
+    CHECK(throws_naming([&] { kernel_block<double>(Device::cuda, Q, K, kernel); }, why));
+    CHECK(throws_naming([&] { kernel_operator<double>(Device::cuda, Q, K, kernel); }, why));
+    CHECK(throws_naming([&] { error_operator<double>(Device::cuda, Q, K, factors); }, why));
+  }
+
+  TEST_CASE_TEMPLATE("Device::cpu runs the CPU code unchanged", T, float, double) {
+    const Index n = 40, d = 5;
+    const Matrix<T> Q = random_matrix<T>(n, d, 11), K = random_matrix<T>(n, d, 12),
+                    V = random_matrix<T>(n, 3, 13);
+    const NystromOptions options =
+        nystrom_options(Kernel::exponential(0.4), 6, Stabilization::row_max, PinvMethod::razavi);
+    CHECK(exact_attention<T>(Device::cpu, Q, K, V, options.kernel) ==
+          exact_attention<T>(Q, K, V, options.kernel));
+    const NystromFactors<T> factors = generalized_nystrom<T>(Q, K, options);
+    CHECK(nystrom_attention<T>(Device::cpu, Q, K, V, options) == nystrom_attention<T>(factors, V));
+    CHECK(generalized_nystrom<T>(Device::cpu, Q, K, options).pinv.z == factors.pinv.z);
+    CHECK(pseudoinverse<T>(Device::cpu, factors.core, options.pinv).z == factors.pinv.z);
+    CHECK(kernel_block<T>(Device::cpu, Q, K, options.kernel) == options.kernel.block<T>(Q, K));
+  }
+
+  TEST_CASE_TEMPLATE("the CPU operators behind AnyOperator equal dense products", T, float, double) {
+    const Index n = 70, d = 6;
+    const Matrix<T> Q = random_matrix<T>(n, d, 21), K = random_matrix<T>(n, d, 22);
+    const NystromOptions options =
+        nystrom_options(Kernel::laplacian(4), 7, Stabilization::row_max, PinvMethod::exact);
+    const NystromFactors<T> factors = generalized_nystrom<T>(Q, K, options);
+    const Matrix<double> G = test::naive_kernel<T>(Q, K, options.kernel).template cast<double>();
+    const Matrix<double> E = G - factors.dense().template cast<double>();
+    const Vector<T> x = random_matrix<T>(n, 1, 23);
+    Vector<T> y(n);
+    const AnyOperator<T> g = kernel_operator<T>(Device::cpu, Q, K, options.kernel);
+    g.perform_op(x.data(), y.data());
+    CHECK(relative_difference(y, G * x.template cast<double>()) <= tolerance<T>(n, 4));
+    g.perform_transpose_op(x.data(), y.data());
+    CHECK(relative_difference(y, G.transpose() * x.template cast<double>()) <= tolerance<T>(n, 4));
+    const AnyOperator<T> e = error_operator<T>(Device::cpu, Q, K, factors);
+    e.perform_op(x.data(), y.data());
+    const Vector<double> reference = E * x.template cast<double>();
+    CHECK((y.template cast<double>() - reference).norm() <=
+          tolerance<T>(n, 4) * G.norm() * x.template cast<double>().norm());
+  }
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE_TEMPLATE("GPU kernel blocks equal the CPU blocks and the naive oracle", T, float, double) {
+    skip_without_gpu();
+    // Sizes off the 32×32 tiles and the 16-wide depth chunks of the distance kernel.
+    const Index n = 37, p = 53, d = 19;
+    const Matrix<T> X = random_matrix<T>(n, d, 31, 0.5), Y = random_matrix<T>(p, d, 32, 0.5);
+    for (const Kernel& kernel : tested_kernels) {
+      CAPTURE(kernel.label());
+      const Matrix<T> oracle = test::naive_kernel<T>(X, Y, kernel);
+      const Matrix<T> gpu = kernel_block<T>(Device::cuda, X, Y, kernel);
+      const double tol = tolerance<T>(d, exponent_amplification(oracle));
+      CHECK(relative_difference(gpu, oracle) <= tol);
+      CHECK(relative_difference(gpu, kernel.block<T>(X, Y)) <= tol);
+    }
+  }
+
+  TEST_CASE_TEMPLATE("GPU exact attention equals the CPU, also with logits far beyond exp's range", T, float,
+                     double) {
+    skip_without_gpu();
+    const Index queries = 200, keys = 300, d = 16, dv = 8;
+    for (double spread : {1.0, 3.0}) {
+      const Matrix<T> Q = random_matrix<T>(queries, d, 41, spread), K = random_matrix<T>(keys, d, 42, spread);
+      const Matrix<T> V = random_matrix<T>(keys, dv, 43);
+      for (const Kernel& kernel : tested_kernels) {
+        CAPTURE(kernel.label());
+        CAPTURE(spread);
+        const Matrix<T> cpu = exact_attention<T>(Q, K, V, kernel);
+        const Matrix<T> gpu = exact_attention<T>(Device::cuda, Q, K, V, kernel);
+        REQUIRE(gpu.allFinite());
+        // Rounding in a logit of size |φ| ≤ max|φ| moves each weight by about eps·|φ|.
+        const double largest_logit =
+            kernel.exponent_block<T>(Q, K).template cast<double>().cwiseAbs().maxCoeff();
+        CHECK(relative_difference(gpu, cpu) <= tolerance<T>(keys, 1 + largest_logit));
+      }
+    }
+  }
+
+  TEST_CASE("GPU exact attention over several row panels equals the CPU") {
+    skip_without_gpu();
+    // 70,000 keys leave room for 958 query rows per panel (2^26 entries), so 2,000 queries take three panels.
+    const Index queries = 2000, keys = 70000, d = 8, dv = 4;
+    const Matrix<double> Q = random_matrix<double>(queries, d, 51), K = random_matrix<double>(keys, d, 52);
+    const Matrix<double> V = random_matrix<double>(keys, dv, 53);
+    const Kernel kernel = Kernel::exponential(0.35);
+    const Matrix<double> cpu = exact_attention<double>(Q, K, V, kernel);
+    const Matrix<double> gpu = exact_attention<double>(Device::cuda, Q, K, V, kernel);
+    CHECK(relative_difference(gpu, cpu) <= tolerance<double>(keys, 32));
+  }
+
+  TEST_CASE_TEMPLATE("GPU pseudoinverses equal the CPU ones: values, status, iterations and residuals", T,
+                     float, double) {
+    skip_without_gpu();
+    const Index m = 12;
+    const Matrix<T> well =
+        (Matrix<double>::Identity(m, m) + 0.2 * random_matrix<double>(m, m, 61) / std::sqrt(12.0))
+            .template cast<T>();
+    const Matrix<T> rank_six = test::random_low_rank<T>(m, m, 6, 62);
+    const Matrix<T> identity = Matrix<T>::Identity(m, m);
+    struct Case {
+      const char* name;
+      const Matrix<T>* a;
+      PinvOptions options;
+      double condition;  ///< of the matrix actually inverted (A, A + εI or AᵀA + εI)
+    };
+    std::vector<Case> cases;
+    PinvOptions options;
+    cases.push_back({"exact", &well, options, condition_number<T>(well)});
+    cases.push_back({"exact, rank 6", &rank_six, options, condition_number<T>(rank_six)});
+    options.shift = 0.1;
+    cases.push_back({"exact, shift", &well, options, condition_number<T>(well + T(0.1) * identity)});
+    options.shift = 0;
+    options.tikhonov = 0.01;
+    cases.push_back({"exact, tikhonov", &rank_six, options,
+                     condition_number<T>(rank_six.transpose() * rank_six + T(0.01) * identity)});
+    options.tikhonov = 0;
+    options.method = PinvMethod::razavi;
+    options.iterations = 6;
+    cases.push_back({"razavi", &well, options, condition_number<T>(well)});
+    options.tolerance = 1e-3;
+    cases.push_back({"razavi, stops at tolerance", &well, options, condition_number<T>(well)});
+    options.tolerance = 0;
+    options.method = PinvMethod::newton_schulz;
+    options.iterations = 12;
+    cases.push_back({"newton-schulz", &well, options, condition_number<T>(well)});
+    // Newton–Schulz converges iff ασ₁² < 2 (MATH.md §4): ασ₁² = 10 diverges.
+    const double sigma_1 = Eigen::JacobiSVD<Matrix<double>>(well.template cast<double>()).singularValues()(0);
+    options.alpha = 10 / (sigma_1 * sigma_1);
+    cases.push_back({"newton-schulz, alpha too large", &well, options, condition_number<T>(well)});
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      const PinvResult<T> cpu = pseudoinverse<T>(*c.a, c.options);
+      const PinvResult<T> gpu = pseudoinverse<T>(Device::cuda, *c.a, c.options);
+      if (c.options.alpha > 0) CHECK(cpu.status == PinvStatus::diverged);
+      CHECK(to_string(gpu.status) == to_string(cpu.status));
+      CHECK(gpu.iterations == cpu.iterations);
+      CHECK(gpu.rank == cpu.rank);
+      CHECK(gpu.alpha == doctest::Approx(cpu.alpha).epsilon(tolerance<T>(m)));
+      REQUIRE(gpu.residuals.size() == cpu.residuals.size());
+      const double condition = c.condition;
+      if (cpu.status == PinvStatus::diverged) continue;  // diverging iterates amplify rounding without bound
+      for (std::size_t k = 0; k < cpu.residuals.size(); ++k)
+        CHECK(std::abs(gpu.residuals[k] - cpu.residuals[k]) <=
+              tolerance<T>(m * m, condition) * (1 + cpu.residuals[k]));
+      CHECK(relative_difference(gpu.z, cpu.z) <= tolerance<T>(m, condition));
+    }
+  }
+
+  TEST_CASE_TEMPLATE("GPU generalized Nyström factors equal the CPU factors for every stabilization", T,
+                     float, double) {
+    skip_without_gpu();
+    const Index n = 257, d = 16, m = 12;
+    const Matrix<T> Q = random_matrix<T>(n, d, 71), K = random_matrix<T>(n, d, 72);
+    for (const Kernel& kernel : tested_kernels) {
+      for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+        CAPTURE(kernel.label());
+        CAPTURE(to_string(stabilization));
+        const NystromOptions options = nystrom_options(kernel, m, stabilization, PinvMethod::exact);
+        const NystromFactors<T> cpu = generalized_nystrom<T>(Q, K, options);
+        const NystromFactors<T> gpu = generalized_nystrom<T>(Device::cuda, Q, K, options);
+        const double amplification =
+            1 + kernel.exponent_block<T>(Q, K).template cast<double>().cwiseAbs().maxCoeff();
+        const double tol = tolerance<T>(d, amplification);
+        CHECK(gpu.landmarks.q == cpu.landmarks.q);
+        CHECK(relative_difference(gpu.left, cpu.left) <= tol);
+        CHECK(relative_difference(gpu.core, cpu.core) <= tol);
+        CHECK(relative_difference(gpu.upper, cpu.upper) <= tol);
+        CHECK(relative_difference(gpu.left_log_scale, cpu.left_log_scale) <= tol);
+        CHECK(relative_difference(gpu.upper_log_scale, cpu.upper_log_scale) <= tol);
+        const double condition = condition_number<T>(cpu.core);
+        REQUIRE(condition < 1e4);  // the comparison of Z below is meaningful only for a well-conditioned core
+        CHECK(gpu.pinv.rank == cpu.pinv.rank);
+        CHECK(relative_difference(gpu.pinv.z, cpu.pinv.z) <= tolerance<T>(m, condition * amplification));
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE("GPU PnP-Nystra attention equals the CPU for every stabilization and pseudoinverse", T,
+                     float, double) {
+    skip_without_gpu();
+    const Index n = 300, d = 16, dv = 8, m = 16;
+    const Matrix<T> Q = random_matrix<T>(n, d, 81), K = random_matrix<T>(n, d, 82),
+                    V = random_matrix<T>(n, dv, 83);
+    for (const Kernel& kernel : tested_kernels) {
+      for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+        for (auto method : {PinvMethod::exact, PinvMethod::razavi, PinvMethod::newton_schulz}) {
+          CAPTURE(kernel.label());
+          CAPTURE(to_string(stabilization));
+          CAPTURE(to_string(method));
+          const NystromOptions options = nystrom_options(kernel, m, stabilization, method);
+          const NystromFactors<T> factors = generalized_nystrom<T>(Q, K, options);
+          const Matrix<T> cpu = nystrom_attention<T>(factors, V);
+          const Matrix<T> gpu = nystrom_attention<T>(Device::cuda, Q, K, V, options);
+          const double amplification =
+              condition_number<T>(factors.core) *
+              (1 + kernel.exponent_block<T>(Q, K).template cast<double>().cwiseAbs().maxCoeff());
+          CHECK(relative_difference(gpu, cpu) <= tolerance<T>(n, amplification));
+        }
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE("GPU Nyström is exact when rank(G_A) = rank(G̃) (Corollary 2.2)", T, float, double) {
+    skip_without_gpu();
+    // N tokens, each a copy of one of m distinct tokens: G has rank m, and the first copies as landmarks give
+    // rank(G_A) = m, so Ĝ = G and Ô = O up to rounding.
+    const Index n = 240, d = 4, m = 6, dv = 3;
+    const Matrix<T> distinct_q = random_matrix<T>(m, d, 91), distinct_k = random_matrix<T>(m, d, 92);
+    Matrix<T> Q(n, d), K(n, d);
+    for (Index i = 0; i < n; ++i) {
+      Q.row(i) = distinct_q.row(i % m);
+      K.row(i) = distinct_k.row((i * 5) % m);
+    }
+    const Matrix<T> V = random_matrix<T>(n, dv, 93);
+    NystromOptions options =
+        nystrom_options(Kernel::exponential(0.5), m, Stabilization::row_max, PinvMethod::exact);
+    options.landmarks.strategy = LandmarkStrategy::given;
+    for (Index i = 0; i < m; ++i) options.landmarks.q_indices.push_back(i);
+    const NystromFactors<T> factors = generalized_nystrom<T>(Device::cuda, Q, K, options);
+    REQUIRE(factors.pinv.rank == m);
+    const double condition = condition_number<T>(factors.core);
+    const Vector<T> x = random_matrix<T>(n, 1, 94);
+    Vector<T> error(n), product(n);
+    error_operator<T>(Device::cuda, Q, K, factors).perform_op(x.data(), error.data());
+    kernel_operator<T>(Device::cuda, Q, K, options.kernel).perform_op(x.data(), product.data());
+    CHECK(error.template cast<double>().norm() <=
+          tolerance<T>(n, condition) * product.template cast<double>().norm());
+    const Matrix<T> exact = exact_attention<T>(Device::cuda, Q, K, V, options.kernel);
+    CHECK(relative_difference(nystrom_attention<T>(Device::cuda, Q, K, V, options), exact) <=
+          tolerance<T>(n, condition));
+  }
+
+  TEST_CASE_TEMPLATE("GPU matrix-free operators equal dense products, transposes included", T, float,
+                     double) {
+    skip_without_gpu();
+    const Index n = 150, d = 8;
+    const Matrix<T> Q = random_matrix<T>(n, d, 101), K = random_matrix<T>(n, d, 102);
+    const Vector<T> x = random_matrix<T>(n, 1, 103);
+    const Vector<double> xd = x.template cast<double>();
+    for (const Kernel& kernel : tested_kernels) {
+      CAPTURE(kernel.label());
+      const NystromOptions options = nystrom_options(kernel, 10, Stabilization::row_max, PinvMethod::razavi);
+      const NystromFactors<T> factors = generalized_nystrom<T>(Q, K, options);
+      const Matrix<double> G = test::naive_kernel<T>(Q, K, kernel).template cast<double>();
+      const Matrix<double> E = G - factors.dense().template cast<double>();
+      const double amplification = exponent_amplification<T>(G.template cast<T>());
+      const double scale = G.norm() * xd.norm();
+      Vector<T> y(n);
+      const AnyOperator<T> g = kernel_operator<T>(Device::cuda, Q, K, kernel);
+      g.perform_op(x.data(), y.data());
+      CHECK((y.template cast<double>() - G * xd).norm() <= tolerance<T>(n, amplification) * scale);
+      g.perform_transpose_op(x.data(), y.data());
+      CHECK((y.template cast<double>() - G.transpose() * xd).norm() <=
+            tolerance<T>(n, amplification) * scale);
+      const AnyOperator<T> e = error_operator<T>(Device::cuda, Q, K, factors);
+      e.perform_op(x.data(), y.data());
+      CHECK((y.template cast<double>() - E * xd).norm() <= tolerance<T>(n, amplification) * scale);
+      e.perform_transpose_op(x.data(), y.data());
+      CHECK((y.template cast<double>() - E.transpose() * xd).norm() <=
+            tolerance<T>(n, amplification) * scale);
+    }
+  }
+}

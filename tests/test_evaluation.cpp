@@ -1,0 +1,158 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "nystrom/attention.hpp"
+#include "nystrom/evaluation.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+Head<double> small_head(Index n, Index d, Index dv, std::uint64_t seed) {
+  Head<double> head;
+  head.q = random_matrix<double>(n, d, seed, 0.8);
+  head.k = random_matrix<double>(n, d, seed + 1, 0.8);
+  head.v = random_matrix<double>(n, dv, seed + 2);
+  return head;
+}
+
+/// Relative closeness of two doubles (both NaN counts as equal).
+bool close(double actual, double expected, double tol) {
+  if (std::isnan(expected)) return std::isnan(actual);
+  return std::abs(actual - expected) <= tol * std::max(std::abs(expected), 1e-300);
+}
+
+}  // namespace
+
+TEST_CASE("every PointResult column equals an independent dense computation") {
+  const Head<double> head = small_head(96, 8, 4, 5);
+  const Index m = 8;
+  for (const Kernel& kernel : {Kernel::exponential(1 / std::sqrt(8.0)), Kernel::laplacian(4.0)}) {
+    NystromOptions options;
+    options.kernel = kernel;
+    options.landmarks.count = m;
+    options.stabilization = Stabilization::row_max;
+    const EvaluationOptions evaluation;
+    const HeadReference<double> reference = make_reference(head, kernel, evaluation);
+    const PointResult point = evaluate_nystrom(head, reference, options, evaluation);
+    CAPTURE(kernel.label());
+
+    // The oracle: naive kernel blocks, JacobiSVD pseudoinverse and norms, softmax attention in double.
+    const Landmarks<double> marks = select_landmarks<double>(head.q, head.k, options.landmarks);
+    const Matrix<double> G = naive_kernel<double>(head.q, head.k, kernel);
+    const Matrix<double> GA = naive_kernel<double>(marks.q, marks.k, kernel);
+    const Matrix<double> GL = naive_kernel<double>(head.q, marks.k, kernel);
+    const Matrix<double> GU = naive_kernel<double>(marks.q, head.k, kernel);
+    const Matrix<double> Ghat = GL * dense_pinv(GA, 1e-15) * GU;
+    const Matrix<double> E = G - Ghat;
+    const double error2 = Eigen::JacobiSVD<Matrix<double>>(E).singularValues()(0);
+    const double g2 = Eigen::JacobiSVD<Matrix<double>>(G).singularValues()(0);
+    Matrix<double> extended(96 + m, 96 + m);
+    extended << GA, GU, GL, G;
+    const Vector<double> sigma = Eigen::JacobiSVD<Matrix<double>>(extended).singularValues();
+    const double a = Eigen::JacobiSVD<Matrix<double>>(GA).singularValues()(m - 1);
+    const Matrix<double> O = ((G * head.v).array().colwise() / G.rowwise().sum().array()).matrix();
+    const Matrix<double> Ohat = ((Ghat * head.v).array().colwise() / Ghat.rowwise().sum().array()).matrix();
+    const Matrix<double> GAinv = GA.inverse();
+    const double K = (1 + Eigen::JacobiSVD<Matrix<double>>(GL * GAinv).singularValues()(0)) *
+                     (1 + Eigen::JacobiSVD<Matrix<double>>(GAinv * GU).singularValues()(0));
+    const double cond = Eigen::JacobiSVD<Matrix<double>>(GA).singularValues()(0) / a;
+    const double tol = 1e-13 * cond;
+
+    CHECK_FALSE(point.matrix_free);
+    CHECK(close(reference.g_norm2, g2, 1e-12));
+    CHECK(close(point.spectral_error, error2, tol * g2 / error2));
+    CHECK(close(point.relative_spectral_error, error2 / g2, tol * g2 / error2));
+    CHECK(close(point.frobenius_error, E.norm(), tol * G.norm() / E.norm()));
+    CHECK(close(point.output_relative_error, (O - Ohat).norm() / O.norm(), 1e-6));
+    CHECK(close(point.output_max_error, (O - Ohat).cwiseAbs().maxCoeff(), 1e-6));
+    CHECK(close(point.output_mean_abs_error, (O - Ohat).cwiseAbs().mean(), 1e-6));
+    CHECK(close(point.sigma1_ext, sigma(0), 1e-12));
+    CHECK(close(point.sigma_m1_ext, sigma(m), 1e-10));
+    CHECK(close(point.sigma_m_core, a, 1e-10 * cond));
+    CHECK(close(point.theorem3_k, K, 1e-10 * cond * cond));
+    const BoundReport bounds = evaluate_bounds({sigma(0), sigma(m), a, error2, K});
+    CHECK(close(point.bound_ratio, bounds.ratio, 1e-9 * cond));
+    CHECK(close(point.theorem1_bound, bounds.theorem1, 1e-9 * cond));
+    CHECK(close(point.theorem2_bound, bounds.theorem2, 1e-9 * cond));
+    CHECK(close(point.theorem3_bound, bounds.theorem3, 1e-9 * cond * cond));
+    CHECK(close(point.c_emp, bounds.c_emp, 1e-9 * cond));
+    CHECK(close(point.c_emp_normalized, bounds.c_emp_normalized, 1e-9 * cond));
+    CHECK(point.bounds_hold == bounds.holds());
+    CHECK(point.pinv_status == "converged");
+    CHECK(point.pinv_residual <= 1e-10 * cond);
+    CHECK(point.seconds > 0);
+  }
+}
+
+TEST_CASE("the matrix-free and Lanczos paths agree with the dense path") {
+  const Head<double> head = small_head(120, 6, 3, 9);
+  NystromOptions options;
+  options.kernel = Kernel::exponential(0.4);
+  options.landmarks.count = 6;
+  EvaluationOptions dense;
+  const auto reference = make_reference(head, options.kernel, dense);
+  const PointResult expected = evaluate_nystrom(head, reference, options, dense);
+  EvaluationOptions lanczos;
+  lanczos.dense_svd_limit = 0;
+  const PointResult by_lanczos = evaluate_nystrom(head, reference, options, lanczos);
+  EvaluationOptions free;
+  free.force_matrix_free = true;
+  free.dense_svd_limit = 0;
+  free.panel_rows = 32;
+  const auto free_reference = make_reference(head, options.kernel, free);
+  const PointResult matrix_free = evaluate_nystrom(head, free_reference, options, free);
+  CHECK(matrix_free.matrix_free);
+  CHECK(free_reference.g.size() == 0);
+  CHECK(close(free_reference.g_norm2, reference.g_norm2, 1e-10));
+  for (const PointResult* p : {&by_lanczos, &matrix_free}) {
+    CHECK(close(p->spectral_error, expected.spectral_error, 1e-9));
+    CHECK(close(p->frobenius_error, expected.frobenius_error, 1e-10));
+    CHECK(close(p->output_relative_error, expected.output_relative_error, 1e-10));
+    CHECK(close(p->sigma1_ext, expected.sigma1_ext, 1e-10));
+    // σ_{m+1}(G̃) by Lanczos on G̃ᵀG̃ carries an absolute error of about eps·σ₁²/σ_{m+1}.
+    CHECK(std::abs(p->sigma_m1_ext - expected.sigma_m1_ext) <=
+          1e-12 * expected.sigma1_ext * expected.sigma1_ext / expected.sigma_m1_ext);
+  }
+  // Precomputed landmark terms are used as given.
+  LandmarkTerms terms =
+      landmark_terms(head, reference, generalized_nystrom<double>(head.q, head.k, options), dense);
+  terms.theorem3_k = 123;
+  CHECK(evaluate_nystrom(head, reference, options, dense, &terms).theorem3_k == 123);
+}
+
+TEST_CASE("float heads are evaluated to float accuracy") {
+  const Head<double> h = small_head(64, 4, 2, 13);
+  Head<float> head{h.q.cast<float>(), h.k.cast<float>(), h.v.cast<float>(), {8, 8}};
+  NystromOptions options;
+  options.kernel = Kernel::laplacian(4.0);
+  options.landmarks.count = 4;
+  const auto reference = make_reference(head, options.kernel, {});
+  const PointResult single = evaluate_nystrom(head, reference, options, {});
+  const PointResult twice = evaluate_nystrom(h, make_reference(h, options.kernel, {}), options, {});
+  CHECK(close(single.spectral_error, twice.spectral_error, 1e-3));
+  CHECK(close(single.sigma_m_core, twice.sigma_m_core, 1e-4));
+}
+
+TEST_CASE("bad heads and options throw naming the value") {
+  Head<double> head = small_head(20, 4, 2, 17);
+  head.k = random_matrix<double>(20, 5, 1);
+  CHECK(throws_naming([&] { head.validate("head 3"); }, "head 3"));
+  head = small_head(20, 4, 2, 17);
+  head.window = {3, 5};
+  CHECK(throws_naming([&] { head.validate("h"); }, "3x5"));
+  head = small_head(20, 4, 2, 17);
+  head.v(0, 0) = NAN;
+  CHECK(throws_naming([&] { make_reference(head, Kernel::exponential(0.5), {}); }, "V"));
+  head = small_head(20, 4, 2, 17);
+  EvaluationOptions options;
+  options.memory_budget = 0;
+  CHECK(throws_naming([&] { make_reference(head, Kernel::exponential(0.5), options); }, "memory_budget = 0"));
+  NystromOptions nystrom;
+  nystrom.kernel = Kernel::laplacian(2);
+  const auto reference = make_reference(head, Kernel::exponential(0.5), {});
+  CHECK(throws_naming([&] { evaluate_nystrom(head, reference, nystrom, {}); }, "laplacian"));
+}

@@ -1,0 +1,196 @@
+/// Matrix-free kernel passes and operators (matrix_free.hpp) against slow dense oracles in double: naive
+/// kernel entries straight from MATH.md §1, Ĝ = diag(exp(l)) L Z U formed densely, and full SVDs.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "nystrom/matrix_free.hpp"
+#include "test_support.hpp"
+
+namespace nystrom::test {
+namespace {
+
+/// Tokens whose entries are multiples of 1/8 (|x| ≲ 4): with a power-of-two kernel parameter every logit and
+/// every L1 distance is exact in float, so float inputs must reproduce the double oracle to double accuracy.
+template <class T>
+Matrix<T> dyadic_tokens(Index n, Index d, std::uint64_t seed) {
+  return (random_matrix<double>(n, d, seed).array() * 8.0).round().matrix().template cast<T>() / T(8);
+}
+
+/// The dense Ĝ = diag(exp(l)) · L · Z · U of MATH.md §2 in double from the factors as stored.
+template <class T>
+Matrix<double> dense_approximation(const NystromFactors<T>& f) {
+  const Vector<double> scale = f.left_log_scale.template cast<double>().array().exp();
+  return scale.asDiagonal() * f.left.template cast<double>() * f.pinv.z.template cast<double>() *
+         f.upper.template cast<double>();
+}
+
+/// Largest singular values of a dense matrix in double.
+Vector<double> dense_singular_values(const Matrix<double>& a) {
+  return Eigen::BDCSVD<Matrix<double>>(a).singularValues();
+}
+
+/// Nyström factors with m landmarks by segment means, row-max stabilized, exact pseudoinverse.
+template <class T>
+NystromFactors<T> factors_for(const Matrix<T>& Q, const Matrix<T>& K, const Kernel& kernel, Index m) {
+  NystromOptions options;
+  options.kernel = kernel;
+  options.landmarks.count = m;
+  return generalized_nystrom<T>(Q, K, options);
+}
+
+/// Small tiles that do not divide the sizes, so ragged panels, padded register blocks and column tails all
+/// run.
+MatrixFreeOptions ragged_tiling() {
+  return {.panel_rows = 40, .tile_cols = 100};
+}
+
+const Kernel kExponential16 = Kernel::exponential(0.25);  // s = 1/√16
+const Kernel kLaplacian = Kernel::laplacian(4.0);         // LaplacianFormer's λ = 4
+
+template <class T>
+void check_norms(const Kernel& kernel, Index n, Index d, Index m) {
+  const Matrix<T> Q = dyadic_tokens<T>(n, d, 11), K = dyadic_tokens<T>(n, d, 12);
+  const Matrix<double> g = naive_kernel<double>(Q.template cast<double>(), K.template cast<double>(), kernel);
+  const NystromFactors<T> factors = factors_for(Q, K, kernel, m);
+  const Vector<double> sigma_g = dense_singular_values(g);
+  const Vector<double> sigma_e = dense_singular_values(g - dense_approximation(factors));
+  REQUIRE(sigma_e(0) > 1e-6 * sigma_g(0));  // a nontrivial error, so the comparison means something
+
+  const SpectralResult error = matrix_free_error_norm<T>(Q, K, factors, kernel, {}, ragged_tiling());
+  REQUIRE(error.converged);
+  CHECK(std::abs(error.values(0) - sigma_e(0)) <= 1e-9 * sigma_e(0));
+
+  const SpectralResult norm = matrix_free_kernel_norm<T>(Q, K, kernel, {}, ragged_tiling());
+  REQUIRE(norm.converged);
+  CHECK(std::abs(norm.values(0) - sigma_g(0)) <= 1e-9 * sigma_g(0));
+
+  const Index k = 6;
+  const SpectralResult top = matrix_free_top_singular_values<T>(Q, K, kernel, k, {}, ragged_tiling());
+  REQUIRE(top.converged);
+  REQUIRE(top.values.size() == k);
+  for (Index i = 0; i < k; ++i) CHECK(std::abs(top.values(i) - sigma_g(i)) <= 1e-9 * sigma_g(0));
+}
+
+template <class T>
+void check_products(const Kernel& kernel, Index rows, Index cols, Index d) {
+  const Matrix<T> X = dyadic_tokens<T>(rows, d, 21), Y = dyadic_tokens<T>(cols, d, 22);
+  const Matrix<double> g = naive_kernel<double>(X.template cast<double>(), Y.template cast<double>(), kernel);
+  const MatrixFreeOperator<T> op(X, Y, kernel, ragged_tiling());
+  const double tol = 1e-13;
+
+  const KernelPasses<T> passes(X, Y, kernel, ragged_tiling());
+  CHECK(relative_difference(passes.tile(0, rows, 0, cols), g) <= tol);
+  CHECK(relative_difference(passes.tile(17, 33, 5, 70), g.block(17, 5, 33, 70)) <= tol);
+
+  const Vector<double> x = random_matrix<double>(cols, 1, 31), u = random_matrix<double>(rows, 1, 32);
+  Vector<double> y(rows), z(cols), inner(cols), outer(rows), augmented(rows + cols), stacked(rows + cols);
+  op.perform_op(x.data(), y.data());
+  op.perform_transpose_op(u.data(), z.data());
+  op.perform_inner_gram_op(x.data(), inner.data());
+  op.perform_outer_gram_op(u.data(), outer.data());
+  stacked << u, x;
+  op.perform_augmented_op(stacked.data(), augmented.data());
+  CHECK(relative_difference(y, g * x) <= tol);
+  CHECK(relative_difference(z, g.transpose() * u) <= tol);
+  CHECK(relative_difference(inner, g.transpose() * (g * x)) <= tol);
+  CHECK(relative_difference(outer, g * (g.transpose() * u)) <= tol);
+  CHECK(relative_difference(augmented.head(rows), g * x) <= tol);
+  CHECK(relative_difference(augmented.tail(cols), g.transpose() * u) <= tol);
+  CHECK(op.passes() == 5);  // every product above is a single kernel pass
+}
+
+}  // namespace
+
+TEST_CASE(
+    "matrix-free kernel tiles and one-pass products equal the dense kernel (rectangular, ragged tiles)") {
+  for (const Kernel& kernel : {kExponential16, kLaplacian, Kernel::gaussian(2.0)}) {
+    CAPTURE(kernel.label());
+    check_products<double>(kernel, 130, 97, 16);
+    check_products<float>(kernel, 130, 97, 16);
+  }
+}
+
+TEST_CASE("matrix-free error products E = G - Ghat equal the dense E") {
+  const Index n = 300, d = 16, m = 12;
+  for (const Kernel& kernel : {kExponential16, kLaplacian}) {
+    CAPTURE(kernel.label());
+    const Matrix<double> Q = dyadic_tokens<double>(n, d, 41), K = dyadic_tokens<double>(n, d, 42);
+    const NystromFactors<double> factors = factors_for(Q, K, kernel, m);
+    const Matrix<double> e = naive_kernel<double>(Q, K, kernel) - dense_approximation(factors);
+    const MatrixFreeOperator<double> op(Q, K, kernel, factors, ragged_tiling());
+    const Vector<double> x = random_matrix<double>(n, 1, 43);
+    Vector<double> y(n), z(n), inner(n), outer(n), augmented(2 * n), stacked(2 * n);
+    op.perform_op(x.data(), y.data());
+    op.perform_transpose_op(x.data(), z.data());
+    op.perform_inner_gram_op(x.data(), inner.data());
+    op.perform_outer_gram_op(x.data(), outer.data());
+    stacked << x, x;
+    op.perform_augmented_op(stacked.data(), augmented.data());
+    const double tol = 1e-12;
+    CHECK(relative_difference(y, e * x) <= tol);
+    CHECK(relative_difference(z, e.transpose() * x) <= tol);
+    CHECK(relative_difference(inner, e.transpose() * (e * x)) <= tol);
+    CHECK(relative_difference(outer, e * (e.transpose() * x)) <= tol);
+    CHECK(relative_difference(augmented, (Vector<double>(2 * n) << e * x, e.transpose() * x).finished()) <=
+          tol);
+  }
+}
+
+TEST_CASE("matrix-free ||G - Ghat||_2, ||G||_2 and top-k of G equal dense SVDs to 1e-9 (exponential)") {
+  check_norms<double>(kExponential16, 640, 16, 16);
+  check_norms<float>(kExponential16, 640, 16, 16);
+}
+
+TEST_CASE("matrix-free ||G - Ghat||_2, ||G||_2 and top-k of G equal dense SVDs to 1e-9 (Laplacian)") {
+  check_norms<double>(kLaplacian, 640, 16, 16);
+  check_norms<float>(kLaplacian, 640, 16, 16);
+}
+
+TEST_CASE("the augmented operator gives the same norm as the fused Gram Lanczos") {
+  const Matrix<double> Q = dyadic_tokens<double>(400, 16, 51), K = dyadic_tokens<double>(400, 16, 52);
+  const NystromFactors<double> factors = factors_for(Q, K, kExponential16, 8);
+  const double dense =
+      dense_singular_values(naive_kernel<double>(Q, K, kExponential16) - dense_approximation(factors))(0);
+  const MatrixFreeOperator<double> op(Q, K, kExponential16, factors);
+  const SpectralResult augmented = augmented_spectral_norm(op);
+  REQUIRE(augmented.converged);
+  CHECK(std::abs(augmented.values(0) - dense) <= 1e-9 * dense);
+}
+
+TEST_CASE("float inputs of general values: logits rounded in float, accumulation in double (Weyl bound)") {
+  // Entries differ from the double oracle by the float rounding of the exponent φ only: |ΔG_ij| ≲
+  // c·d·eps·|φ_ij|·G_ij, so by Weyl |σ₁(mf) − σ₁(dense)| ≤ ‖ΔG‖_F ≤ c·d·eps·max|φ|·‖G‖_F (c = 4 covers the
+  // GEMM and exp roundings).
+  const Index n = 500, d = 16;
+  const Matrix<float> Q = random_matrix<float>(n, d, 61), K = random_matrix<float>(n, d, 62);
+  for (const Kernel& kernel : {kExponential16, kLaplacian}) {
+    CAPTURE(kernel.label());
+    const Matrix<double> phi = kernel.exponent_block<double>(Q.cast<double>(), K.cast<double>());
+    const Matrix<double> g = phi.array().exp().matrix();
+    const double bound =
+        4.0 * d * std::numeric_limits<float>::epsilon() * phi.cwiseAbs().maxCoeff() * g.norm();
+    const SpectralResult norm = matrix_free_kernel_norm<float>(Q, K, kernel);
+    REQUIRE(norm.converged);
+    CHECK(std::abs(norm.values(0) - dense_singular_values(g)(0)) <= bound);
+  }
+}
+
+TEST_CASE("matrix-free bad inputs name the value") {
+  const Matrix<double> Q = random_matrix<double>(20, 4, 1), K = random_matrix<double>(20, 4, 2);
+  const Matrix<double> K3 = random_matrix<double>(20, 3, 3);
+  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K, kExponential16, {.panel_rows = 0}); },
+                      "panel_rows = 0"));
+  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K, kExponential16, {.tile_cols = -3}); },
+                      "tile_cols = -3"));
+  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K3, kExponential16); }, "d = 4 and 3"));
+  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K, Kernel::laplacian(-1)); }, "-1"));
+  Matrix<double> bad = Q;
+  bad(3, 2) = std::nan("");
+  CHECK(throws_naming([&] { MatrixFreeOperator<double>(bad, K, kExponential16); }, "X"));
+  const Matrix<double> Q30 = random_matrix<double>(30, 4, 4);
+  const NystromFactors<double> factors = factors_for(Q30, Q30, kExponential16, 4);
+  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K, kExponential16, factors); }, "30x30"));
+}
+
+}  // namespace nystrom::test

@@ -1,0 +1,198 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "nystrom/nystrom.hpp"
+#include "nystrom/spectral.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+/// Options for generalized Nyström with segment means, the exact pseudoinverse and the given stabilization.
+NystromOptions options_for(const Kernel& kernel, Index m, Stabilization stabilization) {
+  NystromOptions options;
+  options.kernel = kernel;
+  options.landmarks.strategy = LandmarkStrategy::segment_means;
+  options.landmarks.count = m;
+  options.stabilization = stabilization;
+  return options;
+}
+
+/// Tokens constant on m contiguous blocks of N/m rows (N divisible by m): rank(G̃) = m with segment means.
+template <class T>
+Matrix<T> blockwise_constant(Index n, Index d, Index m, std::uint64_t seed) {
+  const Matrix<T> values = random_matrix<T>(m, d, seed);
+  Matrix<T> out(n, d);
+  for (Index i = 0; i < n; ++i) out.row(i) = values.row(i / (n / m));
+  return out;
+}
+
+/// The oracle Ĝ = G_L G_A⁺ G_U from naive kernel blocks and a JacobiSVD pseudoinverse, in double.
+Matrix<double> naive_nystrom(const Matrix<double>& Q, const Matrix<double>& K, const Matrix<double>& Qbar,
+                             const Matrix<double>& Kbar, const Kernel& kernel) {
+  const Matrix<double> core = naive_kernel<double>(Qbar, Kbar, kernel);
+  return naive_kernel<double>(Q, Kbar, kernel) * dense_pinv(core, 1e-15) *
+         naive_kernel<double>(Qbar, K, kernel);
+}
+
+/// The condition number σ₁/σ_m of a square matrix (JacobiSVD in double).
+double condition(const Matrix<double>& a) {
+  const Vector<double> s = Eigen::JacobiSVD<Matrix<double>>(a).singularValues();
+  return s(0) / s(s.size() - 1);
+}
+
+}  // namespace
+
+TEST_CASE("stabilization names round-trip and unknown names throw") {
+  for (auto s : {Stabilization::none, Stabilization::row_max, Stabilization::clamped})
+    CHECK(stabilization_from_string(to_string(s)) == s);
+  CHECK(throws_naming([] { stabilization_from_string("rowmax"); }, "rowmax"));
+}
+
+TEST_CASE("Corollary 2.2: blockwise-constant tokens with segment means are recovered exactly") {
+  const Index n = 96, d = 6, m = 8;
+  const Matrix<double> Q = blockwise_constant<double>(n, d, m, 11);
+  const Matrix<double> K = blockwise_constant<double>(n, d, m, 12);
+  for (const Kernel& kernel : {Kernel::exponential(0.4), Kernel::laplacian(4.0)}) {
+    for (auto stabilization : {Stabilization::none, Stabilization::row_max}) {
+      CAPTURE(kernel.label());
+      CAPTURE(to_string(stabilization));
+      const auto f = generalized_nystrom<double>(Q, K, options_for(kernel, m, stabilization));
+      const Matrix<double> G = naive_kernel<double>(Q, K, kernel);
+      const Matrix<double> E = G - f.dense();
+      CHECK(singular_values<double>(E)(0) / singular_values<double>(G)(0) <= 1e-10);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("Ĝ.dense() equals G_L G_A⁺ G_U computed naively", T, float, double) {
+  const Index n = 80, d = 8, m = 6;
+  const Matrix<T> Q = random_matrix<T>(n, d, 21, 0.7);
+  const Matrix<T> K = random_matrix<T>(n, d, 22, 0.7);
+  for (const Kernel& kernel : {Kernel::exponential(0.35), Kernel::laplacian(4.0), Kernel::gaussian(2.0)}) {
+    for (auto stabilization : {Stabilization::none, Stabilization::row_max}) {
+      CAPTURE(kernel.label());
+      CAPTURE(to_string(stabilization));
+      const auto f = generalized_nystrom<T>(Q, K, options_for(kernel, m, stabilization));
+      const Matrix<double> core = naive_kernel<double>(f.landmarks.q.template cast<double>(),
+                                                       f.landmarks.k.template cast<double>(), kernel);
+      const Matrix<double> expected =
+          naive_nystrom(Q.template cast<double>(), K.template cast<double>(),
+                        f.landmarks.q.template cast<double>(), f.landmarks.k.template cast<double>(), kernel);
+      CHECK(relative_difference(f.dense(), expected) <= tolerance<T>(n) * condition(core));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("apply and apply_transpose equal the dense products", T, float, double) {
+  const Index n = 70, d = 5, m = 7;
+  const Matrix<T> Q = random_matrix<T>(n, d, 31);
+  const Matrix<T> K = random_matrix<T>(n, d, 32);
+  const Vector<T> x = random_matrix<T>(n, 1, 33);
+  for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+    CAPTURE(to_string(stabilization));
+    const auto f = generalized_nystrom<T>(Q, K, options_for(Kernel::exponential(0.45), m, stabilization));
+    const Matrix<T> dense = f.dense();
+    Vector<T> y(n), z(n);
+    f.apply(x.data(), y.data());
+    f.apply_transpose(x.data(), z.data());
+    // The two orders of evaluation differ by rounding amplified by the conditioning of the core.
+    const double tol = tolerance<T>(n * m) * condition(f.core.template cast<double>());
+    CHECK(relative_difference(y, dense * x) <= tol);
+    CHECK(relative_difference(z, dense.transpose() * x) <= tol);
+  }
+}
+
+TEST_CASE("row-max stabilized and unstabilized outputs agree for a nonsingular G_A") {
+  const Index n = 128, d = 8, dv = 5, m = 8;
+  const Matrix<double> Q = random_matrix<double>(n, d, 41, 2.0);  // logits of order 10: M_L, M_U matter
+  const Matrix<double> K = random_matrix<double>(n, d, 42, 2.0);
+  const Matrix<double> V = random_matrix<double>(n, dv, 43);
+  const Kernel kernel = Kernel::exponential(1.0 / std::sqrt(8.0));
+  const auto plain = generalized_nystrom<double>(Q, K, options_for(kernel, m, Stabilization::none));
+  const auto scaled = generalized_nystrom<double>(Q, K, options_for(kernel, m, Stabilization::row_max));
+  CAPTURE(condition(plain.core));
+  REQUIRE(condition(plain.core) < 1e4);
+  CHECK(relative_difference(nystrom_attention<double>(scaled, V), nystrom_attention<double>(plain, V)) <=
+        1e-10);
+  CHECK(relative_difference(scaled.dense(), plain.dense()) <= 1e-10);
+  // The scaled factors are bounded by 1 in the rows that define the scales (PnP-Nystra eq. (8)).
+  CHECK(scaled.left.maxCoeff() <= 1.0 + 1e-15);
+  CHECK(scaled.upper.maxCoeff() <= 1.0 + 1e-15);
+}
+
+TEST_CASE_TEMPLATE("nystrom_attention equals (Ĝ V) ⊘ (Ĝ 1) from the dense Ĝ", T, float, double) {
+  const Index n = 90, d = 6, dv = 4, m = 9;
+  const Matrix<T> Q = random_matrix<T>(n, d, 51);
+  const Matrix<T> K = random_matrix<T>(n, d, 52);
+  const Matrix<T> V = random_matrix<T>(n, dv, 53);
+  for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+    CAPTURE(to_string(stabilization));
+    const auto f = generalized_nystrom<T>(Q, K, options_for(Kernel::exponential(0.4), m, stabilization));
+    const Matrix<double> G = f.dense().template cast<double>();
+    Vector<double> rowsum = G.rowwise().sum();
+    if (stabilization == Stabilization::clamped) rowsum.array() += 1e-12;
+    const Matrix<double> expected =
+        ((G * V.template cast<double>()).array().colwise() / rowsum.array()).matrix();
+    CHECK(relative_difference(nystrom_attention<T>(f, V), expected) <=
+          tolerance<T>(n * m) * condition(f.core.template cast<double>()));
+  }
+}
+
+TEST_CASE("clamped variant uses exp(min(x,5)) + max(x-5,0) in all three blocks") {
+  const Index n = 40, d = 4, m = 4;
+  const Matrix<double> Q = random_matrix<double>(n, d, 61, 3.0);  // large logits reach the clamp
+  const Matrix<double> K = random_matrix<double>(n, d, 62, 3.0);
+  const Kernel kernel = Kernel::exponential(1.0);
+  const auto f = generalized_nystrom<double>(Q, K, options_for(kernel, m, Stabilization::clamped));
+  const auto clamp = [](double x) { return std::exp(std::min(x, 5.0)) + std::max(x - 5.0, 0.0); };
+  const auto naive_clamped = [&](const Matrix<double>& X, const Matrix<double>& Y) {
+    return naive_kernel<double>(X, Y, kernel).unaryExpr([&](double g) { return clamp(std::log(g)); }).eval();
+  };
+  CHECK((Q * K.transpose()).maxCoeff() > 5.0);
+  CHECK(relative_difference(f.left, naive_clamped(Q, f.landmarks.k)) <= 1e-13);
+  CHECK(relative_difference(f.core, naive_clamped(f.landmarks.q, f.landmarks.k)) <= 1e-13);
+  CHECK(relative_difference(f.upper, naive_clamped(f.landmarks.q, K)) <= 1e-13);
+  CHECK(f.left_log_scale.isZero());
+}
+
+TEST_CASE("symmetric Nyström equals C W⁺ Cᵀ and is exact on blockwise-constant symmetric tokens") {
+  const Index n = 64, d = 5, m = 8;
+  const Kernel kernel = Kernel::laplacian(4.0);
+  const Matrix<double> X = random_matrix<double>(n, d, 71);
+  auto options = options_for(kernel, m, Stabilization::none);
+  const auto f = symmetric_nystrom<double>(X, X, options);
+  const Matrix<double> C = naive_kernel<double>(X, f.landmarks.k, kernel);
+  const Matrix<double> W = naive_kernel<double>(f.landmarks.q, f.landmarks.k, kernel);
+  CHECK(relative_difference(f.dense(), C * dense_pinv(W, 1e-15) * C.transpose()) <= 1e-10);
+  const Matrix<double> B = blockwise_constant<double>(n, d, m, 72);
+  const auto exact = symmetric_nystrom<double>(B, B, options);
+  CHECK(relative_difference(exact.dense(), naive_kernel<double>(B, B, kernel)) <= 1e-10);
+  options.stabilization = Stabilization::row_max;
+  CHECK(throws_naming([&] { symmetric_nystrom<double>(X, X, options); }, "row-max"));
+}
+
+TEST_CASE("bad arguments throw std::invalid_argument naming the value") {
+  const Matrix<double> Q = random_matrix<double>(20, 4, 81);
+  const Matrix<double> K = random_matrix<double>(20, 4, 82);
+  auto options = options_for(Kernel::exponential(0.5), 4, Stabilization::row_max);
+  auto with_m = options;
+  with_m.landmarks.count = 0;
+  CHECK_THROWS_AS(generalized_nystrom<double>(Q, K, with_m), std::invalid_argument);
+  with_m.landmarks.count = 21;
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K, with_m); }, "21"));
+  auto bad_lambda = options;
+  bad_lambda.kernel = Kernel::laplacian(-2.0);
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K, bad_lambda); }, "-2"));
+  const Matrix<double> K5 = random_matrix<double>(20, 5, 83);
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K5, options); }, "d = 5"));
+  Matrix<double> Qnan = Q;
+  Qnan(3, 2) = std::nan("");
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Qnan, K, options); }, "non-finite"));
+  const auto f = generalized_nystrom<double>(Q, K, options);
+  const Matrix<double> V = random_matrix<double>(19, 3, 84);
+  CHECK(throws_naming([&] { nystrom_attention<double>(f, V); }, "19"));
+}

@@ -1,0 +1,103 @@
+#include <doctest/doctest.h>
+
+#include "nystrom/operators.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+/// y = A x and y = Aᵀx through an operator's products.
+template <class Op, class T = typename Op::Scalar>
+Vector<T> forward(const Op& op, const Vector<T>& x) {
+  Vector<T> y(op.rows());
+  op.perform_op(x.data(), y.data());
+  return y;
+}
+template <class Op, class T = typename Op::Scalar>
+Vector<T> backward(const Op& op, const Vector<T>& x) {
+  Vector<T> y(op.cols());
+  op.perform_transpose_op(x.data(), y.data());
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("DenseOperator products and its one-pass A Aᵀ equal dense products", T, float, double) {
+  for (auto [rows, cols] : {std::pair<Index, Index>{300, 170}, {170, 300}, {1, 5}}) {
+    const Matrix<T> A = random_matrix<T>(rows, cols, 1);
+    const Vector<T> x = random_matrix<T>(cols, 1, 2), w = random_matrix<T>(rows, 1, 3);
+    const DenseOperator<T> op(A);
+    CHECK(relative_difference(forward(op, x), A * x) <= tolerance<T>(cols));
+    CHECK(relative_difference(backward(op, w), A.transpose() * w) <= tolerance<T>(rows));
+    Vector<T> gram(rows);
+    op.perform_outer_gram_op(w.data(), gram.data());
+    const Matrix<double> Ad = A.template cast<double>();
+    CHECK(relative_difference(gram, Ad * (Ad.transpose() * w.template cast<double>())) <=
+          tolerance<T>(rows * cols));
+  }
+}
+
+TEST_CASE_TEMPLATE("KernelOperator products equal dense kernel products, panel sizes included", T, float,
+                   double) {
+  const Index rows = 173, cols = 131, d = 6;
+  const Matrix<T> X = random_matrix<T>(rows, d, 11, 0.6), Y = random_matrix<T>(cols, d, 12, 0.6);
+  const Vector<T> x = random_matrix<T>(cols, 1, 13), w = random_matrix<T>(rows, 1, 14);
+  for (const Kernel& kernel : {Kernel::exponential(0.4), Kernel::laplacian(4.0), Kernel::gaussian(1.5)}) {
+    for (Index panel : {1, 16, 256}) {
+      CAPTURE(kernel.label());
+      CAPTURE(panel);
+      const KernelOperator<T> op(X, Y, kernel, panel);
+      const Matrix<double> G = naive_kernel<T>(X, Y, kernel).template cast<double>();
+      CHECK(relative_difference(forward(op, x), G * x.template cast<double>()) <= tolerance<T>(cols * d));
+      CHECK(relative_difference(backward(op, w), G.transpose() * w.template cast<double>()) <=
+            tolerance<T>(rows * d));
+      Vector<T> gram(cols);
+      op.perform_inner_gram_op(x.data(), gram.data());
+      CHECK(relative_difference(gram, G.transpose() * (G * x.template cast<double>())) <=
+            tolerance<T>(rows * cols * d));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("DifferenceOperator and NystromOperator equal G − Ĝ", T, float, double) {
+  const Index n = 120, d = 5;
+  const Matrix<T> Q = random_matrix<T>(n, d, 21), K = random_matrix<T>(n, d, 22);
+  NystromOptions options;
+  options.kernel = Kernel::exponential(0.4);
+  options.landmarks.count = 6;
+  const auto f = generalized_nystrom<T>(Q, K, options);
+  const KernelOperator<T> g(Q, K, options.kernel, 32);
+  const NystromOperator<T> approximation(f);
+  const DifferenceOperator<KernelOperator<T>, NystromOperator<T>> error(g, approximation);
+  const Matrix<double> E = (naive_kernel<T>(Q, K, options.kernel) - f.dense()).template cast<double>();
+  const Vector<T> x = random_matrix<T>(n, 1, 23);
+  const double scale = naive_kernel<T>(Q, K, options.kernel).template cast<double>().norm() / E.norm();
+  CHECK(relative_difference(forward(error, x), E * x.template cast<double>()) <= tolerance<T>(n * d) * scale);
+  CHECK(relative_difference(backward(error, x), E.transpose() * x.template cast<double>()) <=
+        tolerance<T>(n * d) * scale);
+  const Matrix<T> other(n, n + 1);
+  const DenseOperator<T> wrong(other);
+  CHECK(throws_naming([&] { DifferenceOperator<KernelOperator<T>, DenseOperator<T>>(g, wrong); }, "121"));
+}
+
+TEST_CASE("extended_kernel_operator is κ([Q̄; Q], [K̄; K])") {
+  const Index n = 50, d = 4, m = 5;
+  const Matrix<double> Q = random_matrix<double>(n, d, 31), K = random_matrix<double>(n, d, 32);
+  Landmarks<double> marks;
+  marks.q = random_matrix<double>(m, d, 33);
+  marks.k = random_matrix<double>(m, d, 34);
+  const Kernel kernel = Kernel::laplacian(2.0);
+  const KernelOperator<double> op = extended_kernel_operator<double>(Q, K, marks, kernel, 7);
+  REQUIRE(op.rows() == n + m);
+  Matrix<double> X(n + m, d), Y(n + m, d);
+  X << marks.q, Q;
+  Y << marks.k, K;
+  const Matrix<double> G = naive_kernel<double>(X, Y, kernel);
+  const Vector<double> x = random_matrix<double>(n + m, 1, 35);
+  CHECK(relative_difference(forward(op, x), G * x) <= tolerance<double>(n * d));
+  CHECK(throws_naming(
+      [] { KernelOperator<double>(Matrix<double>(3, 2), Matrix<double>(3, 4), Kernel::exponential(1)); },
+      "d = 2"));
+}

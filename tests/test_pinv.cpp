@@ -1,0 +1,280 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "nystrom/pinv.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+/// A random m×m matrix U·diag(σ)·Vᵀ with singular values spread evenly over [low, high] (U, V Haar-like
+/// orthogonal from QR of Gaussian matrices): non-symmetric with condition number high/low.
+template <class T>
+Matrix<T> conditioned_matrix(Index m, double low, double high, std::uint64_t seed) {
+  const Matrix<double> U =
+      Eigen::HouseholderQR<Matrix<double>>(random_matrix<double>(m, m, seed)).householderQ();
+  const Matrix<double> V =
+      Eigen::HouseholderQR<Matrix<double>>(random_matrix<double>(m, m, seed + 1)).householderQ();
+  const Vector<double> sigma = Vector<double>::LinSpaced(m, high, low);
+  return (U * sigma.asDiagonal() * V.transpose()).template cast<T>();
+}
+
+/// σ₁ of A by a full SVD in double (the oracle used to place α relative to the convergence ranges).
+template <class T>
+double largest_singular_value(const Matrix<T>& A) {
+  return Eigen::JacobiSVD<Matrix<double>>(A.template cast<double>()).singularValues()(0);
+}
+
+PinvOptions iterative(PinvMethod method, double alpha, int iterations, double tolerance = 0) {
+  PinvOptions options;
+  options.method = method;
+  options.alpha = alpha;
+  options.iterations = iterations;
+  options.tolerance = tolerance;
+  return options;
+}
+
+/// Tolerance on ‖Z − A⁺‖_F/‖A⁺‖_F after convergence: 1e-10 in double as the issue asks, the √m·eps scale in
+/// float.
+template <class T>
+double inverse_tolerance(Index m) {
+  return std::is_same_v<T, double> ? 1e-10 : 50 * tolerance<T>(m);
+}
+
+constexpr PinvMethod iterative_methods[] = {PinvMethod::razavi, PinvMethod::newton_schulz};
+
+}  // namespace
+
+TEST_CASE("pinv names round-trip") {
+  for (auto method : {PinvMethod::exact, PinvMethod::razavi, PinvMethod::newton_schulz})
+    CHECK(pinv_method_from_string(to_string(method)) == method);
+  CHECK(throws_naming([] { pinv_method_from_string("cholesky"); }, "cholesky"));
+  CHECK(to_string(PinvStatus::non_finite) == "non-finite");
+  CHECK(to_string(PinvStatus::diverged) == "diverged");
+}
+
+TEST_CASE_TEMPLATE("exact pinv equals the dense SVD pseudoinverse", T, float, double) {
+  const Index m = 16;
+  SUBCASE("full rank") {
+    const Matrix<T> A = random_matrix<T>(m, m, 1001);
+    const PinvResult<T> result = pseudoinverse<T>(A, PinvOptions{});
+    const Matrix<double> oracle =
+        dense_pinv(A.template cast<double>(), m * std::numeric_limits<T>::epsilon());
+    const double condition = largest_singular_value<T>(A) * oracle.norm();
+    CHECK(result.status == PinvStatus::converged);
+    CHECK(result.rank == m);
+    CHECK(result.alpha == 0);
+    CHECK(result.residuals.size() == 1);
+    CHECK(relative_difference(result.z, oracle) <= tolerance<T>(m) * condition);
+    CHECK(result.residual() <= tolerance<T>(m) * condition);
+  }
+  SUBCASE("rank deficient: the four Penrose conditions") {
+    const Matrix<T> A = random_low_rank<T>(m, m, 5, 1002);
+    const PinvResult<T> result = pseudoinverse<T>(A, PinvOptions{});
+    CHECK(result.rank == 5);
+    const Matrix<double> a = A.template cast<double>(), z = result.z.template cast<double>();
+    const Matrix<double> oracle = dense_pinv(a, m * std::numeric_limits<T>::epsilon());
+    const double condition =
+        largest_singular_value<T>(A) * Eigen::JacobiSVD<Matrix<double>>(oracle).singularValues()(0);
+    const double tol = tolerance<T>(m) * condition;
+    CHECK(relative_difference(a * z * a, a) <= tol);
+    CHECK(relative_difference(z * a * z, z) <= tol);
+    CHECK(relative_difference((a * z).transpose(), a * z) <= tol);
+    CHECK(relative_difference((z * a).transpose(), z * a) <= tol);
+    CHECK(relative_difference(z, oracle) <= tol);
+    // The residual ‖I − AZ‖_F of a rank-5 projector is √(m − 5).
+    CHECK(result.residual() == doctest::Approx(std::sqrt(double(m - 5))).epsilon(tol));
+  }
+  SUBCASE("a relative cut drops the small singular values") {
+    // Singular values 1..0.1 evenly; a cut at 0.5 keeps those > 0.5·σ₁.
+    const Matrix<T> A = conditioned_matrix<T>(m, 0.1, 1, 1003);
+    PinvOptions options;
+    options.tolerance = 0.5;
+    const PinvResult<T> result = pseudoinverse<T>(A, options);
+    const Matrix<double> oracle = dense_pinv(A.template cast<double>(), 0.5);
+    // σ_k = 1 − 0.06k: those above 0.5 are k = 0..8.
+    CHECK(result.rank == 9);
+    CHECK(relative_difference(result.z, oracle) <= tolerance<T>(m) * 20);
+  }
+  SUBCASE("the zero matrix has the zero pseudoinverse") {
+    const PinvResult<T> result = pseudoinverse<T>(Matrix<T>::Zero(4, 4), PinvOptions{});
+    CHECK(result.rank == 0);
+    CHECK(result.z.isZero(0));
+    CHECK(pseudoinverse<T>(Matrix<T>::Zero(4, 4), iterative(PinvMethod::razavi, 0, 3)).z.isZero(0));
+  }
+}
+
+TEST_CASE_TEMPLATE("Razavi and Newton-Schulz converge to the pseudoinverse for alpha inside the range", T,
+                   float, double) {
+  const Index m = 16;
+  const Matrix<T> A = conditioned_matrix<T>(m, 1, 3, 2001);
+  const double sigma1 = largest_singular_value<T>(A);
+  const Matrix<double> oracle = dense_pinv(A.template cast<double>(), 1e-12);
+  // Residual target: the rounding floor of ‖I − AZ‖ in T, with room.
+  const double target = std::is_same_v<T, double> ? 1e-13 : 10 * tolerance<T>(m);
+  for (PinvMethod method : iterative_methods) {
+    const double upper =
+        method == PinvMethod::razavi ? 3 : 2;  // monotone ranges: ασ₁² < 3 (Razavi), < 2 (N–S)
+    for (double fraction : {0.5, 0.9}) {
+      CAPTURE(to_string(method));
+      CAPTURE(fraction);
+      const double alpha = fraction * upper / (sigma1 * sigma1);
+      const PinvResult<T> result = pseudoinverse<T>(A, iterative(method, alpha, 60, target));
+      CHECK(result.status == PinvStatus::converged);
+      CHECK(result.alpha == alpha);
+      CHECK(result.iterations < 60);
+      CHECK(result.residuals.size() == static_cast<std::size_t>(result.iterations) + 1);
+      CHECK(result.residual() <= target);
+      CHECK(relative_difference(result.z, oracle) <= inverse_tolerance<T>(m));
+    }
+    // The default α is the per-matrix safe one and converges as well.
+    const PinvResult<T> safe = pseudoinverse<T>(A, iterative(method, 0, 60, target));
+    CHECK(safe.alpha == doctest::Approx(safe_alpha<T>(A)));
+    CHECK(safe.status == PinvStatus::converged);
+    CHECK(relative_difference(safe.z, oracle) <= inverse_tolerance<T>(m));
+  }
+}
+
+TEST_CASE_TEMPLATE("iterative pinv records one residual per iteration, decreasing for a well-conditioned A",
+                   T, float, double) {
+  const Matrix<T> A = conditioned_matrix<T>(12, 1, 2, 3001);
+  for (PinvMethod method : iterative_methods) {
+    CAPTURE(to_string(method));
+    const PinvResult<T> result = pseudoinverse<T>(A, iterative(method, 0, 4));
+    CHECK(result.status == PinvStatus::completed);
+    CHECK(result.iterations == 4);
+    REQUIRE(result.residuals.size() == 5);
+    for (std::size_t k = 1; k < result.residuals.size(); ++k)
+      CHECK(result.residuals[k] < result.residuals[k - 1]);
+    // Each entry is ‖I − AZ_k‖_F of the iterate it belongs to: recompute the last one from Z.
+    const Matrix<double> product = A.template cast<double>() * result.z.template cast<double>();
+    CHECK(result.residual() ==
+          doctest::Approx((Matrix<double>::Identity(12, 12) - product).norm()).epsilon(1e-12));
+    // The start is Z₀ = αAᵀ.
+    CHECK(result.residuals[0] ==
+          doctest::Approx((Matrix<double>::Identity(12, 12) -
+                           result.alpha * A.template cast<double>() * A.template cast<double>().transpose())
+                              .norm())
+              .epsilon(tolerance<T>(12) * 10));
+  }
+  // Newton–Schulz squares the residual matrix each step (I − AX_{k+1} = (I − AX_k)²), so
+  // ‖E_{k+1}‖_F ≤ ‖E_k‖_2·‖E_k‖_F ≤ ‖E_k‖_F².
+  const PinvResult<T> ns = pseudoinverse<T>(A, iterative(PinvMethod::newton_schulz, 0, 4));
+  for (std::size_t k = 1; k < ns.residuals.size(); ++k)
+    CHECK(ns.residuals[k] <= ns.residuals[k - 1] * ns.residuals[k - 1] * (1 + 100 * tolerance<T>(12)));
+}
+
+TEST_CASE_TEMPLATE("divergence is reported for alpha beyond the convergence range", T, float, double) {
+  const Index m = 16;
+  const Matrix<T> A = conditioned_matrix<T>(m, 1, 3, 4001);
+  const double sigma1 = largest_singular_value<T>(A);
+  struct Case {
+    PinvMethod method;
+    double alpha_sigma1_squared;
+  };
+  for (const Case c : {Case{PinvMethod::razavi, 4.5}, Case{PinvMethod::razavi, 6},
+                       Case{PinvMethod::razavi, 20}, Case{PinvMethod::newton_schulz, 2.2},
+                       Case{PinvMethod::newton_schulz, 3}, Case{PinvMethod::newton_schulz, 20}}) {
+    CAPTURE(to_string(c.method));
+    CAPTURE(c.alpha_sigma1_squared);
+    const PinvResult<T> result =
+        pseudoinverse<T>(A, iterative(c.method, c.alpha_sigma1_squared / (sigma1 * sigma1), 12));
+    CHECK(result.status == PinvStatus::diverged);
+    CHECK(result.iterations < 12);  // stopped early, before overflow
+    CHECK(std::isfinite(result.residual()));
+    CHECK(result.residual() > result.residuals[result.residuals.size() - 2]);
+  }
+  // An α so large that the iterate overflows: a status, not a crash.
+  const PinvResult<T> overflow = pseudoinverse<T>(A, iterative(PinvMethod::newton_schulz, 1e300, 5));
+  CHECK(overflow.status == PinvStatus::non_finite);
+}
+
+TEST_CASE("Razavi's scalar map: alpha*sigma1^2 slightly above 4 still converges") {
+  // Derived: I − AZ_{k+1} = ¼E³(3I + E) with E = I − AZ_k, so a direction with e = 1 − ασ² < −3 maps to a
+  // positive e; it diverges only when e³(3 + e)/4 > 1, i.e. ασ₁² ≳ 4.13. At ασ₁² = 4.05, e = −3.05 maps to
+  // 0.355 and converges. Other directions at ασ² ≤ 1.8, away from Razavi's slow region near ασ² = 3 (e = −2
+  // is a fixed point of the map).
+  const Matrix<double> A = (Vector<double>(6) << 3, 2, 1.75, 1.5, 1.25, 1).finished().asDiagonal();
+  const PinvResult<double> result =
+      pseudoinverse<double>(A, iterative(PinvMethod::razavi, 4.05 / 9, 30, 1e-13));
+  CHECK(result.status == PinvStatus::converged);
+  CHECK(relative_difference(result.z, Matrix<double>(A.inverse())) <= 1e-12);
+  const PinvResult<double> beyond =
+      pseudoinverse<double>(A, iterative(PinvMethod::razavi, 4.2 / 9, 30, 1e-13));
+  CHECK(beyond.status == PinvStatus::diverged);
+}
+
+TEST_CASE_TEMPLATE("Tikhonov and shift regularizations equal their closed forms", T, float, double) {
+  const Index m = 10;
+  // Singular (rank 6, entries of variance 1/6): only the regularized inverses exist; they have condition
+  // ≈ 20.
+  const Matrix<T> A = (random_low_rank<T>(m, m, 6, 5001) / T(6)).eval();
+  const Matrix<double> a = A.template cast<double>();
+  const double epsilon = 0.3;
+  const Matrix<double> identity = Matrix<double>::Identity(m, m);
+  SUBCASE("Tikhonov (AᵀA + εI)⁻¹Aᵀ") {
+    const Matrix<double> oracle =
+        (a.transpose() * a + epsilon * identity).partialPivLu().solve(a.transpose());
+    PinvOptions options;
+    options.tikhonov = epsilon;
+    CHECK(relative_difference(pseudoinverse<T>(A, options).z, oracle) <= 100 * tolerance<T>(m));
+    options = iterative(PinvMethod::newton_schulz, 0, 200, std::is_same_v<T, double> ? 1e-12 : 1e-4);
+    options.tikhonov = epsilon;
+    const PinvResult<T> result = pseudoinverse<T>(A, options);
+    CHECK(result.status == PinvStatus::converged);
+    CHECK(relative_difference(result.z, oracle) <= (std::is_same_v<T, double> ? 1e-9 : 1e-3));
+  }
+  SUBCASE("shift (A + εI)⁻¹ for a symmetric positive semidefinite A") {
+    const Matrix<T> W = A * A.transpose();
+    const Matrix<double> w = W.template cast<double>();
+    const Matrix<double> oracle = (w + epsilon * identity).inverse();
+    PinvOptions options;
+    options.shift = epsilon;
+    CHECK(relative_difference(pseudoinverse<T>(W, options).z, oracle) <= 100 * tolerance<T>(m) * w.norm());
+    options = iterative(PinvMethod::razavi, 0, 200, std::is_same_v<T, double> ? 1e-12 : 1e-4);
+    options.shift = epsilon;
+    const PinvResult<T> result = pseudoinverse<T>(W, options);
+    CHECK(result.status == PinvStatus::converged);
+    CHECK(relative_difference(result.z, oracle) <= (std::is_same_v<T, double> ? 1e-9 : 1e-2));
+  }
+}
+
+TEST_CASE_TEMPLATE("safe alpha keeps alpha*sigma1^2 <= 1", T, float, double) {
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    const Matrix<T> A = random_matrix<T>(8, 8, 6000 + seed, 3);
+    const double sigma1 = largest_singular_value<T>(A);
+    CHECK(safe_alpha<T>(A) * sigma1 * sigma1 <= 1 + tolerance<T>(8));
+  }
+}
+
+TEST_CASE("bad pinv arguments throw naming the value") {
+  const Matrix<double> A = random_matrix<double>(4, 4, 7001);
+  const auto fails = [&](const PinvOptions& options, const std::string& needle) {
+    return throws_naming([&] { pseudoinverse<double>(A, options); }, needle);
+  };
+  PinvOptions options;
+  options.iterations = 0;
+  CHECK(fails(options, "iterations = 0"));
+  options = PinvOptions{};
+  options.alpha = -1;
+  CHECK(fails(options, "alpha = -1"));
+  options = PinvOptions{};
+  options.tolerance = std::nan("");
+  CHECK(fails(options, "tolerance = nan"));
+  options = PinvOptions{};
+  options.tikhonov = -0.5;
+  CHECK(fails(options, "tikhonov = -0.5"));
+  options = PinvOptions{};
+  options.tikhonov = 0.1;
+  options.shift = 0.2;
+  CHECK(fails(options, "shift = 0.2"));
+  // A non-square core and non-finite entries are input errors, not numerical outcomes.
+  CHECK(throws_naming([] { pseudoinverse<double>(Matrix<double>::Ones(3, 4), PinvOptions{}); }, "3x4"));
+  Matrix<double> bad = A;
+  bad(1, 2) = std::numeric_limits<double>::infinity();
+  CHECK(throws_naming([&] { pseudoinverse<double>(bad, PinvOptions{}); }, "non-finite"));
+}

@@ -1,0 +1,99 @@
+#include <doctest/doctest.h>
+
+#include "nystrom/operators.hpp"
+#include "nystrom/spectral.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+/// All singular values by JacobiSVD in double: the oracle.
+Vector<double> oracle_singular_values(const Matrix<double>& a) {
+  return Eigen::JacobiSVD<Matrix<double>>(a).singularValues();
+}
+
+}  // namespace
+
+TEST_CASE("Lanczos ‖A‖₂ and top-k equal the dense SVD for stored matrices of both orientations") {
+  for (auto [rows, cols] : {std::pair<Index, Index>{400, 250}, {250, 400}, {300, 300}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const Matrix<double> A = random_matrix<double>(rows, cols, 1);
+    const Vector<double> sigma = oracle_singular_values(A);
+    const DenseOperator<double> op(A);
+    const SpectralResult norm = spectral_norm(op);
+    CHECK(norm.converged);
+    CHECK(std::abs(norm.values(0) - sigma(0)) <= 1e-10 * sigma(0));
+    const SpectralResult top = top_singular_values(op, 6);
+    REQUIRE(top.values.size() == 6);
+    for (Index i = 0; i < 6; ++i) CHECK(std::abs(top.values(i) - sigma(i)) <= 1e-10 * sigma(0));
+    CHECK(top.matvecs > 0);
+  }
+}
+
+TEST_CASE("Lanczos ‖·‖₂ of kernel and difference operators equals the dense SVD") {
+  const Index n = 400, d = 8;
+  const Matrix<double> Q = random_matrix<double>(n, d, 11, 0.8), K = random_matrix<double>(n, d, 12, 0.8);
+  for (const Kernel& kernel : {Kernel::exponential(0.35), Kernel::laplacian(4.0)}) {
+    CAPTURE(kernel.label());
+    const Matrix<double> G = naive_kernel<double>(Q, K, kernel);
+    const KernelOperator<double> g(Q, K, kernel, 64);
+    const double sigma_g = oracle_singular_values(G)(0);
+    CHECK(std::abs(spectral_norm(g).values(0) - sigma_g) <= 1e-10 * sigma_g);
+    NystromOptions options;
+    options.kernel = kernel;
+    options.landmarks.count = 12;
+    const auto f = generalized_nystrom<double>(Q, K, options);
+    const NystromOperator<double> approximation(f);
+    const DifferenceOperator<KernelOperator<double>, NystromOperator<double>> error(g, approximation);
+    const Vector<double> sigma_e = oracle_singular_values(G - f.dense());
+    const SpectralResult top = top_singular_values(error, 3);
+    CHECK(top.converged);
+    for (Index i = 0; i < 3; ++i) CHECK(std::abs(top.values(i) - sigma_e(i)) <= 1e-10 * sigma_e(0));
+  }
+}
+
+TEST_CASE_TEMPLATE("float operators are solved in double to the accuracy of their products", T, float,
+                   double) {
+  const Matrix<T> A = random_matrix<T>(200, 150, 21);
+  const double sigma = oracle_singular_values(A.template cast<double>())(0);
+  CHECK(std::abs(spectral_norm(DenseOperator<T>(A)).values(0) - sigma) <= tolerance<T>(200 * 150) * sigma);
+}
+
+TEST_CASE("small operators take the dense path and k = min(rows, cols) is allowed") {
+  const Matrix<double> A = random_matrix<double>(9, 6, 31);
+  const Vector<double> sigma = oracle_singular_values(A);
+  const SpectralResult all = top_singular_values(DenseOperator<double>(A), 6);
+  CHECK(all.converged);
+  CHECK((all.values - sigma).cwiseAbs().maxCoeff() <= 1e-13 * sigma(0));
+  CHECK(throws_naming([&] { top_singular_values(DenseOperator<double>(A), 7); }, "k = 7"));
+  CHECK(throws_naming([&] { top_singular_values(DenseOperator<double>(A), 0); }, "k = 0"));
+}
+
+TEST_CASE_TEMPLATE("singular values, numerical rank, energy fraction and Frobenius norm", T, float, double) {
+  const Matrix<T> L = random_low_rank<T>(60, 40, 5, 41);
+  const Vector<double> sigma = singular_values<T>(L);
+  CHECK((sigma - oracle_singular_values(L.template cast<double>())).cwiseAbs().maxCoeff() <=
+        tolerance<T>(60) * sigma(0));
+  CHECK(numerical_rank(sigma, 1e4 * std::numeric_limits<T>::epsilon()) == 5);
+  CHECK(numerical_rank(sigma, 0) >= 5);
+  CHECK(energy_fraction(sigma, 5) == doctest::Approx(1.0).epsilon(1e-4));
+  const Vector<double> s = (Vector<double>(3) << 3, 4, 0).finished();
+  CHECK(energy_fraction(s, 1) == doctest::Approx(9.0 / 25.0));
+  CHECK(energy_fraction(s, 0) == 0.0);
+  CHECK(numerical_rank(s, 0.5) == 2);  // 0.5·σ_max = 2: values 3 and 4 exceed it
+  CHECK(throws_naming([&] { energy_fraction(s, 4); }, "k = 4"));
+  CHECK(frobenius_norm<T>(L) ==
+        doctest::Approx(L.template cast<double>().norm()).epsilon(tolerance<T>(60 * 40)));
+}
+
+TEST_CASE("spectral options validate") {
+  SpectralOptions options;
+  options.tolerance = -1;
+  CHECK(throws_naming([&] { options.validate(); }, "tolerance = -1"));
+  options = {};
+  options.max_restarts = 0;
+  CHECK(throws_naming([&] { options.validate(); }, "max_restarts = 0"));
+}
