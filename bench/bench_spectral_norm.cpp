@@ -1,15 +1,18 @@
 /// @file bench_spectral_norm.cpp
 /// ‖G − Ĝ‖₂ at N = 4096, d = 64, m = 32 in double (issue #2's performance figure): Lanczos (Spectra) on the
-/// stored error E, on G − Ĝ as a difference of a stored G and the factored Ĝ, and matrix-free. Optionally
-/// writes E as raw little-endian doubles (column-major) so numpy.linalg.norm(E, 2) can be timed on the same
-/// matrix:
-///   bench_spectral_norm [N] [E.bin]
-///   python3 -c "import numpy as np,time; E=np.fromfile('E.bin').reshape(N,N,order='F'); t=time.time();
-///               print(np.linalg.norm(E,2), time.time()-t)"
+/// stored error E, on G − Ĝ as a difference of a stored G and the factored Ĝ, and matrix-free; then, in the
+/// same run, numpy.linalg.norm(E, 2) on the same E (written as raw little-endian doubles, column-major, and
+/// read by `python3 -c`), with the speed-up and the relative difference:
+///   bench_spectral_norm [N=4096] [python=/usr/bin/python3] [E.bin=<temporary>]
+/// python "none" skips the numpy comparison. OPENBLAS_CORETYPE (logged) applies to both sides.
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -72,7 +75,34 @@ int main(int argc, char** argv) {
         DifferenceOperator<KernelOperator<double>, NystromOperator<double>>(kernel, approximation));
   });
   std::printf("matrix-free  : %.15e  %.3f s  %d products\n", free.values(0), t_free, free.matvecs);
-  if (argc > 2)
-    std::ofstream(argv[2], std::ios::binary).write(reinterpret_cast<const char*>(E.data()), E.size() * 8);
+  const std::string python = argc > 2 ? argv[2] : "/usr/bin/python3";
+  if (python == "none") return 0;
+  const std::string path = argc > 3 ? argv[3]
+                                    : (std::filesystem::temp_directory_path() /
+                                       ("bench_spectral_norm_E_" + std::to_string(getpid()) + ".bin"))
+                                          .string();
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(E.data()), E.size() * 8);
+  const std::string script = "import numpy as np, time; E = np.fromfile('" + path + "').reshape(" +
+                             std::to_string(n) + ", " + std::to_string(n) +
+                             ", order='F'); t = time.perf_counter(); s = np.linalg.norm(E, 2); "
+                             "print(repr(float(s)), time.perf_counter() - t)";
+  FILE* pipe = popen((python + " -c \"" + script + "\"").c_str(), "r");
+  double numpy_norm = 0, numpy_seconds = 0;
+  const bool read = pipe && std::fscanf(pipe, "%lf %lf", &numpy_norm, &numpy_seconds) == 2;
+  if (pipe) pclose(pipe);
+  if (argc <= 3) std::filesystem::remove(path);
+  if (!read) {
+    std::fprintf(stderr, "bench_spectral_norm: %s could not time numpy.linalg.norm(E, 2)\n", python.c_str());
+    return 1;
+  }
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("numpy        : %.15e  %.3f s  (numpy.linalg.norm(E, 2), OPENBLAS_CORETYPE=%s)\n", numpy_norm,
+              numpy_seconds, core ? core : "unset");
+  std::printf("speed-up vs numpy: stored E %.1fx, stored G - Ĝ %.1fx, matrix-free %.1fx\n",
+              numpy_seconds / t_stored, numpy_seconds / t_difference, numpy_seconds / t_free);
+  std::printf("relative difference to numpy: stored E %.2e, stored G - Ĝ %.2e, matrix-free %.2e\n",
+              std::abs(stored.values(0) - numpy_norm) / numpy_norm,
+              std::abs(difference.values(0) - numpy_norm) / numpy_norm,
+              std::abs(free.values(0) - numpy_norm) / numpy_norm);
   return 0;
 }

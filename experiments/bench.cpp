@@ -93,54 +93,6 @@ double time_min(Work&& work, const BenchSettings& settings) {
   return best;
 }
 
-/// Exact softmax attention tiled for the cache (the online softmax of FlashAttention): for a panel of b
-/// queries and a tile of c keys the logits are formed transposed, Lᵀ = K_C (sQ_P)ᵀ (c×b, column-major, so
-/// each query's logits are contiguous), each column is exponentiated against the running row max
-/// (vectorized), the accumulator O_P (b×dv) and the row sums are rescaled when the max grows, and O_P +=
-/// (Lᵀ)ᵀ V_C is one GEMM. Panels are spread over the OpenMP threads with single-threaded BLAS in each. The
-/// proposal for attention.cpp's exact_attention.
-template <class T>
-Matrix<T> blocked_exact_attention(const Matrix<T>& Q, const Matrix<T>& K, const Matrix<T>& V, double scale) {
-  const Index n = Q.rows(), keys = K.rows();
-  const Index threads_count = threads();
-  const Index panel = std::max<Index>(16, std::min<Index>(256, (n + threads_count - 1) / threads_count));
-  const Index tile = std::min<Index>(keys, 1024);
-  const Index panels = (n + panel - 1) / panel;
-  const Matrix<T> scaled_q = T(scale) * Q;
-  Matrix<T> out(n, V.cols());
-  SingleThreadedBlas guard;
-#pragma omp parallel
-  {
-    Matrix<T> logits(tile, panel), accumulator(panel, V.cols());
-    Vector<T> running_max(panel), running_sum(panel), rescale(panel);
-#pragma omp for schedule(static)
-    for (Index p = 0; p < panels; ++p) {
-      const Index r = p * panel, b = std::min(panel, n - r);
-      auto acc = accumulator.topRows(b);
-      acc.setZero();
-      running_max.head(b).setConstant(-std::numeric_limits<T>::infinity());
-      running_sum.head(b).setZero();
-      for (Index c0 = 0; c0 < keys; c0 += tile) {
-        const Index c = std::min(tile, keys - c0);
-        auto block = logits.topLeftCorner(c, b);
-        block.noalias() = K.middleRows(c0, c) * scaled_q.middleRows(r, b).transpose();
-        for (Index j = 0; j < b; ++j) {
-          auto column = block.col(j);
-          const T new_max = std::max(running_max(j), column.maxCoeff());
-          rescale(j) = std::exp(running_max(j) - new_max);
-          running_max(j) = new_max;
-          column = (column.array() - new_max).exp().matrix();
-          running_sum(j) = running_sum(j) * rescale(j) + column.sum();
-        }
-        if (c0 > 0) acc = rescale.head(b).asDiagonal() * acc;
-        acc.noalias() += block.transpose() * V.middleRows(c0, c);
-      }
-      out.middleRows(r, b) = running_sum.head(b).cwiseInverse().asDiagonal() * acc;
-    }
-  }
-  return out;
-}
-
 /// Nominal floating-point operations of one head (multiply and add counted separately; exp not counted).
 double nominal_flops(Method method, double n, double d, double dv, const BenchSettings& settings) {
   const double m = double(settings.landmarks);
@@ -187,8 +139,7 @@ std::vector<Column> bench_columns() {
           {"gflops", ColumnType::float64, false},
           {"speedup_vs_exact", ColumnType::float64, false},
           {"output_relative_error", ColumnType::float64, false},
-          {"blas_core", ColumnType::text, false},
-          {"implementation", ColumnType::text, true}};
+          {"blas_core", ColumnType::text, false}};
 }
 
 std::vector<Column> step_columns() {
@@ -280,8 +231,7 @@ void run_configuration(Index n, Index threads_count, const BenchSettings& settin
     if (method != Method::exact) order.push_back(method);
   const bool want_exact =
       std::find(settings.methods.begin(), settings.methods.end(), Method::exact) != settings.methods.end();
-  const auto record = [&](Method method, const char* implementation, double seconds,
-                          const Matrix<T>& output) {
+  const auto record = [&](Method method, double seconds, const Matrix<T>& output) {
     const double flops =
         nominal_flops(method, double(n), double(settings.dim), double(settings.value_dim), settings);
     const double error = output_errors<T>(exact, output).relative_frobenius;
@@ -289,15 +239,13 @@ void run_configuration(Index n, Index threads_count, const BenchSettings& settin
     tables.bench.append({to_string(method), std::int64_t(n), std::int64_t(settings.dim),
                          std::int64_t(settings.value_dim), dtype, std::int64_t(threads_count),
                          std::int64_t(size_parameter(method, settings)), seconds, flops,
-                         flops / seconds * 1e-9, speedup, error, core, std::string(implementation)});
+                         flops / seconds * 1e-9, speedup, error, core});
     if (!settings.quiet)
-      std::cout << std::left << std::setw(18)
-                << (to_string(method) + (std::string(implementation) == "library" ? "" : "*")) << std::right
-                << std::setw(7) << n << std::setw(9) << dtype << std::setw(4) << threads_count
-                << std::setw(13) << std::scientific << std::setprecision(3) << seconds << std::fixed
-                << std::setprecision(1) << std::setw(10) << flops / seconds * 1e-9 << std::setw(10) << speedup
-                << std::scientific << std::setprecision(2) << std::setw(11) << error << std::defaultfloat
-                << "\n";
+      std::cout << std::left << std::setw(18) << to_string(method) << std::right << std::setw(7) << n
+                << std::setw(9) << dtype << std::setw(4) << threads_count << std::setw(13) << std::scientific
+                << std::setprecision(3) << seconds << std::fixed << std::setprecision(1) << std::setw(10)
+                << flops / seconds * 1e-9 << std::setw(10) << speedup << std::scientific
+                << std::setprecision(2) << std::setw(11) << error << std::defaultfloat << "\n";
   };
   for (auto method : order) {
     if (method != Method::exact &&
@@ -311,12 +259,7 @@ void run_configuration(Index n, Index threads_count, const BenchSettings& settin
       exact_seconds = seconds;
       if (!want_exact) continue;
     }
-    record(method, "library", seconds, output);
-    if (method == Method::exact) {
-      const double scale = options.kernel.param;
-      const double blocked = time_min([&] { output = blocked_exact_attention<T>(Q, K, V, scale); }, settings);
-      record(method, "blocked-proposal", blocked, output);
-    }
+    record(method, seconds, output);
   }
   if (!settings.steps || settings.landmarks > n) return;
   const auto steps = time_steps<T>(Q, K, V, settings);

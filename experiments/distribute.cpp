@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -434,6 +435,14 @@ MpiSession::~MpiSession() {
   if (initialized_here_ && mpi_running()) MPI_Finalize();
 }
 
+void broadcast_from_root(std::vector<char>& bytes) {
+  if (!mpi_running() || mpi_size() == 1) return;
+  std::uint64_t size = bytes.size();
+  MPI_Bcast(&size, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  bytes.resize(size);
+  if (size > 0) MPI_Bcast(bytes.data(), int(size), MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
 int mpi_rank() {
   if (!mpi_running()) return 0;
   int rank = 0;
@@ -462,6 +471,7 @@ int threads_per_rank() {
 #else  // no MPI: one process
 
 MpiSession::MpiSession(int&, char**&) {}
+void broadcast_from_root(std::vector<char>&) {}
 MpiSession::~MpiSession() = default;
 int mpi_rank() {
   return 0;
@@ -474,6 +484,12 @@ int threads_per_rank() {
 }
 
 #endif
+
+bool launched_by_mpi() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(variable)) return true;
+  return false;
+}
 
 DistributionSummary run_points(const std::vector<std::size_t>& points,
                                const std::function<PointRows(std::size_t)>& evaluate,

@@ -34,6 +34,15 @@ class MpiSession {
   bool initialized_here_ = false;
 };
 
+/// True when this process was started by an MPI launcher (mpirun/mpiexec/srun: OpenMPI, PMI or PMIx
+/// variables in the environment); main() starts an MpiSession only then, so one-process runs never pay for
+/// MPI_Init.
+bool launched_by_mpi();
+
+/// Copies rank 0's `bytes` into `bytes` on every rank (resized); collective. Without MPI or with one rank,
+/// does nothing.
+void broadcast_from_root(std::vector<char>& bytes);
+
 /// This process's rank (0 without MPI or before MPI_Init).
 int mpi_rank();
 /// Number of ranks (1 without MPI or before MPI_Init).

@@ -1,6 +1,7 @@
 #include "options.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -141,6 +142,30 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
     values.push_back(value);
   }
   return values;
+}
+
+double parse_bytes(const std::string& text, const std::string& option) {
+  const auto invalid = describe("option --", option, ": '", text,
+                                "' is not a byte count (a positive number, optionally with K, M, G or T)");
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(invalid);
+  }
+  std::string suffix = text.substr(used);
+  for (const char* unit : {"iB", "B"})
+    if (suffix.size() > 1 && suffix.ends_with(unit)) suffix.resize(suffix.size() - std::string(unit).size());
+  static const std::string units = "KMGT";
+  double factor = 1;
+  if (!suffix.empty()) {
+    const auto at = units.find(char(std::toupper(static_cast<unsigned char>(suffix[0]))));
+    require(suffix.size() == 1 && at != std::string::npos, invalid);
+    factor = std::pow(1024.0, double(at + 1));
+  }
+  require(std::isfinite(value) && value > 0, invalid);
+  return value * factor;
 }
 
 std::string join(const std::vector<std::string>& items, const std::string& separator) {

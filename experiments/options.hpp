@@ -48,6 +48,10 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
 /// < minimum.
 std::vector<Index> parse_index_list(const std::string& text, const std::string& option, Index minimum = 1);
 
+/// A byte count: a positive number with an optional suffix K, M, G or T (powers of 1024; "B", "iB" may
+/// follow), e.g. "512M", "2G", "1.5e9". Throws naming `option` and the text otherwise.
+double parse_bytes(const std::string& text, const std::string& option);
+
 /// Finite doubles from a comma-separated list; throws naming `option` for a malformed or non-finite item.
 std::vector<double> parse_double_list(const std::string& text, const std::string& option);
 

@@ -10,6 +10,7 @@
 
 #include "hdf5_io.hpp"
 #include "nystrom/attention.hpp"
+#include "nystrom/backend.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/matrix_free.hpp"
 #include "nystrom/spectral.hpp"
@@ -155,7 +156,8 @@ void compute_and_write(const DumpInfo& dump, const std::vector<DumpLayer>& layer
 int run_spectrum(const Invocation& invocation) {
   po::options_description options("spectrum options");
   add_common_options(options, true);
-  options.add_options()("input,i", po::value<std::string>()->value_name("FILE"), "attention dump (required)")(
+  options.add_options()("input,i", po::value<std::string>()->value_name("FILE"),
+                        "attention dump (default: the bundled data/minilm-gettysburg.h5)")(
       "output,o", po::value<std::string>()->default_value("results/spectrum.h5")->value_name("FILE"),
       "results file with /spectra/<layer>/ (written atomically)")(
       "layers", po::value<std::string>()->default_value(""), "layer names, comma-separated (default: all)")(
@@ -168,14 +170,16 @@ int run_spectrum(const Invocation& invocation) {
       "top,k", po::value<Index>()->default_value(50), "number of singular values kept (capped at N)")(
       "rank-tol", po::value<double>()->default_value(1e-6),
       "numerical rank: singular values > tol * sigma_1")(
-      "memory-budget", po::value<double>()->default_value(4.0e9), "bytes the dense path may use")(
+      "memory", po::value<std::string>()->default_value("4G")->value_name("BYTES"),
+      "bytes the dense path may use (suffixes K, M, G, T: powers of 1024); above it, matrix-free")(
+      "device", po::value<std::string>()->default_value("cpu"),
+      "cpu or cuda (checked: exit 2 where no CUDA device is usable; the analysis itself runs on the CPU)")(
       "precision", po::value<std::string>()->default_value("double"), "float or double arithmetic")(
       "quiet,q", po::bool_switch(), "no progress output");
   po::variables_map values;
-  if (!parse_options(invocation, "--input FILE [options]", options, {}, values)) return 0;
-  require(values.count("input"), "option --input is required");
+  if (!parse_options(invocation, "[--input FILE] [options]", options, {}, values)) return 0;
   SpectrumSettings settings;
-  settings.input = values["input"].as<std::string>();
+  settings.input = values.count("input") ? values["input"].as<std::string>() : default_dump_path();
   settings.output = values["output"].as<std::string>();
   if (const auto text = values["layers"].as<std::string>(); !text.empty())
     settings.layers = split_list(text, "layers");
@@ -199,7 +203,8 @@ int run_spectrum(const Invocation& invocation) {
   settings.landmarks.seed = values["seed"].as<std::uint64_t>();
   settings.top = values["top"].as<Index>();
   settings.rank_tol = values["rank-tol"].as<double>();
-  settings.memory_budget = values["memory-budget"].as<double>();
+  settings.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
+  require_device(parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string));
   settings.quiet = values["quiet"].as<bool>();
   const auto precision = values["precision"].as<std::string>();
   require(precision == "float" || precision == "double",
@@ -238,6 +243,7 @@ int run_spectrum(const Invocation& invocation) {
   write_results_header(file.get(),
                        make_provenance(invocation.command_line, threads,
                                        std::filesystem::weakly_canonical(settings.input).string()));
+  write_attribute(file.get(), "memory_budget", std::vector<double>{settings.memory_budget});
   if (precision == "float")
     compute_and_write<float>(dump, layers, settings, file);
   else

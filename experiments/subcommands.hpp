@@ -8,6 +8,10 @@
 
 namespace nystrom::cli {
 
+/// The bundled default input of `sweep` and `spectrum`: data/minilm-gettysburg.h5 in the source tree, else
+/// next to the build tree of the executable; throws std::invalid_argument when neither exists.
+std::string default_dump_path();
+
 /// `nystrom sweep`: the parameter grid over a dump into a resumable results file (sweep.cpp).
 int run_sweep(const Invocation& invocation);
 /// `nystrom spectrum`: singular-value decay of G, S, G̃ and attn per layer and head (spectrum.cpp).

@@ -1,9 +1,18 @@
-// `nystrom sweep`: the Cartesian grid layers × batch × heads × kernel × strategy × landmarks × stabilization
-// × pseudoinverse × iterations × method over a dump, one results row per point (FORMATS.md §2).
+// `nystrom sweep`: the Cartesian grid layers × batch × heads × kernel × method × strategy × landmarks ×
+// stabilization × pseudoinverse × iterations over a dump, one results row per point (FORMATS.md §2). Each
+// method spans only the axes it has: pnp-nystra all of them; symmetric-nystrom and cur strategy × m × pinv
+// (stabilization none; cur only the selection strategies); nystromformer m × pinv (segment means);
+// performer its feature counts, linformer its projected lengths (both in the `landmarks` column); exact one
+// point. Softmax methods (nystromformer, cur, performer, linformer) skip non-exponential kernels, and say so.
 //
 // Reuse: the head reference (G, ‖G‖₂, exact attention) is built once per head and kernel, the landmark terms
 // (σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K) once per strategy and landmark count; the pseudoinverse variants share
-// both.
+// both. Each process (MPI rank) keeps its last head reference and landmark terms, and points are handed out
+// head by head (distribute.hpp), so a rank rebuilds them only when its next point is on another head.
+//
+// MPI (issue 6): every rank reads the dump; rank 0 alone reads and writes the results files, works out the
+// pending points and broadcasts them, and appends rows as any rank finishes them. At the end the rows are
+// sorted by grid position, so the file equals a 1-process run's.
 //
 // Resumability: rows are appended to `<output>.partial` and flushed one by one; SIGINT and SIGTERM stop the
 // run between points with the file closed and readable. A rerun with the same output skips every point whose
@@ -18,9 +27,14 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
+#include "distribute.hpp"
 #include "hdf5_io.hpp"
+#include "nystrom/approximation.hpp"
+#include "nystrom/attention.hpp"
+#include "nystrom/backend.hpp"
 #include "nystrom/evaluation.hpp"
 #include "nystrom/threads.hpp"
 #include "progress.hpp"
@@ -36,22 +50,39 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// The methods a sweep can evaluate (FORMATS.md §2 `method`); the approximation family adds the others.
-const std::vector<std::string> available_methods = {"pnp-nystra"};
-const std::vector<std::string> known_methods = {"pnp-nystra", "nystromformer", "cur",  "symmetric-nystrom",
-                                                "performer",  "linformer",     "exact"};
+/// True for the softmax methods, which need the exponential kernel (approximation.hpp).
+bool softmax_only(Method method) {
+  return method == Method::nystromformer || method == Method::cur || method == Method::performer ||
+         method == Method::linformer;
+}
 
-/// One point of the grid.
+/// The matrix whose spectral error a method's row reports (column `error_matrix`): the kernel matrix G for
+/// the kernel approximations, the attention matrix S = D⁻¹G for the softmax ones, none for exact.
+std::string error_matrix(Method method) {
+  switch (method) {
+    case Method::pnp_nystra:
+    case Method::symmetric_nystrom:
+      return "G";
+    case Method::exact:
+      return "none";
+    default:
+      return "S";
+  }
+}
+
+/// One point of the grid. Axes a method does not have are written as "none" / 0.
 struct PointSpec {
   std::string layer;
   Index batch = 0, head = 0, n = 0, d = 0, dv = 0;
   Kernel kernel;
+  Method method = Method::pnp_nystra;
   LandmarkStrategy strategy = LandmarkStrategy::segment_means;
-  Index landmarks = 0;
+  bool has_strategy = true;
+  Index landmarks = 0;  ///< m; performer: feature count r; linformer: projected length k; exact: 0
   PinvMethod pinv = PinvMethod::exact;
+  bool has_pinv = true;
   int pinv_iters = 0;  ///< 0 for the exact pseudoinverse
   Stabilization stabilization = Stabilization::row_max;
-  std::string method;
   std::string precision;
   std::uint64_t seed = 0;
 };
@@ -84,15 +115,18 @@ const std::vector<SweepColumn>& sweep_columns() {
       {{"d", ColumnType::int64, true}, [](S s, R, T) { return std::int64_t(s.d); }},
       {{"kernel", ColumnType::text, true}, [](S s, R, T) { return to_string(s.kernel.type); }},
       {{"kernel_param", ColumnType::float64, true}, [](S s, R, T) { return s.kernel.param; }},
-      {{"strategy", ColumnType::text, true}, [](S s, R, T) { return to_string(s.strategy); }},
+      {{"strategy", ColumnType::text, true},
+       [](S s, R, T) { return s.has_strategy ? to_string(s.strategy) : std::string("none"); }},
       {{"landmarks", ColumnType::int64, true}, [](S s, R, T) { return std::int64_t(s.landmarks); }},
-      {{"pinv", ColumnType::text, true}, [](S s, R, T) { return to_string(s.pinv); }},
+      {{"pinv", ColumnType::text, true},
+       [](S s, R, T) { return s.has_pinv ? to_string(s.pinv) : std::string("none"); }},
       {{"pinv_iters", ColumnType::int64, true}, [](S s, R, T) { return std::int64_t(s.pinv_iters); }},
       {{"stabilization", ColumnType::text, true}, [](S s, R, T) { return to_string(s.stabilization); }},
-      {{"method", ColumnType::text, true}, [](S s, R, T) { return s.method; }},
+      {{"method", ColumnType::text, true}, [](S s, R, T) { return to_string(s.method); }},
       {{"precision", ColumnType::text, true}, [](S s, R, T) { return s.precision; }},
       {{"seed", ColumnType::int64, true}, [](S s, R, T) { return std::int64_t(s.seed); }},
       {{"dv", ColumnType::int64, false}, [](S s, R, T) { return std::int64_t(s.dv); }},
+      {{"error_matrix", ColumnType::text, false}, [](S s, R, T) { return error_matrix(s.method); }},
       {{"spectral_error", ColumnType::float64, false}, [](S, R r, T) { return r.spectral_error; }},
       {{"relative_spectral_error", ColumnType::float64, false},
        [](S, R r, T) { return r.relative_spectral_error; }},
@@ -183,41 +217,58 @@ class StopOnSignals {
 /// The grid and the run settings, parsed and validated.
 struct SweepSettings {
   std::string input, output;
+  bool default_input = false;         ///< no --input: the bundled dump and its default head subset
   std::vector<std::string> layers;    ///< empty: all
   std::vector<Index> batches, heads;  ///< empty: all
   std::vector<Kernel> kernels;        ///< exponential scale 0 means the layer's scale
   std::vector<LandmarkStrategy> strategies;
-  std::vector<Index> landmarks;
+  std::vector<Index> landmarks, features, projected;
   std::vector<std::pair<PinvMethod, int>> pinvs;  ///< method and iterations (0 for exact)
   std::vector<Stabilization> stabilizations;
-  std::vector<std::string> methods;
+  std::vector<Method> methods;
+  bool copy_rows = false, different_indices = false, front_padding = false, share_projections = false;
   std::string precision;
   std::uint64_t seed = 0;
   EvaluationOptions evaluation;
+  Device device = Device::cpu;
   bool quiet = false;
   std::int64_t stop_after = 0;
   int threads = 1;
+  std::string command_line;
 };
 
-/// The bundled default dump: data/synthetic.h5 in the source tree, else next to the executable's build tree.
-std::string default_input() {
+/// The bundled default dump (the real MiniLM dump, data/README.md): in the source tree, else next to the
+/// executable's build tree.
+constexpr const char* bundled_dump = "data/minilm-gettysburg.h5";
+/// The heads the default run sweeps of the bundled dump (all 72 do not fit its 2-minute budget).
+constexpr const char* default_layers = "00,01,02,03,04,05";
+constexpr const char* default_heads = "0,6";
+
+}  // namespace
+
+std::string default_dump_path() {
   std::vector<fs::path> candidates;
   if (std::string(NYSTROM_SOURCE_DIR).size())
-    candidates.push_back(fs::path(NYSTROM_SOURCE_DIR) / "data/synthetic.h5");
+    candidates.push_back(fs::path(NYSTROM_SOURCE_DIR) / bundled_dump);
   std::error_code error;
   const auto executable = fs::read_symlink("/proc/self/exe", error);
-  if (!error)
-    candidates.push_back(executable.parent_path().parent_path().parent_path() / "data/synthetic.h5");
+  if (!error) candidates.push_back(executable.parent_path().parent_path().parent_path() / bundled_dump);
   for (const auto& candidate : candidates)
     if (fs::exists(candidate)) return candidate.string();
-  throw std::invalid_argument("no --input given and the bundled dump data/synthetic.h5 was not found");
+  throw std::invalid_argument(
+      describe("no --input given and the bundled dump ", bundled_dump, " was not found"));
 }
+
+namespace {
 
 po::options_description sweep_options() {
   po::options_description options("sweep options");
   add_common_options(options, true);
-  options.add_options()("input,i", po::value<std::string>()->value_name("FILE"),
-                        "attention dump to sweep (default: the bundled data/synthetic.h5)")(
+  options.add_options()(
+      "input,i", po::value<std::string>()->value_name("FILE"),
+      describe("attention dump to sweep (default: the bundled ", bundled_dump, ", layers ", default_layers,
+               " x heads ", default_heads, " unless --layers/--heads say otherwise)")
+          .c_str())(
       "output,o", po::value<std::string>()->default_value("results/sweep.h5")->value_name("FILE"),
       "results file; rows are appended to FILE.partial while running, renamed onto FILE at the end")(
       "layers", po::value<std::string>()->default_value(""), "layer names, comma-separated (default: all)")(
@@ -229,22 +280,39 @@ po::options_description sweep_options() {
                                            "exp: scale s (0: the layer's scale attribute, else 1/sqrt(d))")(
       "lambda", po::value<std::string>()->default_value("4"), "laplacian: lambda values (> 0)")(
       "bandwidth", po::value<std::string>()->default_value("8"), "gaussian: bandwidths h (> 0)")(
+      "method", po::value<std::string>()->default_value("pnp-nystra"),
+      "approximation methods: pnp-nystra, nystromformer, cur, symmetric-nystrom, performer, linformer, "
+      "exact; "
+      "the softmax methods (nystromformer, cur, performer, linformer) skip non-exp kernels")(
       "strategy", po::value<std::string>()->default_value("segment-means,window-pool,step,random"),
-      "landmark strategies: segment-means, window-pool, step, random, top-sum, top-abs, top-embed, kmeans")(
+      "landmark strategies: segment-means, window-pool, step, random, top-sum, top-abs, top-embed, kmeans "
+      "(cur uses the selection ones: step, random, top-*)")(
       "landmarks,m", po::value<std::string>()->default_value("8,16,32,64"),
       "landmark counts m: list and ranges, e.g. 4:256:x2 or 8:64:+8")(
       "pinv", po::value<std::string>()->default_value("exact,razavi"),
       "pseudoinverses: exact, razavi, newton-schulz")("iterations",
                                                       po::value<std::string>()->default_value("2,4,6"),
                                                       "iteration counts of the iterative pseudoinverses")(
-      "stabilization", po::value<std::string>()->default_value("row-max"), "none, row-max, clamped")(
-      "method", po::value<std::string>()->default_value("pnp-nystra"), "approximation methods")(
+      "stabilization", po::value<std::string>()->default_value("row-max"),
+      "pnp-nystra: none, row-max, clamped (other methods: none)")(
+      "features", po::value<std::string>()->value_name("LIST"),
+      "performer: random-feature counts r (default: the --landmarks values); column `landmarks`")(
+      "projected", po::value<std::string>()->value_name("LIST"),
+      "linformer: projected lengths k (default: the --landmarks values); column `landmarks`")(
+      "share-projections", po::bool_switch(), "linformer: F = E (share_kv)")(
+      "copy-rows", po::bool_switch(), "cur: copy the exact rows (R V) into the output")(
+      "different-indices", po::bool_switch(), "cur: select rows of Q and K separately")(
+      "front-padding", po::bool_switch(), "nystromformer: the package's front zero padding when N % m != 0")(
       "precision", po::value<std::string>()->default_value("double"), "float or double arithmetic")(
-      "memory-budget", po::value<double>()->default_value(4.0e9), "bytes a dense N x N analysis may use")(
-      "matrix-free", po::bool_switch(), "force the matrix-free (Lanczos) path")(
+      "memory", po::value<std::string>()->default_value("4G")->value_name("BYTES"),
+      "bytes a dense N x N analysis may use (suffixes K, M, G, T: powers of 1024); above it the "
+      "matrix-free path is taken (column matrix_free)")("matrix-free", po::bool_switch(),
+                                                        "force the matrix-free (Lanczos) path")(
       "dense-svd-limit", po::value<Index>()->default_value(EvaluationOptions{}.dense_svd_limit),
-      "matrices up to this size get full SVDs, larger ones Lanczos")("quiet,q", po::bool_switch(),
-                                                                     "no progress output")(
+      "matrices up to this size get full SVDs, larger ones Lanczos")(
+      "device", po::value<std::string>()->default_value("cpu"),
+      "cpu or cuda: where exact attention, PnP-Nystra attention and the matrix-free error operator run")(
+      "quiet,q", po::bool_switch(), "no progress output")(
       "stop-after", po::value<std::int64_t>()->default_value(0),
       "testing: stop as if interrupted (SIGINT) after this many new points (0: never)");
   return options;
@@ -252,15 +320,19 @@ po::options_description sweep_options() {
 
 SweepSettings parse_settings(const po::variables_map& values) {
   SweepSettings settings;
-  settings.input = values.count("input") ? values["input"].as<std::string>() : default_input();
+  settings.default_input = !values.count("input");
+  settings.input = settings.default_input ? default_dump_path() : values["input"].as<std::string>();
   settings.output = values["output"].as<std::string>();
   require(!settings.output.empty(), "option --output: empty file name");
-  if (const auto text = values["layers"].as<std::string>(); !text.empty())
-    settings.layers = split_list(text, "layers");
+  auto layers = values["layers"].as<std::string>(), heads = values["heads"].as<std::string>();
+  if (settings.default_input && layers.empty() && heads.empty()) {
+    layers = default_layers;
+    heads = default_heads;
+  }
+  if (!layers.empty()) settings.layers = split_list(layers, "layers");
   if (const auto text = values["batch"].as<std::string>(); !text.empty())
     settings.batches = parse_index_list(text, "batch", 0);
-  if (const auto text = values["heads"].as<std::string>(); !text.empty())
-    settings.heads = parse_index_list(text, "heads", 0);
+  if (!heads.empty()) settings.heads = parse_index_list(heads, "heads", 0);
   const double scale = values["scale"].as<double>();
   require(std::isfinite(scale), "option --scale: must be finite");
   for (auto type :
@@ -283,6 +355,12 @@ SweepSettings parse_settings(const po::variables_map& values) {
   settings.strategies = parse_enum_list<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy",
                                                           landmark_strategy_from_string);
   settings.landmarks = parse_index_list(values["landmarks"].as<std::string>(), "landmarks", 1);
+  settings.features = values.count("features")
+                          ? parse_index_list(values["features"].as<std::string>(), "features", 1)
+                          : settings.landmarks;
+  settings.projected = values.count("projected")
+                           ? parse_index_list(values["projected"].as<std::string>(), "projected", 1)
+                           : settings.landmarks;
   const auto iterations = parse_index_list(values["iterations"].as<std::string>(), "iterations", 1);
   for (auto method :
        parse_enum_list<PinvMethod>(values["pinv"].as<std::string>(), "pinv", pinv_method_from_string)) {
@@ -293,23 +371,22 @@ SweepSettings parse_settings(const po::variables_map& values) {
   }
   settings.stabilizations = parse_enum_list<Stabilization>(values["stabilization"].as<std::string>(),
                                                            "stabilization", stabilization_from_string);
-  settings.methods = split_list(values["method"].as<std::string>(), "method");
-  for (const auto& method : settings.methods) {
-    require(std::find(known_methods.begin(), known_methods.end(), method) != known_methods.end(),
-            describe("option --method: unknown method '", method, "' (expected ", join(known_methods), ")"));
-    require(std::find(available_methods.begin(), available_methods.end(), method) != available_methods.end(),
-            describe("option --method: '", method,
-                     "' is not available in sweep yet (available: ", join(available_methods), ")"));
-  }
+  settings.methods =
+      parse_enum_list<Method>(values["method"].as<std::string>(), "method", method_from_string);
+  settings.copy_rows = values["copy-rows"].as<bool>();
+  settings.different_indices = values["different-indices"].as<bool>();
+  settings.front_padding = values["front-padding"].as<bool>();
+  settings.share_projections = values["share-projections"].as<bool>();
   settings.precision = values["precision"].as<std::string>();
   require(settings.precision == "float" || settings.precision == "double",
           describe("option --precision: '", settings.precision, "' (expected float or double)"));
   settings.seed = values["seed"].as<std::uint64_t>();
-  settings.evaluation.memory_budget = values["memory-budget"].as<double>();
-  require(settings.evaluation.memory_budget > 0, "option --memory-budget: must be > 0");
+  settings.evaluation.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
   settings.evaluation.force_matrix_free = values["matrix-free"].as<bool>();
   settings.evaluation.dense_svd_limit = values["dense-svd-limit"].as<Index>();
   require(settings.evaluation.dense_svd_limit >= 0, "option --dense-svd-limit: must be >= 0");
+  settings.device = parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
+  require_device(settings.device);
   settings.quiet = values["quiet"].as<bool>();
   settings.stop_after = values["stop-after"].as<std::int64_t>();
   require(settings.stop_after >= 0, "option --stop-after: must be >= 0");
@@ -363,9 +440,118 @@ NystromOptions nystrom_options(const PointSpec& spec, const std::array<Index, 2>
   return options;
 }
 
+/// The pseudoinverse of a point: its method and iteration count over `base` (which keeps e.g. a shift).
+PinvOptions point_pinv(const PointSpec& spec, PinvOptions base) {
+  base.method = spec.pinv;
+  if (spec.pinv != PinvMethod::exact) base.iterations = spec.pinv_iters;
+  return base;
+}
+
+/// The library options of a point of any method (approximation.hpp).
+ApproximationOptions approximation_options(const PointSpec& spec, const SweepSettings& settings,
+                                           const std::array<Index, 2>& window) {
+  ApproximationOptions options;
+  options.kernel = spec.kernel;
+  switch (spec.method) {
+    case Method::pnp_nystra:
+      options.nystrom = nystrom_options(spec, window);
+      break;
+    case Method::symmetric_nystrom:
+      options.symmetric.kernel = spec.kernel;
+      options.symmetric.landmarks = nystrom_options(spec, window).landmarks;
+      options.symmetric.pinv = point_pinv(spec, options.symmetric.pinv);
+      break;
+    case Method::nystromformer:
+      options.nystromformer.landmarks = spec.landmarks;
+      options.nystromformer.pinv = point_pinv(spec, PinvOptions{});
+      options.nystromformer.front_padding = settings.front_padding;
+      break;
+    case Method::cur:
+      options.cur.selection = nystrom_options(spec, window).landmarks;
+      options.cur.selection.same_indices = !settings.different_indices;
+      options.cur.pinv = point_pinv(spec, PinvOptions{});
+      options.cur.copy_exact_rows = settings.copy_rows;
+      break;
+    case Method::performer:
+      options.performer.features = spec.landmarks;
+      options.performer.seed = spec.seed;
+      break;
+    case Method::linformer:
+      options.linformer.projected = spec.landmarks;
+      options.linformer.seed = spec.seed;
+      options.linformer.share = settings.share_projections;
+      break;
+    case Method::exact:
+      break;
+  }
+  return options;
+}
+
+/// Grid points a method cannot run, reported once at the start.
+struct Skipped {
+  std::map<std::string, std::int64_t> reasons;
+  void add(const std::string& reason) { ++reasons[reason]; }
+  void report(bool quiet) const {
+    if (quiet) return;
+    for (const auto& [reason, count] : reasons)
+      std::cerr << "nystrom sweep: skipping " << count << " grid points: " << reason << "\n";
+  }
+};
+
+/// The points of one method on one head and kernel, in grid order (strategy, m, stabilization, pinv), with
+/// `base` carrying the head, kernel and run fields.
+void add_method_points(const PointSpec& base, const SweepSettings& settings, std::vector<PointSpec>& points,
+                       Skipped& skipped) {
+  const Method method = base.method;
+  if (softmax_only(method) && base.kernel.type != KernelType::exponential) {
+    skipped.add(
+        describe(to_string(method), " is a softmax method; it has no ", base.kernel.label(), " version"));
+    return;
+  }
+  auto add = [&](PointSpec spec) { points.push_back(std::move(spec)); };
+  if (method == Method::exact) {
+    PointSpec spec = base;
+    spec.has_strategy = spec.has_pinv = false;
+    spec.stabilization = Stabilization::none;
+    return add(spec);
+  }
+  if (method == Method::performer || method == Method::linformer) {
+    for (auto size : method == Method::performer ? settings.features : settings.projected) {
+      PointSpec spec = base;
+      spec.has_strategy = spec.has_pinv = false;
+      spec.stabilization = Stabilization::none;
+      spec.landmarks = size;
+      add(spec);
+    }
+    return;
+  }
+  std::vector<LandmarkStrategy> strategies = settings.strategies;
+  if (method == Method::nystromformer) strategies = {LandmarkStrategy::segment_means};
+  const std::vector<Stabilization> stabilizations =
+      method == Method::pnp_nystra ? settings.stabilizations : std::vector{Stabilization::none};
+  for (auto strategy : strategies) {
+    if (method == Method::cur && !is_selection(strategy)) {
+      skipped.add(describe("cur selects rows; ", to_string(strategy), " is a pooling strategy"));
+      continue;
+    }
+    for (auto m : settings.landmarks)
+      for (auto stabilization : stabilizations)
+        for (const auto& [pinv, iterations] : settings.pinvs) {
+          PointSpec spec = base;
+          spec.strategy = strategy;
+          spec.landmarks = m;
+          spec.stabilization = stabilization;
+          spec.pinv = pinv;
+          spec.pinv_iters = iterations;
+          add(spec);
+        }
+  }
+}
+
 /// Every point of the grid for the layers, in evaluation order (heads outermost, pseudoinverses innermost),
 /// with every option validated against the layer's N and d.
-std::vector<PointSpec> enumerate_points(const std::vector<DumpLayer>& layers, const SweepSettings& settings) {
+std::vector<PointSpec> enumerate_points(const std::vector<DumpLayer>& layers, const SweepSettings& settings,
+                                        Skipped& skipped) {
   std::vector<PointSpec> points;
   for (const auto& layer : layers) {
     for (auto m : settings.landmarks)
@@ -374,34 +560,30 @@ std::vector<PointSpec> enumerate_points(const std::vector<DumpLayer>& layers, co
     for (auto b : select_indices(settings.batches, layer.batch, layer, "batch"))
       for (auto h : select_indices(settings.heads, layer.heads, layer, "heads"))
         for (const auto& kernel : settings.kernels)
-          for (auto strategy : settings.strategies)
-            for (auto m : settings.landmarks)
-              for (auto stabilization : settings.stabilizations)
-                for (const auto& [pinv, iterations] : settings.pinvs)
-                  for (const auto& method : settings.methods) {
-                    PointSpec spec{layer.name,
-                                   b,
-                                   h,
-                                   layer.tokens,
-                                   layer.dim,
-                                   layer.value_dim,
-                                   resolve_kernel(kernel, layer),
-                                   strategy,
-                                   m,
-                                   pinv,
-                                   iterations,
-                                   stabilization,
-                                   method,
-                                   settings.precision,
-                                   settings.seed};
-                    try {
-                      nystrom_options(spec, layer.window).validate(layer.tokens, layer.dim);
-                    } catch (const std::invalid_argument& error) {
-                      throw std::invalid_argument(
-                          describe(settings.input, ": /layers/", layer.name, ": ", error.what()));
-                    }
-                    points.push_back(std::move(spec));
-                  }
+          for (const auto method : settings.methods) {
+            PointSpec base;
+            base.layer = layer.name;
+            base.batch = b;
+            base.head = h;
+            base.n = layer.tokens;
+            base.d = layer.dim;
+            base.dv = layer.value_dim;
+            base.kernel = resolve_kernel(kernel, layer);
+            base.method = method;
+            base.precision = settings.precision;
+            base.seed = settings.seed;
+            const auto first = points.size();
+            add_method_points(base, settings, points, skipped);
+            for (auto p = first; p < points.size(); ++p) {
+              try {
+                approximation_options(points[p], settings, layer.window)
+                    .validate(method, layer.tokens, layer.dim);
+              } catch (const std::invalid_argument& error) {
+                throw std::invalid_argument(describe(settings.input, ": /layers/", layer.name, ": method ",
+                                                     to_string(method), ": ", error.what()));
+              }
+            }
+          }
   }
   return points;
 }
@@ -410,8 +592,8 @@ std::vector<PointSpec> enumerate_points(const std::vector<DumpLayer>& layers, co
 // The results file
 
 /// Checks that an existing file is a results file of this input with a compatible /sweep table; returns its
-/// keys.
-std::unordered_set<std::string> existing_keys(const std::string& path, const std::string& input) {
+/// rows.
+std::vector<Row> existing_rows(const std::string& path, const std::string& input) {
   Handle file = open_file(path, false);
   require(
       has_attribute(file.get(), "format") && read_string_attribute(file.get(), "format") == "nystrom-results",
@@ -420,10 +602,7 @@ std::unordered_set<std::string> existing_keys(const std::string& path, const std
       has_attribute(file.get(), "input") ? read_string_attribute(file.get(), "input") : "";
   require(stored_input == input, describe(path, ": holds results for input '", stored_input, "', not '",
                                           input, "'; choose another --output"));
-  const auto table = ResultsTable::open(file.get(), "sweep", schema(), path);
-  std::unordered_set<std::string> keys;
-  for (const auto& row : table.read_rows()) keys.insert(row_key(schema(), row));
-  return keys;
+  return ResultsTable::open(file.get(), "sweep", schema(), path).read_rows();
 }
 
 /// The partial file to append to: resumed when readable, else created (from a copy of a finished output when
@@ -433,8 +612,17 @@ struct PartialFile {
   std::optional<ResultsTable> table;
 };
 
+/// Root attributes of a sweep's results file beyond the provenance.
+void write_sweep_attributes(hid_t file, const SweepSettings& settings) {
+  write_results_header(file, make_provenance(settings.command_line, settings.threads, settings.input));
+  write_attribute(file, "memory_budget", std::vector<double>{settings.evaluation.memory_budget});
+  write_attribute(file, "matrix_free_forced",
+                  std::vector<std::int64_t>{settings.evaluation.force_matrix_free});
+  write_attribute(file, "device", to_string(settings.device));
+}
+
 PartialFile open_partial(const std::string& partial, const std::string& output, bool output_exists,
-                         const Provenance& provenance) {
+                         const SweepSettings& settings) {
   PartialFile result;
   if (fs::exists(partial)) {
     result.file = open_file(partial, true);
@@ -444,7 +632,7 @@ PartialFile open_partial(const std::string& partial, const std::string& output, 
   } else {
     if (const auto parent = fs::path(partial).parent_path(); !parent.empty()) fs::create_directories(parent);
     result.file = create_file(partial);
-    write_results_header(result.file.get(), provenance);
+    write_sweep_attributes(result.file.get(), settings);
     result.table = ResultsTable::create(result.file.get(), "sweep", schema());
     return result;
   }
@@ -452,105 +640,282 @@ PartialFile open_partial(const std::string& partial, const std::string& output, 
   return result;
 }
 
+/// Rewrites the partial file's rows onto `output`, sorted by grid position (rows of points outside this grid,
+/// from an earlier sweep into the same file, first in their stored order), so that any schedule and any
+/// number of ranks give the same file. Returns the number of rows.
+hsize_t write_sorted(const std::string& partial, const std::string& output,
+                     const std::unordered_map<std::string, std::size_t>& position,
+                     const SweepSettings& settings) {
+  std::vector<Row> rows;
+  {
+    Handle file = open_file(partial, false);
+    rows = ResultsTable::open(file.get(), "sweep", schema(), partial).read_rows();
+  }
+  const auto rank = [&](const Row& row) -> std::ptrdiff_t {
+    const auto found = position.find(row_key(schema(), row));
+    return found == position.end() ? -1 : std::ptrdiff_t(found->second);
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return rank(a) < rank(b); });
+  AtomicFile sorted(output);
+  write_sweep_attributes(sorted.get(), settings);
+  auto table = ResultsTable::create(sorted.get(), "sweep", schema());
+  for (const auto& row : rows) table.append(row);
+  sorted.commit();
+  fs::remove(partial);
+  return rows.size();
+}
+
 std::string point_label(const PointSpec& p) {
-  return describe(p.layer, "/b", p.batch, "/h", p.head, " ", p.kernel.label(), " ", to_string(p.strategy),
-                  " m=", p.landmarks, " ", to_string(p.pinv),
-                  p.pinv_iters ? describe("x", p.pinv_iters) : "");
+  return describe(p.layer, "/b", p.batch, "/h", p.head, " ", p.kernel.label(), " ", to_string(p.method),
+                  p.has_strategy ? " " + to_string(p.strategy) : "", " m=", p.landmarks,
+                  p.has_pinv ? " " + to_string(p.pinv) : "", p.pinv_iters ? describe("x", p.pinv_iters) : "");
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-/// Loads, validates and sweeps in scalar type T.
+// ---------------------------------------------------------------------------------------------------------------
+// Evaluation
+
+/// ‖G − Ĝ‖₂ (relative to ‖G‖₂) and ‖G − Ĝ‖_F of kernel factors: dense when the reference holds G, else
+/// Lanczos on the matrix-free error operator on `device` (Frobenius NaN there).
 template <class T>
-int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector<DumpLayer>& layers,
-          const std::vector<PointSpec>& points, const std::string& command_line) {
-  // Read every head first: non-finite values are rejected before any output exists.
-  std::map<std::string, std::vector<Head<T>>> heads;
-  for (const auto& layer : layers) heads[layer.name] = read_layer_heads<T>(dump, layer);
-
-  const std::string& output = settings.output;
-  const std::string partial = output + ".partial";
-  const bool output_exists = fs::exists(output);
-  std::unordered_set<std::string> done;
-  if (output_exists) done = existing_keys(output, settings.input);
-  bool partial_usable = fs::exists(partial);
-  if (partial_usable) {
-    try {
-      auto partial_keys = existing_keys(partial, settings.input);
-      done.insert(partial_keys.begin(), partial_keys.end());
-    } catch (const std::invalid_argument& error) {
-      // Our own leftover that cannot be read (e.g. a killed process): discard it; the finished output is
-      // untouched.
-      std::cerr << "nystrom sweep: discarding unreadable " << partial << " (" << error.what() << ")\n";
-      fs::remove(partial);
-      partial_usable = false;
-    }
+void kernel_matrix_errors(const Head<T>& head, const HeadReference<T>& reference,
+                          const NystromFactors<T>& factors, const SweepSettings& settings,
+                          PointResult& result) {
+  if (reference.matrix_free) {
+    const auto error = error_operator<T>(settings.device, head.q, head.k, factors);
+    result.spectral_error = spectral_norm(error, settings.evaluation.spectral).values(0);
+    result.frobenius_error = PointResult::nan;
+  } else {
+    const Matrix<T> error = reference.g - factors.dense();
+    result.spectral_error = singular_values<T>(error)(0);
+    result.frobenius_error = error.template cast<double>().norm();
   }
-  std::int64_t pending = 0;
-  for (const auto& p : points) pending += done.count(point_key(p)) ? 0 : 1;
-  if (pending == 0 && !partial_usable && output_exists) {
-    if (!settings.quiet)
-      std::cerr << "nystrom sweep: all " << points.size() << " points are already in " << output << "\n";
-    return 0;
+  result.relative_spectral_error = result.spectral_error / reference.g_norm2;
+}
+
+template <class T>
+void set_output_errors(const HeadReference<T>& reference, const Matrix<T>& output, PointResult& result) {
+  if (reference.output.size() == 0 || output.size() == 0) return;
+  const OutputErrors errors = output_errors<T>(reference.output, output);
+  result.output_relative_error = errors.relative_frobenius;
+  result.output_max_error = errors.max_abs;
+  result.output_mean_abs_error = errors.mean_abs;
+}
+
+/// A method other than pnp-nystra through the library's dispatcher: output errors against exact attention,
+/// the implied matrix's errors (G or S, column error_matrix), the pseudoinverse diagnostics; no bounds.
+template <class T>
+PointResult evaluate_method(const PointSpec& spec, const Head<T>& head, const HeadReference<T>& reference,
+                            const SweepSettings& settings, const std::array<Index, 2>& window) {
+  const auto start = std::chrono::steady_clock::now();
+  const Matrix<T> no_values(head.q.rows(), 0);
+  const Approximation<T> approximation =
+      approximate_attention<T>(spec.method, head.q, head.k, head.v.size() ? head.v : no_values,
+                               approximation_options(spec, settings, window));
+  PointResult result;
+  result.matrix_free = reference.matrix_free;
+  set_output_errors(reference, approximation.output, result);
+  if (approximation.kernel_factors) {
+    kernel_matrix_errors(head, reference, *approximation.kernel_factors, settings, result);
+  } else if (approximation.softmax_attention) {
+    const AttentionMatrixErrors errors =
+        attention_matrix_errors<T>(head.q, head.k, spec.kernel, *approximation.softmax_attention,
+                                   !reference.matrix_free, settings.evaluation.spectral);
+    result.spectral_error = errors.spectral;
+    result.relative_spectral_error = errors.relative_spectral;
+    result.frobenius_error = errors.frobenius;
   }
+  result.bounds_hold = true;
+  result.pinv_residual = approximation.pinv_residual;
+  result.pinv_status = approximation.pinv_status ? to_string(*approximation.pinv_status) : "none";
+  result.seconds = seconds_since(start);
+  return result;
+}
 
-  auto results = open_partial(partial, output, output_exists,
-                              make_provenance(command_line, settings.threads, settings.input));
-  StopOnSignals stop_on_signals;
-  Progress progress(std::int64_t(points.size()), std::int64_t(points.size()) - pending, settings.quiet,
-                    std::cerr);
-  std::int64_t computed = 0;
-
-  // Shared computations, rebuilt only when the head/kernel or the landmark group of the next pending point
-  // changes.
+/// What one process keeps between points: the last head reference and landmark terms.
+template <class T>
+struct PointCache {
   std::optional<HeadReference<T>> reference;
   std::optional<LandmarkTerms> terms;
   std::string reference_key, terms_key;
   SharedSeconds shared;
-  for (const auto& point : points) {
-    if (stop_signal) break;
-    if (done.count(point_key(point))) continue;
+};
+
+/// Evaluates one point (any method) on `device`, reusing the cache when the head/kernel and landmarks match.
+template <class T>
+PointResult evaluate_point(const PointSpec& point, const Head<T>& head, const std::array<Index, 2>& window,
+                           const SweepSettings& settings, PointCache<T>& cache) {
+  const auto head_key = describe(point.layer, "/", point.batch, "/", point.head, "/", point.kernel.label());
+  if (head_key != cache.reference_key) {
+    const auto start = std::chrono::steady_clock::now();
+    cache.reference = make_reference(head, point.kernel, settings.evaluation);
+    if (settings.device != Device::cpu && head.v.size() > 0)
+      cache.reference->output = exact_attention<T>(settings.device, head.q, head.k, head.v, point.kernel);
+    cache.shared.reference = seconds_since(start);
+    cache.reference_key = head_key;
+    cache.terms_key.clear();
+  }
+  if (point.method != Method::pnp_nystra)
+    return evaluate_method(point, head, *cache.reference, settings, window);
+
+  const NystromOptions options = nystrom_options(point, window);
+  const auto landmark_key = describe(to_string(point.strategy), "/", point.landmarks);
+  if (landmark_key != cache.terms_key) {
+    const auto start = std::chrono::steady_clock::now();
+    NystromOptions exact = options;
+    exact.pinv = PinvOptions{};
+    exact.stabilization = Stabilization::none;
+    const auto factors = generalized_nystrom<T>(head.q, head.k, exact);
+    cache.terms = landmark_terms(head, *cache.reference, factors, settings.evaluation);
+    cache.shared.landmarks = seconds_since(start);
+    cache.terms_key = landmark_key;
+  }
+  PointResult result = evaluate_nystrom(head, *cache.reference, options, settings.evaluation, &*cache.terms);
+  if (settings.device != Device::cpu) {
+    // The same point with PnP-Nystra attention (Algorithm 1) and, matrix-free, the error operator on the GPU.
+    const auto start = std::chrono::steady_clock::now();
+    if (head.v.size() > 0)
+      set_output_errors(*cache.reference,
+                        nystrom_attention<T>(settings.device, head.q, head.k, head.v, options), result);
+    if (cache.reference->matrix_free) {
+      const auto factors = generalized_nystrom<T>(settings.device, head.q, head.k, options);
+      const double spectral = spectral_norm(error_operator<T>(settings.device, head.q, head.k, factors),
+                                            settings.evaluation.spectral)
+                                  .values(0);
+      result.spectral_error = spectral;
+      result.relative_spectral_error = spectral / cache.reference->g_norm2;
+    }
+    result.seconds += seconds_since(start);
+  }
+  return result;
+}
+
+/// Thrown by the writer to stop the distribution after a signal (or --stop-after).
+struct SweepStopped : std::runtime_error {
+  SweepStopped() : std::runtime_error("sweep stopped by a signal") {}
+};
+
+/// Pending points as one byte each (1: pending). Rank 0 broadcasts it with one more byte (0: nothing to do);
+/// an empty message means rank 0 failed before the sweep (it reports the error; the other ranks just leave).
+std::vector<char> pending_mask(const std::vector<PointSpec>& points,
+                               const std::unordered_set<std::string>& done) {
+  std::vector<char> mask(points.size());
+  for (std::size_t i = 0; i < points.size(); ++i) mask[i] = done.count(point_key(points[i])) ? 0 : 1;
+  return mask;
+}
+
+/// Loads, validates and sweeps in scalar type T.
+template <class T>
+int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector<DumpLayer>& layers,
+          const std::vector<PointSpec>& points) {
+  // Read every head first: non-finite values are rejected before any output exists (on every rank).
+  std::map<std::string, std::vector<Head<T>>> heads;
+  for (const auto& layer : layers) heads[layer.name] = read_layer_heads<T>(dump, layer);
+
+  const bool writer = mpi_rank() == 0;
+  const std::string& output = settings.output;
+  const std::string partial = output + ".partial";
+  std::unordered_set<std::string> done;
+  bool output_exists = false, partial_usable = false;
+  std::vector<char> pending;
+  if (writer) {
+    try {
+      output_exists = fs::exists(output);
+      if (output_exists)
+        for (const auto& row : existing_rows(output, settings.input)) done.insert(row_key(schema(), row));
+      partial_usable = fs::exists(partial);
+      if (partial_usable) {
+        try {
+          for (const auto& row : existing_rows(partial, settings.input)) done.insert(row_key(schema(), row));
+        } catch (const std::invalid_argument& error) {
+          // Our own leftover that cannot be read (e.g. a killed process): discard it; the finished output is
+          // untouched.
+          std::cerr << "nystrom sweep: discarding unreadable " << partial << " (" << error.what() << ")\n";
+          fs::remove(partial);
+          partial_usable = false;
+        }
+      }
+      pending = pending_mask(points, done);
+    } catch (...) {
+      std::vector<char> failed;
+      broadcast_from_root(failed);
+      throw;
+    }
+  }
+  // Rank 0 decides, every rank follows: the last byte says whether there is anything to do at all.
+  if (writer) {
+    bool pending_any = partial_usable || !output_exists;
+    for (char p : pending) pending_any = pending_any || p;
+    pending.push_back(pending_any ? 1 : 0);
+  }
+  broadcast_from_root(pending);
+  if (pending.empty()) return 2;  // rank 0 failed before the sweep and reports why
+  if (!pending.back()) {
+    if (writer && !settings.quiet)
+      std::cerr << "nystrom sweep: all " << points.size() << " points are already in " << output << "\n";
+    return 0;
+  }
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < points.size(); ++i)
+    if (pending[i]) todo.push_back(i);
+
+  std::optional<PartialFile> results;
+  if (writer) results = open_partial(partial, output, output_exists, settings);
+  StopOnSignals stop_on_signals;
+  Progress progress(std::int64_t(points.size()), std::int64_t(points.size() - todo.size()),
+                    settings.quiet || !writer, std::cerr);
+  std::int64_t computed = 0;
+
+  // Points go out head by head (every point of a head and kernel has that head's cost, ties in grid order),
+  // so each rank's cache is rebuilt only when it moves to another head.
+  std::map<std::string, double> head_cost;
+  for (const auto& p : points) head_cost[describe(p.layer, "/", p.batch, "/", p.head)] += double(p.n) * p.n;
+  DistributionOptions distribution;
+  distribution.estimated_cost = [&](std::size_t index) {
+    const auto& p = points[index];
+    return head_cost[describe(p.layer, "/", p.batch, "/", p.head)];
+  };
+  PointCache<T> cache;
+  const auto evaluate = [&](std::size_t index) -> PointRows {
+    set_threads(settings.threads);
+    const PointSpec& point = points[index];
     const auto& layer =
         *std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l.name == point.layer; });
-    const Head<T>& head = heads[point.layer][point.batch * layer.heads + point.head];
-    const NystromOptions options = nystrom_options(point, layer.window);
-    const auto head_key = describe(point.layer, "/", point.batch, "/", point.head, "/", point.kernel.label());
-    if (head_key != reference_key) {
-      const auto start = std::chrono::steady_clock::now();
-      reference = make_reference(head, point.kernel, settings.evaluation);
-      shared.reference = seconds_since(start);
-      reference_key = head_key;
-      terms_key.clear();
-    }
-    const auto landmark_key = describe(to_string(point.strategy), "/", point.landmarks);
-    if (landmark_key != terms_key) {
-      const auto start = std::chrono::steady_clock::now();
-      NystromOptions exact = options;
-      exact.pinv = PinvOptions{};
-      exact.stabilization = Stabilization::none;
-      const auto factors = generalized_nystrom<T>(head.q, head.k, exact);
-      terms = landmark_terms(head, *reference, factors, settings.evaluation);
-      shared.landmarks = seconds_since(start);
-      terms_key = landmark_key;
-    }
-    const PointResult result = evaluate_nystrom(head, *reference, options, settings.evaluation, &*terms);
-    results.table->append(make_row(point, result, shared));
-    H5Fflush(results.file.get(), H5F_SCOPE_GLOBAL);
+    const Head<T>& head = heads.at(point.layer)[point.batch * layer.heads + point.head];
+    const PointResult result = evaluate_point(point, head, layer.window, settings, cache);
+    SharedSeconds shared = cache.shared;
+    if (point.method != Method::pnp_nystra) shared.landmarks = 0;  // no landmark terms
+    return {make_row(point, result, shared)};
+  };
+  const auto on_done = [&](std::size_t index, const PointRows& rows) {
+    for (const auto& row : rows) results->table->append(row);
+    H5Fflush(results->file.get(), H5F_SCOPE_GLOBAL);
     ++computed;
-    progress.advance(point_label(point));
+    progress.advance(point_label(points[index]));
     if (settings.stop_after > 0 && computed == settings.stop_after) std::raise(SIGINT);
+    if (stop_signal) throw SweepStopped();
+  };
+  bool stopped = false;
+  try {
+    run_points(todo, evaluate, on_done, distribution);
+  } catch (const SweepStopped&) {
+    stopped = true;
   }
-  const auto rows = results.table->rows();
-  results.table.reset();
-  results.file.reset();
-  if (stop_signal) {
+  if (!writer) return 0;
+  const auto rows = results->table->rows();
+  results->table.reset();
+  results->file.reset();
+  if (stopped) {
     progress.finish(describe("stopped by signal ", int(stop_signal), " after ", computed, " new points; ",
                              rows, " rows kept in ", partial, "; run the same command again to resume"));
     return 128 + int(stop_signal);
   }
-  fs::rename(partial, output);
+  std::unordered_map<std::string, std::size_t> position;
+  for (std::size_t i = 0; i < points.size(); ++i) position.emplace(point_key(points[i]), i);
+  write_sorted(partial, output, position, settings);
   progress.finish(describe("wrote ", output, ": ", rows, " rows (", computed, " computed now)"));
   return 0;
 }
@@ -563,13 +928,17 @@ int run_sweep(const Invocation& invocation) {
   if (!parse_options(invocation, "[options]", options, {}, values)) return 0;
   SweepSettings settings = parse_settings(values);
   settings.threads = apply_threads(values);
+  settings.command_line = invocation.command_line;
+  if (mpi_size() > 1 && values["threads"].as<int>() == 0) settings.threads = threads_per_rank();
   const DumpInfo dump = inspect_dump(settings.input);
   settings.input = fs::weakly_canonical(settings.input).string();
   const auto layers = select_layers(dump, settings);
-  const auto points = enumerate_points(layers, settings);
-  if (settings.precision == "float")
-    return sweep<float>(settings, dump, layers, points, invocation.command_line);
-  return sweep<double>(settings, dump, layers, points, invocation.command_line);
+  Skipped skipped;
+  const auto points = enumerate_points(layers, settings, skipped);
+  if (mpi_rank() == 0) skipped.report(settings.quiet);
+  require(!points.empty(), "no grid points: every method was skipped for these kernels and strategies");
+  if (settings.precision == "float") return sweep<float>(settings, dump, layers, points);
+  return sweep<double>(settings, dump, layers, points);
 }
 
 }  // namespace nystrom::cli

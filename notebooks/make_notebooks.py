@@ -130,11 +130,7 @@ for column, kernel in enumerate(kernels):
         ax = axes[row][column]
         for strategy in strategies:
             rows = exact.where(kernel=kernel, strategy=strategy)
-            m, median, low, high = nr.median_and_quartiles(rows["landmarks"].astype(float), rows[metric])
-            if m.size == 0:
-                continue
-            line, = ax.semilogy(m, median, marker="o", label=strategy)
-            ax.fill_between(m, low, high, color=line.get_color(), alpha=0.15)
+            nr.plot_median_band(ax, rows["landmarks"].astype(float), rows[metric], strategy)
         nr.landmark_axis(ax, exact["landmarks"])
         ax.set_title(f"{kernel}: {metric}", fontsize=9)
         ax.set_ylabel(label)
@@ -337,11 +333,7 @@ for row, kernel in enumerate(kernels):
         ax = axes[row][column]
         for method in methods:
             selected = rows.where(kernel=kernel, method=method)
-            m, median, low, high = nr.median_and_quartiles(selected["landmarks"].astype(float), selected[metric])
-            if m.size == 0:
-                continue
-            line, = ax.semilogy(m, median, marker="o", label=method)
-            ax.fill_between(m, low, high, color=line.get_color(), alpha=0.15)
+            nr.plot_median_band(ax, selected["landmarks"].astype(float), selected[metric], method)
         nr.landmark_axis(ax, rows["landmarks"])
         ax.set_title(f"{kernel}: {metric}", fontsize=9)
         ax.set_xlabel("landmarks / features m")

@@ -184,3 +184,13 @@ def median_and_quartiles(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.n
     groups = [y[finite & (x == value)] for value in xs]
     return (xs, np.array([np.median(g) for g in groups]), np.array([np.percentile(g, 25) for g in groups]),
             np.array([np.percentile(g, 75) for g in groups]))
+
+
+def plot_median_band(ax, x: np.ndarray, y: np.ndarray, label: str) -> bool:
+    """Median of y against each distinct x on a log y axis, the interquartile range shaded; False when empty."""
+    xs, median, low, high = median_and_quartiles(x, y)
+    if xs.size == 0:
+        return False
+    line, = ax.semilogy(xs, median, marker="o", label=label)
+    ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.15)
+    return True

@@ -28,10 +28,12 @@ inline Matrix<double> naive_softmax(const Matrix<double>& X, const Matrix<double
   return out;
 }
 
-/// Exact softmax attention S V in double.
-inline Matrix<double> naive_attention(const Matrix<double>& Q, const Matrix<double>& K,
-                                      const Matrix<double>& V, double scale) {
-  return naive_softmax(Q, K, scale) * V;
+/// Exact softmax attention S V in double, from inputs of any scalar type.
+template <class DerivedQ, class DerivedK, class DerivedV>
+Matrix<double> naive_attention(const Eigen::MatrixBase<DerivedQ>& Q, const Eigen::MatrixBase<DerivedK>& K,
+                               const Eigen::MatrixBase<DerivedV>& V, double scale) {
+  return naive_softmax(Q.template cast<double>(), K.template cast<double>(), scale) *
+         V.template cast<double>();
 }
 
 /// Means of m contiguous segments of the rows of X; the first (s+1)m − N have s = ⌊N/m⌋ rows, the rest s+1.

@@ -59,6 +59,23 @@ TEST_CASE_TEMPLATE("exact attention equals softmax(φ(Q,K)) V, also with logits 
   }
 }
 
+TEST_CASE_TEMPLATE("exact attention over several key tiles rescales its running sums (online softmax)", T,
+                   float, double) {
+  // 2,600 keys span three 1024-key tiles (the last one ragged); 300 queries span two panels. The first keys
+  // get small logits and later ones large, so the running max grows from tile to tile.
+  const Index queries = 300, keys = 2600, d = 6, dv = 3;
+  const Matrix<T> Q = random_matrix<T>(queries, d, 51, 4.0);
+  Matrix<T> K = random_matrix<T>(keys, d, 52);
+  for (Index j = 0; j < keys; ++j) K.row(j) *= T(1 + 8 * j / keys);
+  const Matrix<T> V = random_matrix<T>(keys, dv, 53);
+  for (const Kernel& kernel : {Kernel::exponential(1 / std::sqrt(6.0)), Kernel::laplacian(4.0)}) {
+    CAPTURE(kernel.label());
+    const Matrix<double> S = naive_attention_matrix<T>(Q, K, kernel);
+    const Matrix<T> O = exact_attention<T>(Q, K, V, kernel);
+    CHECK(relative_difference(O, S * V.template cast<double>()) <= tolerance<T>(keys * d) * 64);
+  }
+}
+
 TEST_CASE_TEMPLATE("output errors are the relative Frobenius, max and mean absolute differences", T, float,
                    double) {
   Matrix<T> exact(2, 2), approximate(2, 2);

@@ -9,7 +9,9 @@
 #include <regex>
 
 #include "cli_test_support.hpp"
+#include "nystrom/approximation.hpp"
 #include "nystrom/attention.hpp"
+#include "nystrom/backend.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
 
@@ -277,6 +279,13 @@ TEST_CASE(
       {{"--precision", "half"}, "--precision"},
       {{"--landmark", "4"}, "landmark"},
       {{"--threads", "-2"}, "--threads"},
+      {{"--method", "pnp-nystra,bogus"}, "unknown method 'bogus'"},
+      {{"--method", "performer", "--features", "0"}, "--features"},
+      {{"--method", "linformer", "--projected", "8,x"}, "--projected: 'x'"},
+      {{"--memory", "12Q"}, "--memory: '12Q'"},
+      {{"--memory", "0"}, "--memory: '0'"},
+      {{"--device", "tpu"}, "--device"},
+      {{"--method", "cur", "--kernel", "exp", "--landmarks", "41"}, "m = 41 exceeds N = 40"},
   };
   for (const auto& [extra, expect] : cases) {
     CAPTURE(expect);
@@ -395,4 +404,220 @@ TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--kernel", "laplacian", "--lambda", "0"})
             .status == 2);
   CHECK_FALSE(fs::exists(dir / "bad.h5"));
+}
+
+namespace {
+
+/// The library options of one row of a method sweep, rebuilt from the row's parameter columns.
+ApproximationOptions row_options(const Table& table, std::size_t r, const Kernel& kernel) {
+  ApproximationOptions options;
+  options.kernel = kernel;
+  const Method method = method_from_string(table.text(r, "method"));
+  const Index size = Index(table.number(r, "landmarks"));
+  PinvOptions pinv;
+  if (table.text(r, "pinv") != "none") {
+    pinv.method = pinv_method_from_string(table.text(r, "pinv"));
+    if (pinv.method != PinvMethod::exact) pinv.iterations = int(table.number(r, "pinv_iters"));
+  }
+  LandmarkOptions marks;
+  if (table.text(r, "strategy") != "none")
+    marks.strategy = landmark_strategy_from_string(table.text(r, "strategy"));
+  marks.count = size;
+  marks.seed = 11;
+  switch (method) {
+    case Method::symmetric_nystrom:
+      options.symmetric.landmarks = marks;
+      pinv.shift = options.symmetric.pinv.shift;
+      options.symmetric.pinv = pinv;
+      break;
+    case Method::nystromformer:
+      options.nystromformer.landmarks = size;
+      options.nystromformer.pinv = pinv;
+      break;
+    case Method::cur:
+      options.cur.selection = marks;
+      options.cur.pinv = pinv;
+      options.cur.copy_exact_rows = true;
+      break;
+    case Method::performer:
+      options.performer.features = size;
+      options.performer.seed = 11;
+      break;
+    case Method::linformer:
+      options.linformer.projected = size;
+      options.linformer.seed = 11;
+      break;
+    default:
+      break;
+  }
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("sweep --method: every method's rows match dense recomputations; softmax methods skip laplacian") {
+  TempDir dir("methods");
+  const auto input = make_dump(dir);
+  const auto output = dir / "methods.h5";
+  const auto run = run_cli(sweep_args(input, output,
+                                      {"--method",
+                                       "nystromformer,cur,symmetric-nystrom,performer,linformer,exact",
+                                       "--kernel",
+                                       "exp,laplacian",
+                                       "--lambda",
+                                       "3",
+                                       "--strategy",
+                                       "segment-means,step",
+                                       "--landmarks",
+                                       "4,8",
+                                       "--pinv",
+                                       "exact,razavi",
+                                       "--iterations",
+                                       "3",
+                                       "--features",
+                                       "8",
+                                       "--projected",
+                                       "6",
+                                       "--copy-rows",
+                                       "--threads",
+                                       "1"}));
+  CAPTURE(run.err);
+  REQUIRE(run.status == 0);
+  // Both skips are announced once at the start.
+  CHECK(run.err.find("skipping") != std::string::npos);
+  CHECK(run.err.find("softmax method") != std::string::npos);
+  CHECK(run.err.find("segment-means is a pooling strategy") != std::string::npos);
+  const Table table = read_sweep(output);
+  // Per head: exp: nystromformer 2 m x 2 pinv, cur (step only) 2 x 2, symmetric 2 strategies x 2 x 2,
+  // performer 1, linformer 1, exact 1 = 19; laplacian: symmetric 8 + exact 1 = 9.
+  REQUIRE(table.rows.size() == 2 * (19 + 9));
+
+  const auto dump = cli::inspect_dump(input);
+  const auto heads = cli::read_layer_heads<double>(dump, dump.layers[0]);
+  std::map<std::string, int> seen;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    CAPTURE(r);
+    const auto& head = heads[Index(table.number(r, "head"))];
+    const Kernel kernel{kernel_type_from_string(table.text(r, "kernel")), table.number(r, "kernel_param")};
+    const Method method = method_from_string(table.text(r, "method"));
+    CAPTURE(table.text(r, "method"));
+    ++seen[table.text(r, "method") + "/" + table.text(r, "kernel")];
+    const bool softmax = method == Method::nystromformer || method == Method::cur ||
+                         method == Method::performer || method == Method::linformer;
+    if (softmax) CHECK(kernel.type == KernelType::exponential);
+    if (method == Method::cur) CHECK(table.text(r, "strategy") == "step");
+    if (method == Method::performer) CHECK(table.number(r, "landmarks") == 8);
+    if (method == Method::linformer) CHECK(table.number(r, "landmarks") == 6);
+    CHECK(table.text(r, "stabilization") == "none");
+    for (const char* bound : {"sigma1_ext", "sigma_m1_ext", "sigma_m_core", "bound_ratio", "theorem1_bound",
+                              "theorem2_bound", "theorem3_bound", "theorem3_k", "c_emp"})
+      CHECK(std::isnan(table.number(r, bound)));
+
+    const Matrix<double> exact = attention_matrix<double>(head.q, head.k, kernel) * head.v;
+    const auto approximation =
+        approximate_attention<double>(method, head.q, head.k, head.v, row_options(table, r, kernel));
+    const Matrix<double> output_error = exact - approximation.output;
+    CHECK(table.number(r, "output_relative_error") ==
+          doctest::Approx(output_error.norm() / exact.norm()).epsilon(1e-7).scale(1e-5));
+    CHECK(table.number(r, "output_max_error") ==
+          doctest::Approx(output_error.cwiseAbs().maxCoeff()).epsilon(1e-7).scale(1e-5));
+
+    // The implied matrix: Ĝ against G for the kernel methods, Ŝ against S = D⁻¹G for the softmax ones.
+    Matrix<double> reference, approximate;
+    if (method == Method::symmetric_nystrom) {
+      CHECK(table.text(r, "error_matrix") == "G");
+      reference = kernel.block<double>(head.q, head.k);
+      approximate = approximation.kernel_factors->dense();
+    } else if (method == Method::exact) {
+      CHECK(table.text(r, "error_matrix") == "none");
+      CHECK(table.number(r, "output_relative_error") < 1e-13);
+      CHECK(std::isnan(table.number(r, "spectral_error")));
+      continue;
+    } else {
+      CHECK(table.text(r, "error_matrix") == "S");
+      reference = attention_matrix<double>(head.q, head.k, kernel);
+      approximate = approximation.softmax_attention->dense();
+    }
+    const double norm = largest_singular_value(reference);
+    const double spectral = largest_singular_value(reference - approximate);
+    CHECK(table.number(r, "spectral_error") == doctest::Approx(spectral).epsilon(1e-9).scale(norm));
+    CHECK(table.number(r, "relative_spectral_error") ==
+          doctest::Approx(spectral / norm).epsilon(1e-9).scale(1e-12));
+    CHECK(table.number(r, "frobenius_error") ==
+          doctest::Approx((reference - approximate).norm()).epsilon(1e-9).scale(norm));
+    CHECK(table.number(r, "matrix_free") == 0);
+  }
+  CHECK(seen["exact/laplacian"] == 2);
+  CHECK(seen["symmetric-nystrom/laplacian"] == 16);
+  CHECK(seen.count("performer/laplacian") == 0);
+}
+
+TEST_CASE("sweep --memory: a tiny budget takes the matrix-free path, records it, and agrees with dense") {
+  TempDir dir("memory");
+  const auto input = make_dump(dir);
+  const std::vector<std::string> small = {"--kernel",    "exp,laplacian",
+                                          "--lambda",    "3",
+                                          "--strategy",  "step",
+                                          "--landmarks", "4",
+                                          "--pinv",      "exact",
+                                          "--method",    "pnp-nystra,linformer,symmetric-nystrom",
+                                          "--projected", "6",
+                                          "-q"};
+  auto dense_args = sweep_args(input, dir / "dense.h5", small);
+  dense_args.insert(dense_args.end(), {"--memory", "2G"});
+  auto lean_args = sweep_args(input, dir / "lean.h5", small);
+  lean_args.insert(lean_args.end(), {"--memory", "1K"});
+  REQUIRE(run_cli(dense_args).status == 0);
+  REQUIRE(run_cli(lean_args).status == 0);
+  const Table dense = read_sweep(dir / "dense.h5"), lean = read_sweep(dir / "lean.h5");
+  REQUIRE(dense.rows.size() == lean.rows.size());
+  REQUIRE(dense.rows.size() == 2 * (3 + 2));
+  for (std::size_t r = 0; r < dense.rows.size(); ++r) {
+    CAPTURE(r);
+    CHECK(dense.number(r, "matrix_free") == 0);
+    CHECK(lean.number(r, "matrix_free") == 1);
+    CHECK(lean.text(r, "method") == dense.text(r, "method"));
+    CHECK(lean.number(r, "spectral_error") ==
+          doctest::Approx(dense.number(r, "spectral_error")).epsilon(1e-9));
+    CHECK(lean.number(r, "output_relative_error") ==
+          doctest::Approx(dense.number(r, "output_relative_error")).epsilon(1e-12));
+  }
+  cli::Handle file = cli::open_file(dir / "lean.h5", false);
+  CHECK(cli::read_numeric_attribute(file.get(), "memory_budget") == std::vector<double>{1024});
+  cli::Handle other = cli::open_file(dir / "dense.h5", false);
+  CHECK(cli::read_numeric_attribute(other.get(), "memory_budget") == std::vector<double>{2.0 * (1 << 30)});
+  CHECK(cli::read_string_attribute(other.get(), "device") == "cpu");
+}
+
+TEST_CASE("sweep and spectrum --device cuda: exit 2 and no file where no CUDA device is usable") {
+  TempDir dir("device");
+  const auto input = make_dump(dir);
+  const auto output = dir / "gpu.h5";
+  auto args = sweep_args(input, output, {"--strategy", "step", "--landmarks", "4", "--pinv", "exact", "-q"});
+  args.insert(args.end(), {"--device", "cuda"});
+  if (cuda_available()) {
+    MESSAGE("a CUDA device is present: --device cuda must run and agree with the CPU");
+    REQUIRE(run_cli(args).status == 0);
+    auto cpu_args = sweep_args(input, dir / "cpu.h5",
+                               {"--strategy", "step", "--landmarks", "4", "--pinv", "exact", "-q"});
+    REQUIRE(run_cli(cpu_args).status == 0);
+    const Table gpu = read_sweep(output), cpu = read_sweep(dir / "cpu.h5");
+    REQUIRE(gpu.rows.size() == cpu.rows.size());
+    for (std::size_t r = 0; r < gpu.rows.size(); ++r)
+      CHECK(gpu.number(r, "output_relative_error") ==
+            doctest::Approx(cpu.number(r, "output_relative_error")).epsilon(1e-6).scale(1e-12));
+    return;
+  }
+  const std::string expected = cuda_compiled() ? "--device cuda: no CUDA device found"
+                                               : "--device cuda: this build has no CUDA backend";
+  const auto sweep_run = run_cli(args);
+  CHECK(sweep_run.status == 2);
+  CHECK(sweep_run.err.find(expected) != std::string::npos);
+  CHECK_FALSE(fs::exists(output));
+  CHECK_FALSE(fs::exists(output + ".partial"));
+  const auto spectrum_run =
+      run_cli({"spectrum", "-i", input, "-o", dir / "spectrum.h5", "--device", "cuda", "-q"});
+  CHECK(spectrum_run.status == 2);
+  CHECK(spectrum_run.err.find(expected) != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "spectrum.h5"));
 }

@@ -43,6 +43,17 @@ fs::path case_directory(const std::string& name) {
   return dir;
 }
 
+/// One head's inputs and this library's output: q_<h>.txt, k_<h>.txt, v_<h>.txt, out_<h>.txt.
+template <class T>
+void write_head(const fs::path& dir, int head, const Matrix<T>& q, const Matrix<T>& k, const Matrix<T>& v,
+                const Matrix<T>& out) {
+  const std::string suffix = "_" + std::to_string(head) + ".txt";
+  write_matrix(dir / ("q" + suffix), q);
+  write_matrix(dir / ("k" + suffix), k);
+  write_matrix(dir / ("v" + suffix), v);
+  write_matrix(dir / ("out" + suffix), out);
+}
+
 void write_meta(const fs::path& dir, const std::string& lines) {
   std::ofstream(dir / "meta.txt") << lines;
 }
@@ -67,11 +78,7 @@ void dump_nystromformer(const std::string& name, Index n, Index m, int heads) {
   options.pinv.alpha = nystromformer_batch_alpha<T>(cores);
   for (int h = 0; h < heads; ++h) {
     const auto result = nystromformer_attention<T>(q[h], k[h], v[h], scale, options);
-    const std::string suffix = "_" + std::to_string(h) + ".txt";
-    write_matrix(dir / ("q" + suffix), q[h]);
-    write_matrix(dir / ("k" + suffix), k[h]);
-    write_matrix(dir / ("v" + suffix), v[h]);
-    write_matrix(dir / ("out" + suffix), result.output);
+    write_head<T>(dir, h, q[h], k[h], v[h], result.output);
   }
   write_meta(dir, describe("heads = ", heads, "\nlandmarks = ", m, "\npinv_iterations = 6\n"));
 }
@@ -87,11 +94,8 @@ void dump_performer() {
   options.projection = performer_projection(r, d, 203).template cast<T>().template cast<double>();
   options.feature_epsilon = 1e-4;  // the package's softmax_kernel eps
   const auto result = performer_attention<T>(q, k, v, 1 / std::sqrt(double(d)), options);
-  write_matrix(dir / "q_0.txt", q);
-  write_matrix(dir / "k_0.txt", k);
-  write_matrix(dir / "v_0.txt", v);
+  write_head<T>(dir, 0, q, k, v, result.output);
   write_matrix(dir / "projection.txt", options.projection.template cast<T>());
-  write_matrix(dir / "out_0.txt", result.output);
   write_meta(dir, describe("heads = 1\nfeatures = ", r, "\n"));
 }
 
@@ -107,12 +111,9 @@ void dump_linformer() {
   options.e = drawn.e.template cast<T>().template cast<double>();
   options.f = drawn.f.template cast<T>().template cast<double>();
   const auto result = linformer_attention<T>(q, k, v, 1 / std::sqrt(double(d)), options);
-  write_matrix(dir / "q_0.txt", q);
-  write_matrix(dir / "k_0.txt", k);
-  write_matrix(dir / "v_0.txt", v);
+  write_head<T>(dir, 0, q, k, v, result.output);
   write_matrix(dir / "e.txt", options.e.template cast<T>());
   write_matrix(dir / "f.txt", options.f.template cast<T>());
-  write_matrix(dir / "out_0.txt", result.output);
   write_meta(dir, describe("heads = 1\nprojected = ", projected, "\n"));
 }
 

@@ -356,19 +356,17 @@ TEST_SUITE("gpu") {
       const Matrix<double> E = G - factors.dense().template cast<double>();
       const double amplification = exponent_amplification<T>(G.template cast<T>());
       const double scale = G.norm() * xd.norm();
-      Vector<T> y(n);
-      const AnyOperator<T> g = kernel_operator<T>(Device::cuda, Q, K, kernel);
-      g.perform_op(x.data(), y.data());
-      CHECK((y.template cast<double>() - G * xd).norm() <= tolerance<T>(n, amplification) * scale);
-      g.perform_transpose_op(x.data(), y.data());
-      CHECK((y.template cast<double>() - G.transpose() * xd).norm() <=
-            tolerance<T>(n, amplification) * scale);
-      const AnyOperator<T> e = error_operator<T>(Device::cuda, Q, K, factors);
-      e.perform_op(x.data(), y.data());
-      CHECK((y.template cast<double>() - E * xd).norm() <= tolerance<T>(n, amplification) * scale);
-      e.perform_transpose_op(x.data(), y.data());
-      CHECK((y.template cast<double>() - E.transpose() * xd).norm() <=
-            tolerance<T>(n, amplification) * scale);
+      // The device operator's products with x and its transpose products against the dense matrix.
+      const auto check_products = [&](const AnyOperator<T>& op, const Matrix<double>& dense) {
+        Vector<T> y(n);
+        op.perform_op(x.data(), y.data());
+        CHECK((y.template cast<double>() - dense * xd).norm() <= tolerance<T>(n, amplification) * scale);
+        op.perform_transpose_op(x.data(), y.data());
+        CHECK((y.template cast<double>() - dense.transpose() * xd).norm() <=
+              tolerance<T>(n, amplification) * scale);
+      };
+      check_products(kernel_operator<T>(Device::cuda, Q, K, kernel), G);
+      check_products(error_operator<T>(Device::cuda, Q, K, factors), E);
     }
   }
 }

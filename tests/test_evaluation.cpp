@@ -113,7 +113,7 @@ TEST_CASE("the matrix-free and Lanczos paths agree with the dense path") {
     CHECK(close(p->frobenius_error, expected.frobenius_error, 1e-10));
     CHECK(close(p->output_relative_error, expected.output_relative_error, 1e-10));
     CHECK(close(p->sigma1_ext, expected.sigma1_ext, 1e-10));
-    // σ_{m+1}(G̃) by Lanczos on G̃ᵀG̃ carries an absolute error of about eps·σ₁²/σ_{m+1}.
+    // σ_{m+1}(G̃) by Lanczos on G̃ᵀG̃ (matrix-free path) carries an absolute error of about eps·σ₁²/σ_{m+1}.
     CHECK(std::abs(p->sigma_m1_ext - expected.sigma_m1_ext) <=
           1e-12 * expected.sigma1_ext * expected.sigma1_ext / expected.sigma_m1_ext);
   }

@@ -46,6 +46,17 @@ TEST_CASE("kernel names round-trip and unknown names throw naming the name") {
   CHECK(Kernel::laplacian(4).label() == "laplacian(lambda=4)");
 }
 
+TEST_CASE("Kernel::validate names the parameter and its value") {
+  CHECK(throws_naming([] { Kernel::gaussian(-0.5).validate(); }, "kernel gaussian: h = -0.5 must be > 0"));
+  CHECK(throws_naming([] { Kernel::laplacian(0).validate(); }, "kernel laplacian: lambda = 0 must be > 0"));
+  CHECK(throws_naming([] { Kernel::exponential(std::nan("")).validate(); },
+                      "kernel exp: s = nan is not finite"));
+  CHECK(throws_naming([] { Kernel::gaussian(std::numeric_limits<double>::infinity()).validate(); },
+                      "h = inf is not finite"));
+  CHECK_NOTHROW(Kernel::exponential(-0.25).validate());  // a negative s is a valid (reversed) exponential
+  CHECK_NOTHROW(Kernel::exponential(0).validate());
+}
+
 TEST_CASE_TEMPLATE("kernel blocks equal the naive dense kernel", T, float, double) {
   // Sizes straddle the 32/64-row register tile of the distance kernels (remainders, single partial tiles).
   const Index d = 64;

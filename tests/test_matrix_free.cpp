@@ -1,4 +1,5 @@
-/// Matrix-free kernel passes and operators (matrix_free.hpp) against slow dense oracles in double: naive
+/// Matrix-free kernel passes (kernel_passes.hpp), the kernel operator and the error operator built on it
+/// (operators.hpp) and the matrix-free norms (matrix_free.hpp) against slow dense oracles in double: naive
 /// kernel entries straight from MATH.md §1, Ĝ = diag(exp(l)) L Z U formed densely, and full SVDs.
 #include <doctest/doctest.h>
 
@@ -76,7 +77,7 @@ template <class T>
 void check_products(const Kernel& kernel, Index rows, Index cols, Index d) {
   const Matrix<T> X = dyadic_tokens<T>(rows, d, 21), Y = dyadic_tokens<T>(cols, d, 22);
   const Matrix<double> g = naive_kernel<double>(X.template cast<double>(), Y.template cast<double>(), kernel);
-  const MatrixFreeOperator<T> op(X, Y, kernel, ragged_tiling());
+  const KernelOperator<T, double> op(X, Y, kernel, ragged_tiling());
   const double tol = 1e-13;
 
   const KernelPasses<T> passes(X, Y, kernel, ragged_tiling());
@@ -118,7 +119,9 @@ TEST_CASE("matrix-free error products E = G - Ghat equal the dense E") {
     const Matrix<double> Q = dyadic_tokens<double>(n, d, 41), K = dyadic_tokens<double>(n, d, 42);
     const NystromFactors<double> factors = factors_for(Q, K, kernel, m);
     const Matrix<double> e = naive_kernel<double>(Q, K, kernel) - dense_approximation(factors);
-    const MatrixFreeOperator<double> op(Q, K, kernel, factors, ragged_tiling());
+    const KernelOperator<double> g(Q, K, kernel, ragged_tiling());
+    const NystromOperator<double> approximation(factors);
+    const DifferenceOperator<KernelOperator<double>, NystromOperator<double>> op(g, approximation);
     const Vector<double> x = random_matrix<double>(n, 1, 43);
     Vector<double> y(n), z(n), inner(n), outer(n), augmented(2 * n), stacked(2 * n);
     op.perform_op(x.data(), y.data());
@@ -134,6 +137,7 @@ TEST_CASE("matrix-free error products E = G - Ghat equal the dense E") {
     CHECK(relative_difference(outer, e * (e.transpose() * x)) <= tol);
     CHECK(relative_difference(augmented, (Vector<double>(2 * n) << e * x, e.transpose() * x).finished()) <=
           tol);
+    CHECK(g.passes() == 5);  // the Gram and augmented products of E cost one kernel pass each
   }
 }
 
@@ -152,7 +156,9 @@ TEST_CASE("the augmented operator gives the same norm as the fused Gram Lanczos"
   const NystromFactors<double> factors = factors_for(Q, K, kExponential16, 8);
   const double dense =
       dense_singular_values(naive_kernel<double>(Q, K, kExponential16) - dense_approximation(factors))(0);
-  const MatrixFreeOperator<double> op(Q, K, kExponential16, factors);
+  const KernelOperator<double> g(Q, K, kExponential16);
+  const NystromOperator<double> approximation(factors);
+  const DifferenceOperator<KernelOperator<double>, NystromOperator<double>> op(g, approximation);
   const SpectralResult augmented = augmented_spectral_norm(op);
   REQUIRE(augmented.converged);
   CHECK(std::abs(augmented.values(0) - dense) <= 1e-9 * dense);
@@ -179,18 +185,18 @@ TEST_CASE("float inputs of general values: logits rounded in float, accumulation
 TEST_CASE("matrix-free bad inputs name the value") {
   const Matrix<double> Q = random_matrix<double>(20, 4, 1), K = random_matrix<double>(20, 4, 2);
   const Matrix<double> K3 = random_matrix<double>(20, 3, 3);
-  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K, kExponential16, {.panel_rows = 0}); },
+  CHECK(throws_naming([&] { KernelOperator<double>(Q, K, kExponential16, {.panel_rows = 0}); },
                       "panel_rows = 0"));
-  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K, kExponential16, {.tile_cols = -3}); },
+  CHECK(throws_naming([&] { KernelOperator<double>(Q, K, kExponential16, {.tile_cols = -3}); },
                       "tile_cols = -3"));
-  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K3, kExponential16); }, "d = 4 and 3"));
-  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K, Kernel::laplacian(-1)); }, "-1"));
+  CHECK(throws_naming([&] { KernelOperator<double>(Q, K3, kExponential16); }, "d = 4 and 3"));
+  CHECK(throws_naming([&] { KernelOperator<double>(Q, K, Kernel::laplacian(-1)); }, "-1"));
   Matrix<double> bad = Q;
   bad(3, 2) = std::nan("");
-  CHECK(throws_naming([&] { MatrixFreeOperator<double>(bad, K, kExponential16); }, "X"));
+  CHECK(throws_naming([&] { KernelOperator<double>(bad, K, kExponential16); }, "X"));
   const Matrix<double> Q30 = random_matrix<double>(30, 4, 4);
   const NystromFactors<double> factors = factors_for(Q30, Q30, kExponential16, 4);
-  CHECK(throws_naming([&] { MatrixFreeOperator<double>(Q, K, kExponential16, factors); }, "30x30"));
+  CHECK(throws_naming([&] { matrix_free_error_norm<double>(Q, K, factors, kExponential16); }, "30x30"));
 }
 
 }  // namespace nystrom::test

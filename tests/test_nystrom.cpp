@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "nystrom/nystrom.hpp"
 #include "nystrom/spectral.hpp"
@@ -191,8 +192,17 @@ TEST_CASE("bad arguments throw std::invalid_argument naming the value") {
   CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K5, options); }, "d = 5"));
   Matrix<double> Qnan = Q;
   Qnan(3, 2) = std::nan("");
-  CHECK(throws_naming([&] { generalized_nystrom<double>(Qnan, K, options); }, "non-finite"));
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Qnan, K, options); }, "generalized_nystrom: Q"));
+  Matrix<double> Kinf = K;
+  Kinf(19, 0) = -std::numeric_limits<double>::infinity();
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Q, Kinf, options); }, "generalized_nystrom: K"));
+  auto symmetric = options;
+  symmetric.stabilization = Stabilization::none;
+  CHECK(throws_naming([&] { symmetric_nystrom<double>(Q, Kinf, symmetric); }, "symmetric_nystrom: K"));
   const auto f = generalized_nystrom<double>(Q, K, options);
   const Matrix<double> V = random_matrix<double>(19, 3, 84);
   CHECK(throws_naming([&] { nystrom_attention<double>(f, V); }, "19"));
+  Matrix<double> Vnan = random_matrix<double>(20, 3, 85);
+  Vnan(0, 2) = std::nan("");
+  CHECK(throws_naming([&] { nystrom_attention<double>(f, Vnan); }, "nystrom_attention: V"));
 }

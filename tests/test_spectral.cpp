@@ -62,6 +62,32 @@ TEST_CASE_TEMPLATE("float operators are solved in double to the accuracy of thei
   CHECK(std::abs(spectral_norm(DenseOperator<T>(A)).values(0) - sigma) <= tolerance<T>(200 * 150) * sigma);
 }
 
+TEST_CASE("augmented Lanczos resolves singular values far below sqrt(eps)·σ₁, where the Gram form cannot") {
+  // A = U diag(σ) Vᵀ with σ_i = 10^(-i) for i < 12, then a flat tail at 1e-13: σ_8 = 1e-8 ≪ √eps·σ₁.
+  const Index rows = 300, cols = 240, k = 9;
+  const Eigen::HouseholderQR<Matrix<double>> left(random_matrix<double>(rows, cols, 41));
+  const Eigen::HouseholderQR<Matrix<double>> right(random_matrix<double>(cols, cols, 42));
+  const Matrix<double> U = left.householderQ() * Matrix<double>::Identity(rows, cols);
+  const Matrix<double> V = right.householderQ() * Matrix<double>::Identity(cols, cols);
+  Vector<double> sigma = Vector<double>::Constant(cols, 1e-13);
+  for (Index i = 0; i < 12; ++i) sigma(i) = std::pow(10.0, -double(i));
+  const Matrix<double> A = U * sigma.asDiagonal() * V.transpose();
+  const Vector<double> oracle = oracle_singular_values(A);
+  const SpectralResult augmented = top_singular_values_augmented(DenseOperator<double>(A), k);
+  REQUIRE(augmented.converged);
+  REQUIRE(augmented.values.size() == k);
+  // Absolute error of a few eps·σ₁: σ_8 = 1e-8 to ~1e-7 relative.
+  for (Index i = 0; i < k; ++i) CHECK(std::abs(augmented.values(i) - oracle(i)) <= 1e-14 * oracle(0) * cols);
+  CHECK(std::abs(augmented.values(k - 1) - 1e-8) <= 1e-7 * 1e-8 * cols);
+  CHECK(std::abs(augmented_spectral_norm(DenseOperator<double>(A)).values(0) - oracle(0)) <=
+        1e-12 * oracle(0));
+  // The small-size path and bad k.
+  const Matrix<double> small = random_matrix<double>(7, 5, 43);
+  const SpectralResult all = top_singular_values_augmented(DenseOperator<double>(small), 5);
+  CHECK((all.values - oracle_singular_values(small)).cwiseAbs().maxCoeff() <= 1e-13);
+  CHECK(throws_naming([&] { top_singular_values_augmented(DenseOperator<double>(small), 6); }, "k = 6"));
+}
+
 TEST_CASE("small operators take the dense path and k = min(rows, cols) is allowed") {
   const Matrix<double> A = random_matrix<double>(9, 6, 31);
   const Vector<double> sigma = oracle_singular_values(A);

@@ -1,14 +1,21 @@
 #include "nystrom/approximation.hpp"
 
 #include "nystrom/attention.hpp"
+#include "nystrom/enum_names.hpp"
 #include "nystrom/operators.hpp"
 
 namespace nystrom {
 
 namespace {
-constexpr Method all_methods[] = {
-    Method::pnp_nystra, Method::nystromformer, Method::cur,  Method::symmetric_nystrom,
-    Method::performer,  Method::linformer,     Method::exact};
+constexpr std::array<EnumName<Method>, 7> method_names{{
+    {Method::pnp_nystra, "pnp-nystra"},
+    {Method::nystromformer, "nystromformer"},
+    {Method::cur, "cur"},
+    {Method::symmetric_nystrom, "symmetric-nystrom"},
+    {Method::performer, "performer"},
+    {Method::linformer, "linformer"},
+    {Method::exact, "exact"},
+}};
 
 bool is_softmax_method(Method method) {
   return method == Method::nystromformer || method == Method::cur || method == Method::performer ||
@@ -17,32 +24,11 @@ bool is_softmax_method(Method method) {
 }  // namespace
 
 std::string to_string(Method method) {
-  switch (method) {
-    case Method::pnp_nystra:
-      return "pnp-nystra";
-    case Method::nystromformer:
-      return "nystromformer";
-    case Method::cur:
-      return "cur";
-    case Method::symmetric_nystrom:
-      return "symmetric-nystrom";
-    case Method::performer:
-      return "performer";
-    case Method::linformer:
-      return "linformer";
-    case Method::exact:
-      return "exact";
-  }
-  return "unknown";
+  return name_of(method, method_names);
 }
 
 Method method_from_string(const std::string& name) {
-  for (auto method : all_methods)
-    if (name == to_string(method)) return method;
-  throw std::invalid_argument(
-      "unknown method '" + name +
-      "' (expected pnp-nystra, nystromformer, cur, symmetric-nystrom, performer, linformer "
-      "or exact)");
+  return parse(name, method_names, "method");
 }
 
 std::string implied_matrix(Method method) {
@@ -97,17 +83,19 @@ void ApproximationOptions::validate(Method method, Index n, Index d) const {
 
 namespace {
 
-/// Ŝ = diag(1/(Ĝⁿ1)) Ĝⁿ from Nyström factors (the row scales exp(l) of a stabilized Ĝ cancel).
-template <class T>
-FactoredOperator<T> normalized_nystrom(const NystromFactors<T>& f) {
-  const Vector<T> row_sums = f.left * (f.pinv.z * f.upper.rowwise().sum());
-  return {f.left, f.pinv.z, f.upper, row_sums.cwiseInverse()};
-}
-
 template <class T, class Pinv>
 void record_pinv(Approximation<T>& out, const Pinv& pinv) {
   out.pinv_status = pinv.status;
   out.pinv_residual = pinv.residual();
+}
+
+/// Moves a softmax method's output, its implied Ŝ and (for methods with a pseudoinverse) the pinv diagnostics
+/// into `out`.
+template <class T, class Result>
+void take_softmax_result(Approximation<T>& out, Result result) {
+  if constexpr (requires { result.pinv; }) record_pinv(out, result.pinv);
+  out.output = std::move(result.output);
+  out.softmax_attention = std::move(result).attention_operator();
 }
 
 }  // namespace
@@ -127,41 +115,35 @@ Approximation<T> approximate_attention(Method method, const ConstMatrixRef<T>& Q
       out.kernel_factors = method == Method::pnp_nystra ? generalized_nystrom<T>(Q, K, nystrom)
                                                         : symmetric_nystrom<T>(Q, K, nystrom);
       out.output = nystrom_attention<T>(*out.kernel_factors, V);
-      out.attention = normalized_nystrom(*out.kernel_factors);
       record_pinv(out, out.kernel_factors->pinv);
       break;
     }
-    case Method::nystromformer: {
-      auto r = nystromformer_attention<T>(Q, K, V, s, options.nystromformer);
-      out.attention = r.attention_operator();
-      record_pinv(out, r.pinv);
-      out.output = std::move(r.output);
+    case Method::nystromformer:
+      take_softmax_result(out, nystromformer_attention<T>(Q, K, V, s, options.nystromformer));
       break;
-    }
-    case Method::cur: {
-      auto r = cur_attention<T>(Q, K, V, s, options.cur);
-      out.attention = r.attention_operator();
-      record_pinv(out, r.pinv);
-      out.output = std::move(r.output);
+    case Method::cur:
+      take_softmax_result(out, cur_attention<T>(Q, K, V, s, options.cur));
       break;
-    }
-    case Method::performer: {
-      auto r = performer_attention<T>(Q, K, V, s, options.performer);
-      out.attention = r.attention_operator();
-      out.output = std::move(r.output);
+    case Method::performer:
+      take_softmax_result(out, performer_attention<T>(Q, K, V, s, options.performer));
       break;
-    }
-    case Method::linformer: {
-      auto r = linformer_attention<T>(Q, K, V, s, options.linformer);
-      out.attention = r.attention_operator();
-      out.output = std::move(r.output);
+    case Method::linformer:
+      take_softmax_result(out, linformer_attention<T>(Q, K, V, s, options.linformer));
       break;
-    }
     case Method::exact:
       out.output = exact_attention<T>(Q, K, V, options.kernel);
       break;
   }
   return out;
+}
+
+template <class T>
+std::optional<FactoredOperator<T>> Approximation<T>::attention() const {
+  if (!kernel_factors) return softmax_attention;
+  // Ŝ = diag(1/(Ĝⁿ1)) Ĝⁿ (the row scales exp(l) of a stabilized Ĝ cancel).
+  const NystromFactors<T>& f = *kernel_factors;
+  const Vector<T> row_sums = f.left * (f.pinv.z * f.upper.rowwise().sum());
+  return FactoredOperator<T>(f.left, f.pinv.z, f.upper, row_sums.cwiseInverse());
 }
 
 template <class T>
@@ -194,6 +176,7 @@ AttentionMatrixErrors attention_matrix_errors(const ConstMatrixRef<T>& Q, const 
 }
 
 #define NYSTROM_INSTANTIATE(T)                                                                             \
+  template struct Approximation<T>;                                                                        \
   template Approximation<T> approximate_attention<T>(Method, const ConstMatrixRef<T>&,                     \
                                                      const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,   \
                                                      const ApproximationOptions&);                         \

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "nystrom/error.hpp"
 #include "nystrom/threads.hpp"
@@ -10,8 +11,10 @@ namespace nystrom {
 
 namespace {
 
-/// Rows per panel of the blockwise attention: b·N entries per thread stay in cache-friendly sizes.
-constexpr Index attention_panel_rows = 64;
+/// Queries per panel of exact_attention (a thread's unit of work) and keys per tile: the transposed logit
+/// tile (tile × panel values of T) and the panel's b × dv accumulator stay in L2.
+constexpr Index attention_panel_rows = 256;
+constexpr Index attention_tile_keys = 1024;
 
 template <class T>
 void check_attention_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel,
@@ -48,19 +51,52 @@ Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K
   check_attention_tokens<T>(Q, K, kernel, "exact_attention");
   require(V.rows() == K.rows(), describe("exact_attention: V has ", V.rows(), " rows, K has N = ", K.rows()));
   require_finite(V, "exact_attention: V");
-  const Index n = Q.rows();
-  const Index panels = (n + attention_panel_rows - 1) / attention_panel_rows;
+  // Online softmax (FlashAttention's tiling) for a panel P of b queries and a tile C of c keys: the logits
+  // are formed transposed, Φᵀ = φ(K_C, Q_P) (c×b, column-major, so each query's logits are contiguous; every
+  // kernel here is symmetric in its arguments), each column is exponentiated against the running row max
+  // (vectorized), the accumulator O_P (b×dv) and the row sums are rescaled when the max grows, and
+  // O_P += exp(Φᵀ)ᵀ V_C is one GEMM. The shift by the row max leaves O unchanged and keeps every exponent ≤
+  // 0.
+  const Index n = Q.rows(), keys = K.rows();
+  const Index panel =
+      std::max<Index>(16, std::min<Index>(attention_panel_rows, (n + threads() - 1) / threads()));
+  const Index tile = std::min<Index>(keys, attention_tile_keys);
+  const Index panels = (n + panel - 1) / panel;
+  // The exponential kernel's logits s·q·k as one GEMM per tile against the pre-scaled queries.
+  const bool exponential = kernel.type == KernelType::exponential;
+  const Matrix<T> scaled_q = exponential ? Matrix<T>(T(kernel.param) * Q) : Matrix<T>();
   Matrix<T> out(n, V.cols());
   SingleThreadedBlas guard;
 #pragma omp parallel
   {
-    Matrix<T> panel;
-#pragma omp for schedule(dynamic)
+    Matrix<T> logits(tile, panel), accumulator(panel, V.cols());
+    Vector<T> running_max(panel), running_sum(panel), rescale(panel);
+#pragma omp for schedule(static)
     for (Index p = 0; p < panels; ++p) {
-      const Index r = p * attention_panel_rows;
-      const Index b = std::min(attention_panel_rows, n - r);
-      softmax_rows<T>(Q, K, kernel, r, b, panel);
-      out.middleRows(r, b).noalias() = panel * V;
+      const Index r = p * panel, b = std::min(panel, n - r);
+      auto acc = accumulator.topRows(b);
+      acc.setZero();
+      running_max.head(b).setConstant(-std::numeric_limits<T>::infinity());
+      running_sum.head(b).setZero();
+      for (Index c0 = 0; c0 < keys; c0 += tile) {
+        const Index c = std::min(tile, keys - c0);
+        auto block = logits.topLeftCorner(c, b);
+        if (exponential)
+          block.noalias() = K.middleRows(c0, c) * scaled_q.middleRows(r, b).transpose();
+        else
+          kernel.exponent<T>(K.middleRows(c0, c), Q.middleRows(r, b), block);
+        for (Index j = 0; j < b; ++j) {
+          auto column = block.col(j);
+          const T new_max = std::max(running_max(j), column.maxCoeff());
+          rescale(j) = std::exp(running_max(j) - new_max);
+          running_max(j) = new_max;
+          column = (column.array() - new_max).exp().matrix();
+          running_sum(j) = running_sum(j) * rescale(j) + column.sum();
+        }
+        if (c0 > 0) acc = rescale.head(b).asDiagonal() * acc;
+        acc.noalias() += block.transpose() * V.middleRows(c0, c);
+      }
+      out.middleRows(r, b) = running_sum.head(b).cwiseInverse().asDiagonal() * acc;
     }
   }
   return out;

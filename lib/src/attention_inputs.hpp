@@ -1,11 +1,12 @@
 #pragma once
 /// @file attention_inputs.hpp
-/// Input checks shared by the attention approximations (internal to the library).
+/// Input checks shared by the attention entry points, CPU and GPU (internal to the library).
 
 #include <cmath>
 #include <string>
 
 #include "nystrom/error.hpp"
+#include "nystrom/nystrom.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom::detail {
@@ -25,6 +26,28 @@ void require_attention_inputs(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T
   require_finite(Q, method + ": Q");
   require_finite(K, method + ": K");
   require_finite(V, method + ": V");
+}
+
+/// Throws std::invalid_argument naming `where` unless Q (N×d) and K (M×d) share d, are non-empty and finite.
+template <class T>
+void require_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const std::string& where) {
+  require(Q.cols() == K.cols(),
+          describe(where, ": token dimensions differ, Q has d = ", Q.cols(), " and K has d = ", K.cols()));
+  require(
+      Q.rows() > 0 && K.rows() > 0 && Q.cols() > 0,
+      describe(where, ": empty tokens, Q is ", Q.rows(), "x", Q.cols(), ", K is ", K.rows(), "x", K.cols()));
+  require_finite(Q, where + ": Q");
+  require_finite(K, where + ": K");
+}
+
+/// The checks of the Nyström factorizations: require_tokens, as many keys as queries, and valid options.
+template <class T>
+void require_nystrom_inputs(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                            const NystromOptions& options, const std::string& where) {
+  require_tokens<T>(Q, K, where);
+  require(Q.rows() == K.rows(),
+          describe(where, ": Q has N = ", Q.rows(), " tokens and K has N = ", K.rows(), " (must be equal)"));
+  options.validate(Q.rows(), Q.cols());
 }
 
 }  // namespace nystrom::detail

@@ -1,6 +1,8 @@
 #include "nystrom/backend.hpp"
 
+#include "attention_inputs.hpp"
 #include "nystrom/attention.hpp"
+#include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/operators.hpp"
@@ -33,37 +35,18 @@ struct CpuErrorOperator {
   DifferenceOperator<KernelOperator<T>, NystromOperator<T>> difference;
 };
 
-/// The input checks of the CPU attention and Nyström entry points, repeated for the GPU path.
-template <class T>
-void check_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const char* where) {
-  require(Q.cols() == K.cols(),
-          describe(where, ": token dimensions differ, Q has d = ", Q.cols(), " and K has d = ", K.cols()));
-  require(
-      Q.rows() > 0 && K.rows() > 0 && Q.cols() > 0,
-      describe(where, ": empty tokens, Q is ", Q.rows(), "x", Q.cols(), ", K is ", K.rows(), "x", K.cols()));
-  require_finite(Q, describe(where, ": Q"));
-  require_finite(K, describe(where, ": K"));
-}
+}  // namespace
 
-template <class T>
-void check_nystrom_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                          const NystromOptions& options) {
-  check_tokens<T>(Q, K, "generalized_nystrom");
-  require(Q.rows() == K.rows(), describe("generalized_nystrom: Q has N = ", Q.rows(),
-                                         " tokens and K has N = ", K.rows(), " (must be equal)"));
-  options.validate(Q.rows(), Q.cols());
-}
-
+namespace {
+constexpr std::array<EnumName<Device>, 2> device_names{{{Device::cpu, "cpu"}, {Device::cuda, "cuda"}}};
 }  // namespace
 
 std::string to_string(Device device) {
-  return device == Device::cuda ? "cuda" : "cpu";
+  return name_of(device, device_names);
 }
 
 Device device_from_string(const std::string& name) {
-  for (auto device : {Device::cpu, Device::cuda})
-    if (name == to_string(device)) return device;
-  throw std::invalid_argument("unknown device '" + name + "' (expected cpu or cuda)");
+  return parse(name, device_names, "device");
 }
 
 bool cuda_compiled() {
@@ -107,7 +90,7 @@ Matrix<T> exact_attention(Device device, const ConstMatrixRef<T>& Q, const Const
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) {
     kernel.validate();
-    check_tokens<T>(Q, K, "exact_attention");
+    detail::require_tokens<T>(Q, K, "exact_attention");
     require_finite(V, "exact_attention: V");
     return cuda::exact_attention<T>(Q, K, V, kernel);
   }
@@ -133,7 +116,7 @@ NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q,
   require_device(device);
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) {
-    check_nystrom_tokens<T>(Q, K, options);
+    detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
     return cuda::generalized_nystrom<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
   }
 #endif
@@ -146,7 +129,7 @@ Matrix<T> nystrom_attention(Device device, const ConstMatrixRef<T>& Q, const Con
   require_device(device);
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) {
-    check_nystrom_tokens<T>(Q, K, options);
+    detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
     require_finite(V, "nystrom_attention: V");
     return cuda::nystrom_attention<T>(Q, K, V, select_landmarks<T>(Q, K, options.landmarks), options);
   }

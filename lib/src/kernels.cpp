@@ -2,39 +2,42 @@
 
 #include <sstream>
 
+#include "nystrom/enum_names.hpp"
+
 namespace nystrom {
 
+namespace {
+constexpr std::array<EnumName<KernelType>, 3> kernel_names{{{KernelType::exponential, "exp"},
+                                                            {KernelType::laplacian, "laplacian"},
+                                                            {KernelType::gaussian, "gaussian"}}};
+}  // namespace
+
 std::string to_string(KernelType type) {
-  switch (type) {
-    case KernelType::exponential:
-      return "exp";
-    case KernelType::laplacian:
-      return "laplacian";
-    case KernelType::gaussian:
-      return "gaussian";
-  }
-  return "unknown";
+  return name_of(type, kernel_names);
 }
 
 KernelType kernel_type_from_string(const std::string& name) {
-  for (auto type : {KernelType::exponential, KernelType::laplacian, KernelType::gaussian})
-    if (name == to_string(type)) return type;
-  throw std::invalid_argument("unknown kernel '" + name + "' (expected exp, laplacian or gaussian)");
+  return parse(name, kernel_names, "kernel");
 }
 
+namespace {
+/// The kernel parameter's name: s (exponential), lambda (Laplacian), h (Gaussian bandwidth).
+const char* parameter_name(KernelType type) {
+  return type == KernelType::exponential ? "s" : type == KernelType::laplacian ? "lambda" : "h";
+}
+}  // namespace
+
 void Kernel::validate() const {
-  require(std::isfinite(param),
-          describe("kernel ", to_string(type), ": parameter ", param, " is not finite"));
-  if (type == KernelType::laplacian)
-    require(param > 0, describe("kernel laplacian: lambda = ", param, " must be > 0"));
-  if (type == KernelType::gaussian)
-    require(param > 0, describe("kernel gaussian: bandwidth h = ", param, " must be > 0"));
+  const auto named = [&](const char* condition) {
+    return describe("kernel ", to_string(type), ": ", parameter_name(type), " = ", param, condition);
+  };
+  require(std::isfinite(param), named(" is not finite"));
+  if (type != KernelType::exponential) require(param > 0, named(" must be > 0"));
 }
 
 std::string Kernel::label() const {
-  const char* name = type == KernelType::exponential ? "s" : type == KernelType::laplacian ? "lambda" : "h";
   std::ostringstream out;
-  out << to_string(type) << "(" << name << "=" << param << ")";
+  out << to_string(type) << "(" << parameter_name(type) << "=" << param << ")";
   return out.str();
 }
 

@@ -6,16 +6,24 @@
 #include <random>
 #include <set>
 
+#include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
 
 namespace nystrom {
 
 namespace {
 
-constexpr LandmarkStrategy all_strategies[] = {
-    LandmarkStrategy::segment_means, LandmarkStrategy::window_pool, LandmarkStrategy::step,
-    LandmarkStrategy::random,        LandmarkStrategy::top_sum,     LandmarkStrategy::top_abs,
-    LandmarkStrategy::top_embed,     LandmarkStrategy::kmeans,      LandmarkStrategy::given};
+constexpr std::array<EnumName<LandmarkStrategy>, 9> strategy_names{{
+    {LandmarkStrategy::segment_means, "segment-means"},
+    {LandmarkStrategy::window_pool, "window-pool"},
+    {LandmarkStrategy::step, "step"},
+    {LandmarkStrategy::random, "random"},
+    {LandmarkStrategy::top_sum, "top-sum"},
+    {LandmarkStrategy::top_abs, "top-abs"},
+    {LandmarkStrategy::top_embed, "top-embed"},
+    {LandmarkStrategy::kmeans, "kmeans"},
+    {LandmarkStrategy::given, "given"},
+}};
 
 /// Throws unless every index lies in [0, n) and none repeats; `what` names the list in the message.
 void require_valid_indices(const std::vector<Index>& indices, Index n, const std::string& what) {
@@ -179,36 +187,11 @@ Matrix<T> kmeans_centroids(const ConstMatrixRef<T>& X, Index m, int iterations, 
 }  // namespace
 
 std::string to_string(LandmarkStrategy strategy) {
-  switch (strategy) {
-    case LandmarkStrategy::segment_means:
-      return "segment-means";
-    case LandmarkStrategy::window_pool:
-      return "window-pool";
-    case LandmarkStrategy::step:
-      return "step";
-    case LandmarkStrategy::random:
-      return "random";
-    case LandmarkStrategy::top_sum:
-      return "top-sum";
-    case LandmarkStrategy::top_abs:
-      return "top-abs";
-    case LandmarkStrategy::top_embed:
-      return "top-embed";
-    case LandmarkStrategy::kmeans:
-      return "kmeans";
-    case LandmarkStrategy::given:
-      return "given";
-  }
-  return "unknown";
+  return name_of(strategy, strategy_names);
 }
 
 LandmarkStrategy landmark_strategy_from_string(const std::string& name) {
-  for (auto strategy : all_strategies)
-    if (name == to_string(strategy)) return strategy;
-  throw std::invalid_argument(
-      "unknown landmark strategy '" + name +
-      "' (expected segment-means, window-pool, step, random, top-sum, top-abs, top-embed, "
-      "kmeans or given)");
+  return parse(name, strategy_names, "landmark strategy");
 }
 
 bool is_selection(LandmarkStrategy strategy) {
@@ -276,18 +259,30 @@ void LandmarkOptions::validate(Index n, Index d) const {
 
 template <class T>
 Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m) {
-  const Index n = X.rows();
+  const Index n = X.rows(), d = X.cols();
   require(m >= 1 && m <= n, describe("segment_means: m = ", m, " must lie in [1, N = ", n, "]"));
   // Nyströmformer: s = ⌊N/m⌋; the first (s+1)m − N segments have s rows, the rest s+1.
   const Index s = n / m;
   const Index short_segments = (s + 1) * m - n;
-  Matrix<T> means(m, X.cols());
-  Index begin = 0;
-  for (Index segment = 0; segment < m; ++segment) {
-    const Index length = segment < short_segments ? s : s + 1;
-    means.row(segment) =
-        X.middleRows(begin, length).template cast<double>().colwise().mean().template cast<T>();
-    begin += length;
+  Matrix<T> means(m, d);
+  // Column by column over contiguous memory (X is column-major), summing in double with four independent
+  // partial sums so the additions pipeline; the columns are independent, so they run in parallel.
+#pragma omp parallel for schedule(static) if (n * d >= (1 << 16))
+  for (Index j = 0; j < d; ++j) {
+    const T* column = X.col(j).data();
+    Index begin = 0;
+    for (Index segment = 0; segment < m; ++segment) {
+      const Index length = segment < short_segments ? s : s + 1;
+      const T* x = column + begin;
+      double partial[4] = {0, 0, 0, 0};
+      Index i = 0;
+      for (; i + 4 <= length; i += 4)
+        for (int k = 0; k < 4; ++k) partial[k] += static_cast<double>(x[i + k]);
+      for (; i < length; ++i) partial[0] += static_cast<double>(x[i]);
+      means(segment, j) = static_cast<T>(((partial[0] + partial[1]) + (partial[2] + partial[3])) /
+                                         static_cast<double>(length));
+      begin += length;
+    }
   }
   return means;
 }

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "nystrom/error.hpp"
+#include "nystrom/kernel_passes.hpp"
+#include "nystrom/operators.hpp"
 #include "nystrom/threads.hpp"
 
 namespace nystrom {
@@ -61,19 +64,16 @@ void distance_tile(const T* x, Index padded_rows, const T* y, Index y_stride, In
   }
 }
 
-/// Ĝ's factors converted to double, so Ĝ products accumulate in double whatever T is.
-template <class T>
-std::unique_ptr<NystromFactors<double>> widen(const NystromFactors<T>& factors) {
-  auto wide = std::make_unique<NystromFactors<double>>();
-  wide->left = factors.left.template cast<double>();
-  wide->core = factors.core.template cast<double>();
-  wide->upper = factors.upper.template cast<double>();
-  wide->left_log_scale = factors.left_log_scale.template cast<double>();
-  wide->upper_log_scale = factors.upper_log_scale.template cast<double>();
-  wide->pinv.z = factors.pinv.z.template cast<double>();
-  wide->pinv.status = factors.pinv.status;
-  wide->options = factors.options;
-  return wide;
+/// x widened to double.
+template <class S>
+Vector<double> widen(const S* x, Index n) {
+  return Eigen::Map<const Vector<S>>(x, n).template cast<double>();
+}
+
+/// y = v narrowed to S.
+template <class S>
+void narrow(const Vector<double>& v, S* y) {
+  Eigen::Map<Vector<S>>(y, v.size()) = v.template cast<S>();
 }
 
 /// A column-major view with a leading dimension.
@@ -206,89 +206,93 @@ void KernelPasses<T>::pass(const double* x, const double* u, double* product, do
   }
 }
 
-template <class T>
-MatrixFreeOperator<T>::MatrixFreeOperator(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
-                                          const Kernel& kernel, const MatrixFreeOptions& options)
-    : forward_(X, Y, kernel, options), backward_(Y, X, kernel, options) {}
+template <class T, class S>
+KernelOperator<T, S>::KernelOperator(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                                     const Kernel& kernel, const MatrixFreeOptions& tiling)
+    : forward_(X, Y, kernel, tiling), backward_(Y, X, kernel, tiling) {}
 
-template <class T>
-MatrixFreeOperator<T>::MatrixFreeOperator(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
-                                          const Kernel& kernel, const NystromFactors<T>& factors,
-                                          const MatrixFreeOptions& options)
-    : MatrixFreeOperator(X, Y, kernel, options) {
-  require(factors.rows() == X.rows() && factors.cols() == Y.rows(),
-          describe("MatrixFreeOperator: Nystrom factors are ", factors.rows(), "x", factors.cols(),
-                   ", the kernel is ", X.rows(), "x", Y.rows()));
-  require(factors.pinv.z.rows() == factors.upper.rows() && factors.pinv.z.cols() == factors.left.cols(),
-          describe("MatrixFreeOperator: pseudoinverse is ", factors.pinv.z.rows(), "x", factors.pinv.z.cols(),
-                   ", expected ", factors.upper.rows(), "x", factors.left.cols()));
-  approximation_ = widen(factors);
+template <class T, class S>
+KernelOperator<T, S>::KernelOperator(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                                     const Kernel& kernel, Index panel_rows)
+    : KernelOperator(X, Y, kernel, MatrixFreeOptions{.panel_rows = panel_rows}) {}
+
+template <class T, class S>
+void KernelOperator<T, S>::perform_op(const S* x, S* y) const {
+  Vector<double> out(rows());
+  forward_.pass(widen(x, cols()).data(), nullptr, out.data(), nullptr);
+  narrow(out, y);
+}
+
+template <class T, class S>
+void KernelOperator<T, S>::perform_transpose_op(const S* x, S* y) const {
+  Vector<double> out(cols());
+  backward_.pass(widen(x, rows()).data(), nullptr, out.data(), nullptr);
+  narrow(out, y);
+}
+
+template <class T, class S>
+void KernelOperator<T, S>::perform_inner_gram_residual_op(const S* x, const S* subtract, S* residual,
+                                                          S* y) const {
+  const Vector<double> shift = subtract ? widen(subtract, rows()) : Vector<double>();
+  Vector<double> r(rows()), out(cols());
+  forward_.pass(widen(x, cols()).data(), nullptr, r.data(), out.data(), true,
+                subtract ? shift.data() : nullptr);
+  if (residual) narrow(r, residual);
+  narrow(out, y);
+}
+
+template <class T, class S>
+void KernelOperator<T, S>::perform_outer_gram_residual_op(const S* x, const S* subtract, S* residual,
+                                                          S* y) const {
+  const Vector<double> shift = subtract ? widen(subtract, cols()) : Vector<double>();
+  Vector<double> r(cols()), out(rows());
+  backward_.pass(widen(x, rows()).data(), nullptr, r.data(), out.data(), true,
+                 subtract ? shift.data() : nullptr);
+  if (residual) narrow(r, residual);
+  narrow(out, y);
+}
+
+template <class T, class S>
+void KernelOperator<T, S>::perform_inner_gram_op(const S* x, S* y) const {
+  perform_inner_gram_residual_op(x, nullptr, nullptr, y);
+}
+
+template <class T, class S>
+void KernelOperator<T, S>::perform_outer_gram_op(const S* x, S* y) const {
+  perform_outer_gram_residual_op(x, nullptr, nullptr, y);
+}
+
+template <class T, class S>
+void KernelOperator<T, S>::perform_augmented_op(const S* x, S* y) const {
+  const Vector<double> top = widen(x, rows());              // multiplies Gᵀ
+  const Vector<double> bottom = widen(x + rows(), cols());  // multiplies G
+  Vector<double> out(rows() + cols());
+  forward_.pass(bottom.data(), top.data(), out.data(), out.data() + rows());
+  narrow(out, y);
 }
 
 template <class T>
-void MatrixFreeOperator<T>::perform_op(const double* x, double* y) const {
-  forward_.pass(x, nullptr, y, nullptr);
-  if (!approximation_) return;
-  Vector<double> approximate(rows());
-  approximation_->apply(x, approximate.data());
-  Eigen::Map<Vector<double>>(y, rows()) -= approximate;
-}
-
-template <class T>
-void MatrixFreeOperator<T>::perform_transpose_op(const double* x, double* y) const {
-  backward_.pass(x, nullptr, y, nullptr);
-  if (!approximation_) return;
-  Vector<double> approximate(cols());
-  approximation_->apply_transpose(x, approximate.data());
-  Eigen::Map<Vector<double>>(y, cols()) -= approximate;
-}
-
-template <class T>
-void MatrixFreeOperator<T>::perform_inner_gram_op(const double* x, double* y) const {
-  Vector<double> approximate, residual(rows());
-  if (approximation_) {
-    approximate.resize(rows());
-    approximation_->apply(x, approximate.data());  // Ĝx, so the pass forms r = Gx − Ĝx = Ex
-  }
-  forward_.pass(x, nullptr, residual.data(), y, true, approximation_ ? approximate.data() : nullptr);
-  if (!approximation_) return;
-  Vector<double> correction(cols());
-  approximation_->apply_transpose(residual.data(), correction.data());  // EᵀEx = GᵀEx − ĜᵀEx
-  Eigen::Map<Vector<double>>(y, cols()) -= correction;
-}
-
-template <class T>
-void MatrixFreeOperator<T>::perform_outer_gram_op(const double* x, double* y) const {
-  Vector<double> approximate, residual(cols());
-  if (approximation_) {
-    approximate.resize(cols());
-    approximation_->apply_transpose(x, approximate.data());  // Ĝᵀx, so the pass forms r = Gᵀx − Ĝᵀx = Eᵀx
-  }
-  backward_.pass(x, nullptr, residual.data(), y, true, approximation_ ? approximate.data() : nullptr);
-  if (!approximation_) return;
-  Vector<double> correction(rows());
-  approximation_->apply(residual.data(), correction.data());  // EEᵀx = GEᵀx − ĜEᵀx
-  Eigen::Map<Vector<double>>(y, rows()) -= correction;
-}
-
-template <class T>
-void MatrixFreeOperator<T>::perform_augmented_op(const double* x, double* y) const {
-  const double* top = x;              // rows entries: multiplies Eᵀ
-  const double* bottom = x + rows();  // cols entries: multiplies E
-  forward_.pass(bottom, top, y, y + rows());
-  if (!approximation_) return;
-  Vector<double> approximate(rows()), approximate_transpose(cols());
-  approximation_->apply(bottom, approximate.data());
-  approximation_->apply_transpose(top, approximate_transpose.data());
-  Eigen::Map<Vector<double>>(y, rows()) -= approximate;
-  Eigen::Map<Vector<double>>(y + rows(), cols()) -= approximate_transpose;
+NystromFactors<double> widened_factors(const NystromFactors<T>& factors) {
+  NystromFactors<double> wide;
+  wide.left = factors.left.template cast<double>();
+  wide.core = factors.core.template cast<double>();
+  wide.upper = factors.upper.template cast<double>();
+  wide.left_log_scale = factors.left_log_scale.template cast<double>();
+  wide.upper_log_scale = factors.upper_log_scale.template cast<double>();
+  wide.pinv.z = factors.pinv.z.template cast<double>();
+  wide.pinv.status = factors.pinv.status;
+  wide.options = factors.options;
+  return wide;
 }
 
 template <class T>
 SpectralResult matrix_free_error_norm(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromFactors<T>& factors, const Kernel& kernel,
                                       const SpectralOptions& options, const MatrixFreeOptions& tiling) {
-  const MatrixFreeOperator<T> error(Q, K, kernel, factors, tiling);
+  const KernelOperator<T, double> g(Q, K, kernel, tiling);
+  const NystromFactors<double> wide = widened_factors(factors);
+  const NystromOperator<double> approximation(wide);
+  const DifferenceOperator<KernelOperator<T, double>, NystromOperator<double>> error(g, approximation);
   return spectral_norm(error, options);
 }
 
@@ -296,21 +300,20 @@ template <class T>
 SpectralResult matrix_free_kernel_norm(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                        const Kernel& kernel, const SpectralOptions& options,
                                        const MatrixFreeOptions& tiling) {
-  const MatrixFreeOperator<T> g(Q, K, kernel, tiling);
-  return spectral_norm(g, options);
+  return spectral_norm(KernelOperator<T, double>(Q, K, kernel, tiling), options);
 }
 
 template <class T>
 SpectralResult matrix_free_top_singular_values(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                                const Kernel& kernel, Index k, const SpectralOptions& options,
                                                const MatrixFreeOptions& tiling) {
-  const MatrixFreeOperator<T> g(Q, K, kernel, tiling);
-  return top_singular_values(g, k, options);
+  return top_singular_values(KernelOperator<T, double>(Q, K, kernel, tiling), k, options);
 }
 
 #define NYSTROM_INSTANTIATE(T)                                                                           \
   template class KernelPasses<T>;                                                                        \
-  template class MatrixFreeOperator<T>;                                                                  \
+  template class KernelOperator<T, T>;                                                                   \
+  template NystromFactors<double> widened_factors<T>(const NystromFactors<T>&);                          \
   template SpectralResult matrix_free_error_norm<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
                                                     const NystromFactors<T>&, const Kernel&,             \
                                                     const SpectralOptions&, const MatrixFreeOptions&);   \
@@ -323,5 +326,7 @@ SpectralResult matrix_free_top_singular_values(const ConstMatrixRef<T>& Q, const
 
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)
+#undef NYSTROM_INSTANTIATE
+template class KernelOperator<float, double>;
 
 }  // namespace nystrom

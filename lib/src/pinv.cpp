@@ -3,41 +3,31 @@
 #include <cmath>
 #include <limits>
 
+#include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
 
 namespace nystrom {
 
+namespace {
+constexpr std::array<EnumName<PinvMethod>, 3> method_names{{{PinvMethod::exact, "exact"},
+                                                            {PinvMethod::razavi, "razavi"},
+                                                            {PinvMethod::newton_schulz, "newton-schulz"}}};
+constexpr std::array<EnumName<PinvStatus>, 4> status_names{{{PinvStatus::converged, "converged"},
+                                                            {PinvStatus::completed, "completed"},
+                                                            {PinvStatus::diverged, "diverged"},
+                                                            {PinvStatus::non_finite, "non-finite"}}};
+}  // namespace
+
 std::string to_string(PinvMethod method) {
-  switch (method) {
-    case PinvMethod::exact:
-      return "exact";
-    case PinvMethod::razavi:
-      return "razavi";
-    case PinvMethod::newton_schulz:
-      return "newton-schulz";
-  }
-  return "unknown";
+  return name_of(method, method_names);
 }
 
 PinvMethod pinv_method_from_string(const std::string& name) {
-  for (auto method : {PinvMethod::exact, PinvMethod::razavi, PinvMethod::newton_schulz})
-    if (name == to_string(method)) return method;
-  throw std::invalid_argument("unknown pseudoinverse method '" + name +
-                              "' (expected exact, razavi or newton-schulz)");
+  return parse(name, method_names, "pseudoinverse method");
 }
 
 std::string to_string(PinvStatus status) {
-  switch (status) {
-    case PinvStatus::converged:
-      return "converged";
-    case PinvStatus::completed:
-      return "completed";
-    case PinvStatus::diverged:
-      return "diverged";
-    case PinvStatus::non_finite:
-      return "non-finite";
-  }
-  return "unknown";
+  return name_of(status, status_names);
 }
 
 void PinvOptions::validate() const {

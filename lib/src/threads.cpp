@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include "nystrom/error.hpp"
+
 #ifdef NYSTROM_WITH_OPENBLAS
 extern "C" {
 void openblas_set_num_threads(int);
@@ -13,7 +15,7 @@ char* openblas_get_corename(void);
 namespace nystrom {
 
 void set_threads(int threads) {
-  if (threads < 1) threads = 1;
+  require(threads >= 1, describe("set_threads: threads = ", threads, " must be >= 1"));
   omp_set_num_threads(threads);
 #ifdef NYSTROM_WITH_OPENBLAS
   openblas_set_num_threads(threads);

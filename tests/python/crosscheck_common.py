@@ -53,3 +53,15 @@ def import_or_skip(module):
     except ImportError as error:
         print(f"python package missing ({error}); run scripts/setup-python.sh")
         sys.exit(SKIP)
+
+
+def check_cases(build_dir, cases, package_output):
+    """Compares every float32 and float64 case of `cases` with package_output(meta, dtype, load, q, k, v), the
+    package's [h, n, d] output on the same inputs. Returns the exit status: 0 all agree, 1 a mismatch."""
+    ok = True
+    for case in cases:
+        for directory in case_dirs(build_dir, case):
+            meta, dtype, load, q, k, v, ours = read_case(directory)
+            theirs = package_output(meta, dtype, load, q, k, v)
+            ok &= compare(case, ours, theirs, directory.name.rsplit("_", 1)[1])
+    return 0 if ok else 1

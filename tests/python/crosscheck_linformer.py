@@ -7,35 +7,30 @@ Usage: crosscheck_linformer.py BUILD_DIR
 import sys
 
 import numpy as np
-from crosscheck_common import case_dirs, compare, import_or_skip, read_case
+from crosscheck_common import check_cases, import_or_skip
 
 torch = import_or_skip("torch")
 linformer = import_or_skip("linformer")
 
 
-def main(build_dir):
-    ok = True
-    for directory in case_dirs(build_dir, "linformer"):
-        meta, dtype, load, q, k, v, ours = read_case(directory)
-        n, d = q.shape[1:]
-        torch_dtype = torch.float64 if dtype == np.float64 else torch.float32
-        module = linformer.LinformerSelfAttention(dim=3 * d, seq_len=n, k=meta["projected"], heads=1, dim_head=d)
-        module = module.to(torch_dtype).eval()
-        with torch.no_grad():
-            identity = torch.eye(d, dtype=torch_dtype)
-            for index, linear in enumerate((module.to_q, module.to_k, module.to_v)):
-                linear.weight.zero_()
-                linear.weight[:, index * d:(index + 1) * d].copy_(identity)
-            module.to_out.weight.zero_()
-            module.to_out.weight[:d, :].copy_(identity)
-            module.to_out.bias.zero_()
-            module.proj_k.copy_(torch.from_numpy(load("e.txt").T.copy()))
-            module.proj_v.copy_(torch.from_numpy(load("f.txt").T.copy()))
-            x = torch.from_numpy(np.concatenate([q[0], k[0], v[0]], axis=1))[None]
-            theirs = module(x)[0, :, :d].numpy()[None]
-        ok &= compare("linformer", ours, theirs, directory.name.rsplit("_", 1)[1])
-    return 0 if ok else 1
+def package_output(meta, dtype, load, q, k, v):
+    n, d = q.shape[1:]
+    torch_dtype = torch.float64 if dtype == np.float64 else torch.float32
+    module = linformer.LinformerSelfAttention(dim=3 * d, seq_len=n, k=meta["projected"], heads=1, dim_head=d)
+    module = module.to(torch_dtype).eval()
+    with torch.no_grad():
+        identity = torch.eye(d, dtype=torch_dtype)
+        for index, linear in enumerate((module.to_q, module.to_k, module.to_v)):
+            linear.weight.zero_()
+            linear.weight[:, index * d:(index + 1) * d].copy_(identity)
+        module.to_out.weight.zero_()
+        module.to_out.weight[:d, :].copy_(identity)
+        module.to_out.bias.zero_()
+        module.proj_k.copy_(torch.from_numpy(load("e.txt").T.copy()))
+        module.proj_v.copy_(torch.from_numpy(load("f.txt").T.copy()))
+        x = torch.from_numpy(np.concatenate([q[0], k[0], v[0]], axis=1))[None]
+        return module(x)[0, :, :d].numpy()[None]
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(check_cases(sys.argv[1], ["linformer"], package_output))

@@ -8,14 +8,15 @@ front padding (nystromformer.hpp). Usage: crosscheck_nystromformer.py BUILD_DIR
 import sys
 
 import numpy as np
-from crosscheck_common import case_dirs, compare, import_or_skip, read_case
+from crosscheck_common import check_cases, import_or_skip
 
 torch = import_or_skip("torch")
 nystrom_attention = import_or_skip("nystrom_attention")
 
 
-def package_output(q, k, v, landmarks, iterations, dtype):
+def package_output(meta, dtype, load, q, k, v):
     heads, n, d = q.shape
+    landmarks, iterations = meta["landmarks"], meta["pinv_iterations"]
     inner = heads * d
     module = nystrom_attention.NystromAttention(dim=3 * inner, dim_head=d, heads=heads, num_landmarks=landmarks,
                                                 pinv_iterations=iterations, residual=False)
@@ -32,15 +33,5 @@ def package_output(q, k, v, landmarks, iterations, dtype):
     return np.stack([out[:, h * d:(h + 1) * d] for h in range(heads)])
 
 
-def main(build_dir):
-    ok = True
-    for case in ("nystromformer", "nystromformer_pad"):
-        for directory in case_dirs(build_dir, case):
-            meta, dtype, _, q, k, v, ours = read_case(directory)
-            theirs = package_output(q, k, v, meta["landmarks"], meta["pinv_iterations"], dtype)
-            ok &= compare(case, ours, theirs, directory.name.rsplit("_", 1)[1])
-    return 0 if ok else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(check_cases(sys.argv[1], ["nystromformer", "nystromformer_pad"], package_output))

@@ -18,6 +18,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+# The required /sweep columns, transcribed from FORMATS.md §2 on purpose rather than imported from
+# notebooks/nystrom_results.py: a writer sharing the reader's list could not catch a column the reader gets wrong.
 STRING_COLUMNS = ("layer", "kernel", "strategy", "pinv", "method")
 INT_COLUMNS = ("batch", "head", "n", "d", "landmarks", "pinv_iters", "seed")
 FLOAT_COLUMNS = (

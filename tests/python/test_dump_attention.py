@@ -88,12 +88,18 @@ def test_bert_adapter_reproduces_probabilities_with_padding_mask():
                 np.testing.assert_allclose(getattr(layer, name), expected, **FLOAT32_TOL)
 
 
-def test_pattern_selects_layers_and_hooks_are_removed():
+def bert_after_one_pass():
+    """A tiny eager BERT, its input ids and its hooks after one plain forward pass (the baseline that
+    capture_attention must restore)."""
     model = tiny_bert()
     ids = torch.arange(5, 14).unsqueeze(0)
     with torch.no_grad():
         model(input_ids=ids, output_attentions=True)
-    before = hooks(model)
+    return model, ids, hooks(model)
+
+
+def test_pattern_selects_layers_and_hooks_are_removed():
+    model, ids, before = bert_after_one_pass()
     layers = da.capture_attention(model, lambda: model(input_ids=ids, output_attentions=True), r"layer\.1\.")
     assert [layer.module for layer in layers] == ["encoder.layer.1.attention.self"]
     assert hooks(model) == before
@@ -110,11 +116,7 @@ def test_fused_attention_kernel_gives_q_k_v_and_a_warning_instead_of_probabiliti
 
 
 def test_two_forward_passes_are_refused():
-    model = tiny_bert()
-    ids = torch.arange(5, 14).unsqueeze(0)
-    with torch.no_grad():
-        model(input_ids=ids, output_attentions=True)
-    before = hooks(model)
+    model, ids, before = bert_after_one_pass()
 
     def twice():
         model(input_ids=ids, output_attentions=True)
@@ -332,7 +334,6 @@ def test_command_line_refuses_a_text_shorter_than_n_tokens(tiny_bert_directory, 
 REAL_DUMP = REPOSITORY / "data" / "minilm-gettysburg.h5"
 
 
-@pytest.mark.skipif(not REAL_DUMP.exists(), reason="data/minilm-gettysburg.h5 not generated yet")
 def test_bundled_real_dump_is_consistent():
     assert REAL_DUMP.stat().st_size <= 20 * 1024 * 1024
     with h5py.File(REAL_DUMP, "r") as file:

@@ -48,18 +48,14 @@ def test_read_sweep_returns_typed_equal_length_columns(fake_results):
 def test_read_sweep_rejects_foreign_files(tmp_path, fake_results):
     with pytest.raises(FileNotFoundError, match="no such results file"):
         nr.read_sweep(tmp_path / "absent.h5")
-    dump = tmp_path / "dump.h5"
-    with h5py.File(dump, "w") as file:
-        file.attrs["format"] = "nystrom-dump"
-        file.attrs["format_version"] = 1
-    with pytest.raises(ValueError, match="expected 'nystrom-results'"):
-        nr.read_sweep(dump)
-    future = tmp_path / "future.h5"
-    with h5py.File(future, "w") as file:
-        file.attrs["format"] = "nystrom-results"
-        file.attrs["format_version"] = 2
-    with pytest.raises(ValueError, match="unknown format_version"):
-        nr.read_sweep(future)
+    for name, format_name, version, message in (("dump", "nystrom-dump", 1, "expected 'nystrom-results'"),
+                                                ("future", "nystrom-results", 2, "unknown format_version")):
+        path = tmp_path / f"{name}.h5"
+        with h5py.File(path, "w") as file:
+            file.attrs["format"] = format_name
+            file.attrs["format_version"] = version
+        with pytest.raises(ValueError, match=message):
+            nr.read_sweep(path)
     incomplete = tmp_path / "incomplete.h5"
     with h5py.File(fake_results / "sweep.h5", "r") as source, h5py.File(incomplete, "w") as file:
         for key, value in source.attrs.items():

@@ -64,12 +64,17 @@ struct ApproximationOptions {
 template <class T>
 struct Approximation {
   Method method = Method::exact;
-  Matrix<T> output;                              ///< Ô, N×dv
-  std::optional<FactoredOperator<T>> attention;  ///< Ŝ, the implied attention matrix (absent for exact)
+  Matrix<T> output;  ///< Ô, N×dv
   std::optional<NystromFactors<T>>
-      kernel_factors;                     ///< pnp-nystra, symmetric-nystrom: Ĝ ≈ G (NystromOperator)
-  std::optional<PinvStatus> pinv_status;  ///< methods with a pseudoinverse
+      kernel_factors;  ///< pnp-nystra, symmetric-nystrom: Ĝ ≈ G (NystromOperator)
+  std::optional<FactoredOperator<T>> softmax_attention;             ///< Ŝ of the softmax methods
+  std::optional<PinvStatus> pinv_status;                            ///< methods with a pseudoinverse
   double pinv_residual = std::numeric_limits<double>::quiet_NaN();  ///< ‖I − AZ‖_F of that pseudoinverse
+
+  /// Ŝ, the implied attention matrix (absent for exact): softmax_attention, or for pnp-nystra and
+  /// symmetric-nystrom Ŝ = diag(1/(Ĝⁿ1)) Ĝⁿ built from kernel_factors on each call (it copies G_L and G_U, a
+  /// cost only callers that want Ŝ pay).
+  std::optional<FactoredOperator<T>> attention() const;
 };
 
 /// Runs `method` on Q, K (N×d) and V (N×dv). Throws std::invalid_argument for bad inputs or options.

@@ -1,16 +1,17 @@
 #pragma once
 /// @file attention.hpp
 /// Exact attention and its error measures (MATH.md §1, §7): O = (G V) ⊘ (G 1_N) = S V with S = D⁻¹G.
-/// Computed in row blocks with a per-row max shift, so nothing N×N is stored and large logits do not
-/// overflow.
+/// Computed in tiles with a per-row max shift, so nothing N×N is stored and large logits do not overflow.
 
 #include "nystrom/kernels.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
 
-/// O = (κ(Q,K) V) ⊘ (κ(Q,K) 1_N), in row blocks, threaded; Q, K N×d, V N×dv. O(N²(d + dv)) time, O(b·N)
-/// memory.
+/// O = (κ(Q,K) V) ⊘ (κ(Q,K) 1_N) by the online softmax over key tiles (FlashAttention's tiling): query panels
+/// spread over the OpenMP threads (single-threaded BLAS inside), one logit GEMM and one output GEMM per
+/// 256-query × 1024-key tile, running row max and sums; Q: n×d, K: N×d, V: N×dv. O(nN(d + dv)) time,
+/// O(threads·tile·panel) memory.
 template <class T>
 Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
                           const Kernel& kernel);

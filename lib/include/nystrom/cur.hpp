@@ -10,6 +10,8 @@
 
 #include <vector>
 
+#include <utility>
+
 #include "nystrom/factored_operator.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/pinv.hpp"
@@ -42,7 +44,11 @@ struct CurResult {
   std::vector<Index> k_indices;  ///< k_idx
 
   /// Ŝ = C Z R as an operator (N×N implied; the copied rows are not part of it).
-  FactoredOperator<T> attention_operator() const { return {columns, pinv.z, rows}; }
+  FactoredOperator<T> attention_operator() const& { return {columns, pinv.z, rows}; }
+  /// The same, taking the blocks over instead of copying them.
+  FactoredOperator<T> attention_operator() && {
+    return {std::move(columns), std::move(pinv.z), std::move(rows)};
+  }
 };
 
 /// CUR attention for Q, K (N×d), V (N×dv) and scale s.

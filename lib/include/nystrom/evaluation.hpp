@@ -32,9 +32,11 @@ struct EvaluationOptions {
       4.0e9;  ///< bytes a dense N×N analysis may use; above it the matrix-free path is taken
   bool force_matrix_free = false;
   SpectralOptions spectral;
-  Index panel_rows = 256;  ///< row panel of matrix-free kernel operators
-  Index dense_svd_limit =
-      1024;  ///< singular values of matrices up to this size by full SVD, above it by Lanczos
+  Index panel_rows = 128;  ///< row panel of matrix-free kernel operators (MatrixFreeOptions::panel_rows)
+  /// ‖G‖₂ and ‖G − Ĝ‖₂ by full SVD up to this size, above it by Lanczos on the stored (or matrix-free)
+  /// matrix. σ(G̃) by full SVD whenever G̃ is stored (dense reference) or n + m is within this size; Lanczos
+  /// on G̃ᵀG̃ only on the matrix-free path.
+  Index dense_svd_limit = 256;
   /// Throws std::invalid_argument naming the bad value (budget ≤ 0, panel_rows < 1, dense_svd_limit < 0,
   /// spectral).
   void validate() const;

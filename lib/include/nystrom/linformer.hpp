@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include <utility>
+
 #include "nystrom/factored_operator.hpp"
 #include "nystrom/types.hpp"
 
@@ -41,7 +43,11 @@ struct LinformerResult {
   Matrix<T> value_proj;  ///< F (k×N) used, in T
 
   /// Ŝ = P F as an operator (N×N implied).
-  FactoredOperator<T> attention_operator() const { return {attention, Matrix<T>(), value_proj}; }
+  FactoredOperator<T> attention_operator() const& { return {attention, Matrix<T>(), value_proj}; }
+  /// The same, taking the blocks over instead of copying them.
+  FactoredOperator<T> attention_operator() && {
+    return {std::move(attention), Matrix<T>(), std::move(value_proj)};
+  }
 };
 
 /// Linformer attention for Q, K (N×d), V (N×dv) and scale s (1/√d by convention).

@@ -18,6 +18,8 @@
 
 #include <vector>
 
+#include <utility>
+
 #include "nystrom/factored_operator.hpp"
 #include "nystrom/pinv.hpp"
 #include "nystrom/types.hpp"
@@ -46,7 +48,11 @@ struct NystromformerResult {
   PinvResult<T> pinv;  ///< Z ≈ Ã⁺ with its diagnostics
 
   /// Ŝ = F̃ Z B̃ as an operator (N×N implied).
-  FactoredOperator<T> attention_operator() const { return {left, pinv.z, upper}; }
+  FactoredOperator<T> attention_operator() const& { return {left, pinv.z, upper}; }
+  /// The same, taking the blocks over instead of copying them.
+  FactoredOperator<T> attention_operator() && {
+    return {std::move(left), std::move(pinv.z), std::move(upper)};
+  }
 };
 
 /// The softmax core Ã = softmax(sQ̄K̄ᵀ) alone (what the batch-wide α of the package is computed from). O(Nd +

@@ -8,8 +8,9 @@
 ///   void perform_outer_gram_op(const Scalar* x, Scalar* y) const; // y = A Aᵀ x (x, y: rows())
 ///   void perform_inner_gram_op(const Scalar* x, Scalar* y) const; // y = AᵀA x  (x, y: cols())
 /// and spectral.hpp uses it instead of two products (halving the memory traffic or kernel evaluations).
-/// Kernel operators evaluate κ on the fly in row panels (threaded, accumulating in double), so no N×N matrix
-/// is stored.
+/// KernelOperator is the one matrix-free kernel operator: it evaluates κ on the fly in tiles
+/// (kernel_passes.hpp, threaded, accumulating in double), so no N×N matrix is stored, and fuses Gram products
+/// with a subtraction so that DifferenceOperator's EᵀE x = Gᵀ(Gx − Ĝx) − Ĝᵀ(Gx − Ĝx) costs one kernel pass.
 
 #include <algorithm>
 #include <memory>
@@ -18,8 +19,10 @@
 #include <omp.h>
 
 #include "nystrom/error.hpp"
+#include "nystrom/kernel_passes.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/nystrom.hpp"
+#include "nystrom/operator_concepts.hpp"
 #include "nystrom/threads.hpp"
 #include "nystrom/types.hpp"
 
@@ -96,27 +99,45 @@ class DenseOperator {
   ConstMatrixRef<T> a_;
 };
 
-/// G = κ(X, Y) (X: rows×d, Y: cols×d) evaluated panel by panel inside each product, never stored.
-/// Each product costs O(rows·cols·d); memory O(panel·cols) per thread. Products are accumulated in double.
-template <class T>
+/// G = κ(X, Y) (X: rows×d, Y: cols×d) matrix-free: every product is one kernel pass over tiles evaluated on
+/// the fly (kernel_passes.hpp; O(rows·cols·d) time, O(threads·panel_rows·cols) memory), accumulated in
+/// double. Products take and return vectors of S (default T); KernelOperator<float, double> evaluates float
+/// tokens for Lanczos in double. Gᵀ products are passes over κ(Y, X) (every kernel here is symmetric in its
+/// arguments). Member definitions: matrix_free.cpp (instantiated for <float>, <double>, <float, double>).
+template <class T, class S = T>
 class KernelOperator {
  public:
-  using Scalar = T;
-  KernelOperator(Matrix<T> X, Matrix<T> Y, Kernel kernel, Index panel_rows = 256);
-  Index rows() const { return x_.rows(); }
-  Index cols() const { return y_.rows(); }
-  void perform_op(const T* x, T* y) const;
-  void perform_transpose_op(const T* x, T* y) const;
-  /// y = GᵀG x with each kernel panel evaluated once: Σ_I G_Iᵀ(G_I x).
-  void perform_inner_gram_op(const T* x, T* y) const;
+  using Scalar = S;
+  /// Throws std::invalid_argument naming the value (mismatched d, empty or non-finite tokens, bad kernel
+  /// parameter, tiling < 1).
+  KernelOperator(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, const Kernel& kernel,
+                 const MatrixFreeOptions& tiling = {});
+  /// The same with `panel_rows` rows per panel and the default column tile.
+  KernelOperator(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, const Kernel& kernel,
+                 Index panel_rows);
+  Index rows() const { return forward_.rows(); }
+  Index cols() const { return forward_.cols(); }
+  /// Kernel passes made so far (both orientations).
+  long passes() const { return forward_.passes() + backward_.passes(); }
+
+  /// y = G x (x: cols, y: rows).
+  void perform_op(const S* x, S* y) const;
+  /// y = Gᵀx (x: rows, y: cols).
+  void perform_transpose_op(const S* x, S* y) const;
+  /// y = GᵀG x (x, y: cols): Σ_P G_Pᵀ(G_P x) with each row panel evaluated once.
+  void perform_inner_gram_op(const S* x, S* y) const;
+  /// y = GGᵀx (x, y: rows).
+  void perform_outer_gram_op(const S* x, S* y) const;
+  /// r = G x − s (s: rows, may be null; r may be null), y = Gᵀ r, in one pass.
+  void perform_inner_gram_residual_op(const S* x, const S* subtract, S* residual, S* y) const;
+  /// r = Gᵀx − s (s: cols, may be null; r may be null), y = G r, in one pass.
+  void perform_outer_gram_residual_op(const S* x, const S* subtract, S* residual, S* y) const;
+  /// [y_top; y_bottom] = [[0, G], [Gᵀ, 0]] [x_top; x_bottom] (x_top: rows, x_bottom: cols), in one pass.
+  void perform_augmented_op(const S* x, S* y) const;
 
  private:
-  /// The kernel panel κ(X[first : first+count], Y).
-  void panel(Index first, Index count, Matrix<T>& out) const;
-  double work() const { return double(rows()) * double(cols()) * double(x_.cols() + 1); }
-  Matrix<T> x_, y_;
-  Kernel kernel_;
-  Index panel_rows_;
+  KernelPasses<T> forward_;   ///< G = κ(X, Y)
+  KernelPasses<T> backward_;  ///< Gᵀ = κ(Y, X)
 };
 
 /// Ĝ = diag(exp(l)) G_L Z G_U from NystromFactors; O(Nm) per product.
@@ -144,6 +165,32 @@ class DifferenceOperator {
   Index cols() const { return a_.cols(); }
   void perform_op(const Scalar* x, Scalar* y) const;
   void perform_transpose_op(const Scalar* x, Scalar* y) const;
+  /// y = EᵀE x in one pass of A: r = A x − B x, y = Aᵀr − Bᵀr (when A fuses Gram products with a
+  /// subtraction).
+  void perform_inner_gram_op(const Scalar* x, Scalar* y) const requires detail::HasGramResidual<A> {
+    Vector<Scalar> subtrahend(rows()), residual(rows()), correction(cols());
+    b_.perform_op(x, subtrahend.data());
+    a_.perform_inner_gram_residual_op(x, subtrahend.data(), residual.data(), y);
+    b_.perform_transpose_op(residual.data(), correction.data());
+    Eigen::Map<Vector<Scalar>>(y, cols()) -= correction;
+  }
+  /// y = EEᵀx in one pass of A: r = Aᵀx − Bᵀx, y = A r − B r.
+  void perform_outer_gram_op(const Scalar* x, Scalar* y) const requires detail::HasGramResidual<A> {
+    Vector<Scalar> subtrahend(cols()), residual(cols()), correction(rows());
+    b_.perform_transpose_op(x, subtrahend.data());
+    a_.perform_outer_gram_residual_op(x, subtrahend.data(), residual.data(), y);
+    b_.perform_op(residual.data(), correction.data());
+    Eigen::Map<Vector<Scalar>>(y, rows()) -= correction;
+  }
+  /// [[0, E], [Eᵀ, 0]] x in one pass of A.
+  void perform_augmented_op(const Scalar* x, Scalar* y) const requires detail::HasAugmentedProduct<A> {
+    Vector<Scalar> top(rows()), bottom(cols());
+    a_.perform_augmented_op(x, y);
+    b_.perform_op(x + rows(), top.data());
+    b_.perform_transpose_op(x, bottom.data());
+    Eigen::Map<Vector<Scalar>>(y, rows()) -= top;
+    Eigen::Map<Vector<Scalar>>(y + rows(), cols()) -= bottom;
+  }
 
  private:
   const A& a_;
@@ -154,7 +201,7 @@ class DifferenceOperator {
 template <class T>
 KernelOperator<T> extended_kernel_operator(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                            const Landmarks<T>& landmarks, const Kernel& kernel,
-                                           Index panel_rows = 256);
+                                           Index panel_rows = MatrixFreeOptions{}.panel_rows);
 
 // ---------------------------------------------------------------------------------------------------------------
 
@@ -187,59 +234,6 @@ void DenseOperator<T>::perform_outer_gram_op(const T* x, T* y) const {
                                    partial.noalias() += (block * projected).template cast<double>();
                                  });
   Eigen::Map<Vector<T>>(y, rows()) = total.template cast<T>();
-}
-
-template <class T>
-KernelOperator<T>::KernelOperator(Matrix<T> X, Matrix<T> Y, Kernel kernel, Index panel_rows)
-    : x_(std::move(X)), y_(std::move(Y)), kernel_(kernel), panel_rows_(panel_rows) {
-  kernel_.validate();
-  require(x_.cols() == y_.cols(),
-          describe("KernelOperator: token dimensions differ, d = ", x_.cols(), " and ", y_.cols()));
-  require(panel_rows_ >= 1, describe("KernelOperator: panel_rows = ", panel_rows_, " must be >= 1"));
-}
-
-template <class T>
-void KernelOperator<T>::panel(Index first, Index count, Matrix<T>& out) const {
-  out.resize(count, y_.rows());
-  kernel_.evaluate<T>(x_.middleRows(first, count), y_, out);
-}
-
-template <class T>
-void KernelOperator<T>::perform_op(const T* x, T* y) const {
-  const Vector<double> in = Eigen::Map<const Vector<T>>(x, cols()).template cast<double>();
-  Eigen::Map<Vector<T>> out(y, rows());
-  detail::for_each_panel(rows(), panel_rows_, work(), [&](Index first, Index count) {
-    Matrix<T> block;
-    panel(first, count, block);
-    out.segment(first, count) = (block.template cast<double>() * in).template cast<T>();
-  });
-}
-
-template <class T>
-void KernelOperator<T>::perform_transpose_op(const T* x, T* y) const {
-  Eigen::Map<const Vector<T>> in(x, rows());
-  const Vector<double> total = detail::reduce_over_panels(
-      rows(), panel_rows_, cols(), work(), [&](Index first, Index count, Vector<double>& partial) {
-        Matrix<T> block;
-        panel(first, count, block);
-        partial.noalias() +=
-            block.template cast<double>().transpose() * in.segment(first, count).template cast<double>();
-      });
-  Eigen::Map<Vector<T>>(y, cols()) = total.template cast<T>();
-}
-
-template <class T>
-void KernelOperator<T>::perform_inner_gram_op(const T* x, T* y) const {
-  const Vector<double> in = Eigen::Map<const Vector<T>>(x, cols()).template cast<double>();
-  const Vector<double> total = detail::reduce_over_panels(
-      rows(), panel_rows_, cols(), work(), [&](Index first, Index count, Vector<double>& partial) {
-        Matrix<T> block;
-        panel(first, count, block);
-        const Matrix<double> wide = block.template cast<double>();
-        const Vector<double> projected = wide * in;
-        partial.noalias() += wide.transpose() * projected;
-      });
-  Eigen::Map<Vector<T>>(y, cols()) = total.template cast<T>();
 }
 
 template <class A, class B>
@@ -276,7 +270,7 @@ KernelOperator<T> extended_kernel_operator(const ConstMatrixRef<T>& Q, const Con
   X << landmarks.q, Q;
   Matrix<T> Y(landmarks.k.rows() + K.rows(), K.cols());
   Y << landmarks.k, K;
-  return KernelOperator<T>(std::move(X), std::move(Y), kernel, panel_rows);
+  return KernelOperator<T>(X, Y, kernel, panel_rows);
 }
 
 }  // namespace nystrom

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include <utility>
+
 #include "nystrom/factored_operator.hpp"
 #include "nystrom/types.hpp"
 
@@ -48,8 +50,12 @@ struct PerformerResult {
   Matrix<double> projection;  ///< Ω used (r×d)
 
   /// Ŝ = diag(1/normalizer) Φ_Q Φ_Kᵀ as an operator (N×N implied; rows sum to 1).
-  FactoredOperator<T> attention_operator() const {
+  FactoredOperator<T> attention_operator() const& {
     return {q_features, Matrix<T>(), k_features.transpose(), normalizer.cwiseInverse()};
+  }
+  /// The same, taking Φ_Q over instead of copying it.
+  FactoredOperator<T> attention_operator() && {
+    return {std::move(q_features), Matrix<T>(), k_features.transpose(), normalizer.cwiseInverse()};
   }
 };
 

@@ -12,10 +12,22 @@
 namespace nystrom {
 
 /// Pseudoinverse methods (MATH.md §4).
+///
+/// Convergence of the iterations from Z₀ = αAᵀ, per singular direction of A with x = ασ² (AZ's eigenvalue
+/// there) and error e = 1 − x:
+/// - Newton–Schulz maps e → e²: converges for 0 < ασ₁² < 2, diverges above.
+/// - Razavi maps x → f(x) = ¼x(13 − 15x + 7x² − x³), i.e. e → e³(3 + e)/4:
+///   - 0 < x < 3: |e| shrinks every step (third order near e = 0);
+///   - x = 3 is a neutral fixed point (f(3) = 3, f′(3) = 1), and from 3 < x ≤ x₁ ≈ 3.4675 (real root of
+///     x³ − 4x² + 3x − 4) the iterate creeps down to 3 and stalls with |e| → 2: status `completed`;
+///   - x₁ < x < x* ≈ 4.1304 (real root of x³ − 7x² + 15x − 13, where f(x*) = 0): the first step lands in
+///     (0, 3), then it converges;
+///   - x > x*: f(x) < 0, so e > 1 and e grows without bound: `diverged` (x = x* exactly sticks at e = 1).
+///   The safe α = 1/(‖A‖₁‖A‖_∞) gives ασ₁² ≤ 1, inside every convergent range.
 enum class PinvMethod {
   exact,         ///< SVD; singular values ≤ tol·σ₁ are dropped
-  razavi,        ///< Z ← ¼ Z(13I − AZ(15I − AZ(7I − AZ))), Z₀ = αAᵀ
-  newton_schulz  ///< X ← X(2I − AX), X₀ = αAᵀ
+  razavi,        ///< Z ← ¼ Z(13I − AZ(15I − AZ(7I − AZ))), Z₀ = αAᵀ (Nyströmformer eq. (15))
+  newton_schulz  ///< X ← X(2I − AX), X₀ = αAᵀ (LaplacianFormer Alg. 1)
 };
 
 /// "exact", "razavi", "newton-schulz".
@@ -25,10 +37,11 @@ PinvMethod pinv_method_from_string(const std::string& name);
 
 /// How an iteration ended.
 enum class PinvStatus {
-  converged,  ///< exact method, or the residual ‖I − AZ‖_F fell below `tolerance`
+  converged,  ///< exact method, or the residual ‖I − MZ‖_F fell below `tolerance`
   completed,  ///< ran every requested iteration, finite and not diverging, without reaching `tolerance`
-  diverged,  ///< the residual grew past its starting value (α outside the convergence range, or a singular A)
-  non_finite  ///< NaN or Inf appeared
+  diverged,   ///< the residual rose above its starting value, or rose from one step to the next by more than
+             ///< rounding (16·m·eps·‖M‖_F‖Z‖_F): α outside the convergence range, or a singular M
+  non_finite  ///< NaN or Inf appeared in Z or its residual during the iteration
 };
 
 /// "converged", "completed", "diverged", "non-finite".
@@ -41,7 +54,7 @@ struct PinvOptions {
   double alpha = 0;  ///< iterative start Z₀ = αAᵀ; 0 selects the per-matrix safe α = 1/(‖A‖₁‖A‖_∞)
   double tolerance =
       0;  ///< exact: relative singular-value cut (0: max(m)·eps); iterative: stop when ‖I−AZ‖_F ≤ it
-  double tikhonov = 0;  ///< ε > 0: invert (AᵀA + εI)⁻¹Aᵀ instead of A⁺ (non-symmetric safe regularization)
+  double tikhonov = 0;  ///< ε > 0: Z = (AᵀA + εI)⁻¹Aᵀ instead of A⁺ (non-symmetric safe regularization)
   double shift = 0;  ///< ε > 0: invert A + εI (LaplacianFormer; valid for symmetric PSD A)
 
   /// Throws std::invalid_argument naming the bad value (iterations < 1, α < 0, negative ε, non-finite
@@ -56,8 +69,10 @@ struct PinvResult {
   PinvStatus status = PinvStatus::converged;
   double alpha = 0;               ///< α used by an iterative method (0 for exact)
   int iterations = 0;             ///< iterations run
-  std::vector<double> residuals;  ///< ‖I − AZ_k‖_F for k = 0 (start) .. iterations; one entry for exact
-  Index rank = 0;                 ///< exact: singular values kept
+  std::vector<double> residuals;  ///< ‖I − MZ_k‖_F for k = 0 (start) .. iterations; one entry for exact.
+                                  ///< M is the matrix actually inverted: A, A + εI (shift) or AᵀA + εI
+                                  ///< (Tikhonov, where Z_k approximates M⁻¹ before the final ·Aᵀ)
+  Index rank = 0;  ///< exact: singular values kept
   double residual() const { return residuals.empty() ? 0.0 : residuals.back(); }
 };
 
@@ -65,7 +80,9 @@ struct PinvResult {
 template <class T>
 double safe_alpha(const ConstMatrixRef<T>& A);
 
-/// Z ≈ A⁺ for a square A by `options`; the residuals are computed in double.
+/// Z ≈ A⁺ (or the regularized inverse) for a square A by `options`; the residuals are computed in double.
+/// Throws std::invalid_argument for bad options, a non-square or empty A, or an A with NaN or Inf entries;
+/// a numerical failure of the iteration is a status.
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options);
 

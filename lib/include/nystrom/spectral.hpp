@@ -1,7 +1,8 @@
 #pragma once
 /// @file spectral.hpp
 /// Spectral tools (MATH.md §7): ‖A‖₂ and top-k singular values of any operator (operators.hpp) by Lanczos
-/// (Spectra's SymEigsSolver on AᵀA or AAᵀ, whichever is smaller), with a dense SVD path for small sizes;
+/// (Spectra's SymEigsSolver on AᵀA or AAᵀ, whichever is smaller, or on [[0, A], [Aᵀ, 0]] where small singular
+/// values matter), with a dense SVD path for small sizes;
 /// numerical rank, normalized decay and energy fractions of a spectrum.
 
 #include "nystrom/types.hpp"
@@ -33,6 +34,20 @@ struct SpectralResult {
 /// (use singular_values on a dense matrix).
 template <class Operator>
 SpectralResult top_singular_values(const Operator& op, Index k, const SpectralOptions& options = {});
+
+/// Top-k singular values of `op` by Lanczos (Spectra's SymEigsSolver) on the symmetric augmented operator
+/// [[0, A], [Aᵀ, 0]], whose k largest eigenvalues are σ₁ … σ_k; one operator pass per product when the
+/// operator offers perform_augmented_op. No squaring: σ_i carries an absolute error of about eps·σ₁ (against
+/// eps·σ₁²/σ_i for top_singular_values), so values down to about eps·σ₁/tolerance are resolved; it needs
+/// more products than the Gram form for the same accuracy of σ₁. Full SVD of the formed operator when the
+/// basis would span it.
+template <class Operator>
+SpectralResult top_singular_values_augmented(const Operator& op, Index k,
+                                             const SpectralOptions& options = {});
+
+/// ‖op‖₂ by Lanczos on the augmented operator (k = 1).
+template <class Operator>
+SpectralResult augmented_spectral_norm(const Operator& op, const SpectralOptions& options = {});
 
 /// ‖op‖₂ by Lanczos (k = 1).
 template <class Operator>

@@ -7,26 +7,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <concepts>
 #include <limits>
 #include <type_traits>
 
 #include "nystrom/error.hpp"
+#include "nystrom/operator_concepts.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
 
 namespace detail {
-
-template <class Op>
-concept HasOuterGram = requires(const Op& op, const typename Op::Scalar* x, typename Op::Scalar* y) {
-  op.perform_outer_gram_op(x, y);
-};
-
-template <class Op>
-concept HasInnerGram = requires(const Op& op, const typename Op::Scalar* x, typename Op::Scalar* y) {
-  op.perform_inner_gram_op(x, y);
-};
 
 /// The symmetric positive semidefinite Gram operator of `op` on its smaller side (AAᵀ when rows ≤ cols, else
 /// AᵀA), in double for Spectra whatever the operator's scalar; counts the operator products it spends.
@@ -101,41 +91,111 @@ Matrix<double> materialize(const Operator& op, int& products) {
   return dense;
 }
 
-}  // namespace detail
-
+/// The symmetric augmented operator [[0, A], [Aᵀ, 0]] of `op` ((rows + cols)², eigenvalues ±σᵢ(A) and
+/// |rows − cols| zeros) in double for Spectra; one pass of A per product when the operator offers
+/// perform_augmented_op, else one A and one Aᵀ product.
 template <class Operator>
-SpectralResult top_singular_values(const Operator& op, Index k, const SpectralOptions& options) {
-  options.validate();
-  const Index n = std::min(op.rows(), op.cols());
-  require(k >= 1 && k <= n,
-          describe("top_singular_values: k = ", k, " must be in [1, min(rows, cols) = ", n, "]"));
-  const Index default_basis = std::max<Index>(2 * k + 1, 10);
-  const Index basis =
-      std::min<Index>(options.subspace > 0 ? std::max<Index>(options.subspace, k + 1) : default_basis, n);
-  SpectralResult result;
-  if (basis <= k || basis >= n) {
-    // The Krylov basis would span the whole Gram matrix: a full SVD of the formed operator is cheaper and
-    // exact.
-    const Matrix<double> dense = detail::materialize(op, result.matvecs);
-    result.values = Eigen::BDCSVD<Matrix<double>>(dense).singularValues().head(k);
-    result.converged = true;
-    return result;
+class AugmentedOperator {
+ public:
+  using Scalar = double;
+  using OpScalar = typename Operator::Scalar;
+
+  explicit AugmentedOperator(const Operator& op) : op_(op), in_(rows()), out_(rows()) {}
+  Index rows() const { return op_.rows() + op_.cols(); }
+  Index cols() const { return rows(); }
+  int products() const { return products_; }
+
+  void perform_op(const double* x, double* y) const {
+    in_ = Eigen::Map<const Vector<double>>(x, rows()).template cast<OpScalar>();
+    if constexpr (HasAugmentedProduct<Operator>) {
+      op_.perform_augmented_op(in_.data(), out_.data());
+    } else {
+      op_.perform_op(in_.data() + op_.rows(), out_.data());
+      op_.perform_transpose_op(in_.data(), out_.data() + op_.rows());
+    }
+    products_ += 2;
+    Eigen::Map<Vector<double>>(y, rows()) = out_.template cast<double>();
   }
-  detail::GramOperator<Operator> gram(op);
-  Spectra::SymEigsSolver<detail::GramOperator<Operator>> eigs(gram, k, basis);
+
+ private:
+  const Operator& op_;
+  mutable Vector<OpScalar> in_, out_;
+  mutable int products_ = 0;
+};
+
+/// Spectra's k largest eigenvalues of a symmetric operator with basis size `basis`, NaN-padded to k where
+/// Spectra did not converge; counts the products in `result.matvecs`.
+template <class Symmetric>
+void largest_eigenvalues(Symmetric& symmetric, Index k, Index basis, const SpectralOptions& options,
+                         SpectralResult& result) {
+  Spectra::SymEigsSolver<Symmetric> eigs(symmetric, k, basis);
   eigs.init();
   eigs.compute(Spectra::SortRule::LargestAlge, options.max_restarts, options.tolerance,
                Spectra::SortRule::LargestAlge);
   result.converged = eigs.info() == Spectra::CompInfo::Successful;
-  result.matvecs = gram.products();
-  const Vector<double> eigenvalues = eigs.eigenvalues();
-  result.values = eigenvalues.cwiseMax(0.0).cwiseSqrt();
-  if (!result.converged && result.values.size() < k) {
+  result.matvecs = symmetric.products();
+  result.values = eigs.eigenvalues().cwiseMax(0.0);
+  if (result.values.size() < k) {
     // Spectra returns only the converged pairs; report the rest as NaN so the caller sees what is missing.
     Vector<double> padded = Vector<double>::Constant(k, std::numeric_limits<double>::quiet_NaN());
     padded.head(result.values.size()) = result.values;
     result.values = padded;
   }
+}
+
+/// The k largest singular values of the formed operator by a full SVD (when a Krylov basis would span it).
+template <class Operator>
+SpectralResult dense_top_singular_values(const Operator& op, Index k) {
+  SpectralResult result;
+  const Matrix<double> dense = materialize(op, result.matvecs);
+  result.values = Eigen::BDCSVD<Matrix<double>>(dense).singularValues().head(k);
+  result.converged = true;
+  return result;
+}
+
+/// Checks 1 ≤ k ≤ min(rows, cols) for `where`.
+template <class Operator>
+void require_rank_count(const Operator& op, Index k, const char* where) {
+  const Index n = std::min(op.rows(), op.cols());
+  require(k >= 1 && k <= n, describe(where, ": k = ", k, " must be in [1, min(rows, cols) = ", n, "]"));
+}
+
+}  // namespace detail
+
+template <class Operator>
+SpectralResult top_singular_values_augmented(const Operator& op, Index k, const SpectralOptions& options) {
+  options.validate();
+  detail::require_rank_count(op, k, "top_singular_values_augmented");
+  detail::AugmentedOperator<Operator> augmented(op);
+  const Index size = augmented.rows();
+  const Index basis = std::min<Index>(
+      options.subspace > 0 ? std::max<Index>(options.subspace, k + 1) : std::max<Index>(2 * k + 1, 20), size);
+  if (basis >= size) return detail::dense_top_singular_values(op, k);
+  SpectralResult result;
+  detail::largest_eigenvalues(augmented, k, basis, options, result);
+  return result;
+}
+
+template <class Operator>
+SpectralResult augmented_spectral_norm(const Operator& op, const SpectralOptions& options) {
+  return top_singular_values_augmented(op, 1, options);
+}
+
+template <class Operator>
+SpectralResult top_singular_values(const Operator& op, Index k, const SpectralOptions& options) {
+  options.validate();
+  detail::require_rank_count(op, k, "top_singular_values");
+  const Index n = std::min(op.rows(), op.cols());
+  const Index default_basis = std::max<Index>(2 * k + 1, 10);
+  const Index basis =
+      std::min<Index>(options.subspace > 0 ? std::max<Index>(options.subspace, k + 1) : default_basis, n);
+  // When the Krylov basis would span the whole Gram matrix, a full SVD of the formed operator is cheaper and
+  // exact.
+  if (basis <= k || basis >= n) return detail::dense_top_singular_values(op, k);
+  detail::GramOperator<Operator> gram(op);
+  SpectralResult result;
+  detail::largest_eigenvalues(gram, k, basis, options, result);
+  result.values = result.values.cwiseSqrt();
   return result;
 }
 

@@ -7,7 +7,8 @@
 
 namespace nystrom {
 
-/// Sets the number of OpenMP threads (and OpenBLAS threads for calls made outside OpenMP regions).
+/// Sets the number of OpenMP threads (and OpenBLAS threads for calls made outside OpenMP regions); throws
+/// std::invalid_argument naming `threads` when it is < 1 (callers map a CLI "0: the default" themselves).
 void set_threads(int threads);
 
 /// Number of OpenMP threads the library's parallel loops use.
