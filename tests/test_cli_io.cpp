@@ -57,32 +57,36 @@ TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message
 TEST_CASE("synth writes the dump format; the reader gets back the same heads; attn is the exact softmax") {
   TempDir dir("synth");
   const auto path = dir / "g.h5";
-  const auto run = run_cli({"synth",
-                            "-o",
-                            path,
-                            "--kind",
-                            "gaussian,low-rank",
-                            "--layers",
-                            "2",
-                            "--batch",
-                            "2",
-                            "--heads",
-                            "3",
-                            "--tokens",
-                            "24",
-                            "--dim",
-                            "5",
-                            "--value-dim",
-                            "4",
-                            "--dtype",
-                            "float64",
-                            "--with-attn",
-                            "--seed",
-                            "7",
-                            "--rank",
-                            "2",
-                            "--noise",
-                            "0"});
+  // Two float64 layers of low-rank (noise-free) tokens with attn; written twice below to check determinism.
+  const auto synth_low_rank = [](const std::filesystem::path& out) {
+    return run_cli({"synth",
+                    "-o",
+                    out.string(),
+                    "--kind",
+                    "gaussian,low-rank",
+                    "--layers",
+                    "2",
+                    "--batch",
+                    "2",
+                    "--heads",
+                    "3",
+                    "--tokens",
+                    "24",
+                    "--dim",
+                    "5",
+                    "--value-dim",
+                    "4",
+                    "--dtype",
+                    "float64",
+                    "--with-attn",
+                    "--seed",
+                    "7",
+                    "--rank",
+                    "2",
+                    "--noise",
+                    "0"});
+  };
+  const auto run = synth_low_rank(path);
   REQUIRE(run.status == 0);
   const auto dump = cli::inspect_dump(path);
   CHECK(dump.format_version == 1);
@@ -112,33 +116,7 @@ TEST_CASE("synth writes the dump format; the reader gets back the same heads; at
   CHECK((attn - softmax).cwiseAbs().maxCoeff() < 1e-14);
   // Deterministic: the same seed gives the same data, another seed different data.
   const auto again = dir / "again.h5", other = dir / "other.h5";
-  REQUIRE(run_cli({"synth",
-                   "-o",
-                   again,
-                   "--kind",
-                   "gaussian,low-rank",
-                   "--layers",
-                   "2",
-                   "--batch",
-                   "2",
-                   "--heads",
-                   "3",
-                   "--tokens",
-                   "24",
-                   "--dim",
-                   "5",
-                   "--value-dim",
-                   "4",
-                   "--dtype",
-                   "float64",
-                   "--with-attn",
-                   "--seed",
-                   "7",
-                   "--rank",
-                   "2",
-                   "--noise",
-                   "0"})
-              .status == 0);
+  REQUIRE(synth_low_rank(again).status == 0);
   REQUIRE(run_cli({"synth", "-o", other, "--tokens", "24", "--dim", "5", "--seed", "8", "--layers", "2"})
               .status == 0);
   const auto same =
