@@ -1,5 +1,7 @@
 #include "nystrom/attention.hpp"
 
+#include "attention_inputs.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,19 +17,6 @@ namespace {
 /// tile (tile × panel values of T) and the panel's b × dv accumulator stay in L2.
 constexpr Index attention_panel_rows = 256;
 constexpr Index attention_tile_keys = 1024;
-
-template <class T>
-void check_attention_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel,
-                            const char* where) {
-  kernel.validate();
-  require(Q.cols() == K.cols(),
-          describe(where, ": token dimensions differ, Q has d = ", Q.cols(), " and K has d = ", K.cols()));
-  require(
-      Q.rows() > 0 && K.rows() > 0 && Q.cols() > 0,
-      describe(where, ": empty tokens, Q is ", Q.rows(), "x", Q.cols(), ", K is ", K.rows(), "x", K.cols()));
-  require_finite(Q, describe(where, ": Q"));
-  require_finite(K, describe(where, ": K"));
-}
 
 /// Rows [r, r+b) of S = D⁻¹G: exp(φ − rowmax φ), normalized by its row sums. A shift by the row max leaves S
 /// unchanged and keeps every exponent ≤ 0.
@@ -48,7 +37,8 @@ void softmax_rows(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const 
 template <class T>
 Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
                           const Kernel& kernel) {
-  check_attention_tokens<T>(Q, K, kernel, "exact_attention");
+  kernel.validate();
+  detail::require_tokens<T>(Q, K, "exact_attention");
   require(V.rows() == K.rows(), describe("exact_attention: V has ", V.rows(), " rows, K has N = ", K.rows()));
   require_finite(V, "exact_attention: V");
   // Online softmax (FlashAttention's tiling) for a panel P of b queries and a tile C of c keys: the logits
@@ -104,7 +94,8 @@ Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K
 
 template <class T>
 Matrix<T> attention_matrix(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel) {
-  check_attention_tokens<T>(Q, K, kernel, "attention_matrix");
+  kernel.validate();
+  detail::require_tokens<T>(Q, K, "attention_matrix");
   Matrix<T> out;
   softmax_rows<T>(Q, K, kernel, 0, Q.rows(), out);
   return out;
