@@ -8,8 +8,8 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
-#include <numeric>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -77,23 +77,6 @@ class ByteReader {
 
 /// Cell type tags in a serialized row (the order of the Cell variant).
 enum class CellTag : std::uint8_t { text = 0, integer = 1, real = 2 };
-
-/// Points in the order they are handed out: largest estimated cost first, ties (and no estimate) by index.
-std::vector<std::size_t> schedule(const std::vector<std::size_t>& points,
-                                  const DistributionOptions& options) {
-  std::vector<std::size_t> order = points;
-  std::sort(order.begin(), order.end());
-  if (!options.estimated_cost) return order;
-  std::vector<double> cost(order.size());
-  for (std::size_t i = 0; i < order.size(); ++i) cost[i] = options.estimated_cost(order[i]);
-  std::vector<std::size_t> position(order.size());
-  std::iota(position.begin(), position.end(), 0);
-  std::stable_sort(position.begin(), position.end(),
-                   [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
-  std::vector<std::size_t> sorted(order.size());
-  for (std::size_t i = 0; i < order.size(); ++i) sorted[i] = order[position[i]];
-  return sorted;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -183,6 +166,61 @@ PointRows deserialize_rows(const std::vector<char>& bytes) {
   return rows;
 }
 
+PointScheduler::PointScheduler(const std::vector<std::size_t>& points, const DistributionOptions& options)
+    : unassigned_(points.size()), steal_minimum_(std::max<std::size_t>(1, options.steal_minimum)) {
+  std::vector<std::size_t> sorted = points;
+  std::sort(sorted.begin(), sorted.end());
+  const auto duplicate = std::adjacent_find(sorted.begin(), sorted.end());
+  require(duplicate == sorted.end(),
+          describe("point ", duplicate == sorted.end() ? 0 : *duplicate, " is listed more than once"));
+  // Groups in order of their first point; each group's points in index order.
+  std::map<std::string, std::size_t> group_of_name;
+  for (const std::size_t index : sorted) {
+    std::size_t group = groups_.size();
+    if (options.group) group = group_of_name.emplace(options.group(index), groups_.size()).first->second;
+    if (group == groups_.size()) groups_.emplace_back();
+    groups_[group].points.push_back(index);
+    groups_[group].cost += options.estimated_cost ? options.estimated_cost(index) : 1.0;
+  }
+  // Largest total cost first; stable, so ties keep the order of first points.
+  std::stable_sort(groups_.begin(), groups_.end(),
+                   [](const Group& a, const Group& b) { return a.cost > b.cost; });
+}
+
+std::optional<std::size_t> PointScheduler::next(int evaluator) {
+  require(evaluator >= 0, describe("evaluator id ", evaluator, " is negative"));
+  const auto id = static_cast<std::size_t>(evaluator);
+  if (evaluators_.size() <= id) evaluators_.resize(id + 1);
+  auto& state = evaluators_[id];
+  if (!state || groups_[state->group].points.empty()) {
+    state.reset();
+    if (next_unclaimed_ < groups_.size()) {
+      state = Evaluator{next_unclaimed_++, false};
+    } else {
+      // Every group is claimed: steal from the end of the one with the most unassigned points.
+      std::size_t victim = groups_.size();
+      for (std::size_t g = 0; g < groups_.size(); ++g)
+        if (groups_[g].points.size() >= steal_minimum_ &&
+            (victim == groups_.size() || groups_[g].points.size() > groups_[victim].points.size()))
+          victim = g;
+      if (victim == groups_.size()) return std::nullopt;
+      state = Evaluator{victim, true};
+    }
+  }
+  auto& group = groups_[state->group].points;
+  std::size_t index = 0;
+  if (state->stealing) {
+    index = group.back();
+    group.pop_back();
+    ++steals_;
+  } else {
+    index = group.front();
+    group.pop_front();
+  }
+  --unassigned_;
+  return index;
+}
+
 #ifdef NYSTROM_WITH_MPI
 
 namespace {
@@ -225,19 +263,32 @@ std::vector<char> index_message(std::size_t index) {
   return writer.take();
 }
 
+/// Completes `request`, sleeping `poll_interval` between tests: MPI's own blocking calls may busy-wait
+/// (OpenMPI spins at 100% CPU), which would take a core from a rank that evaluates.
+void wait_without_spinning(MPI_Request& request,
+                           std::chrono::milliseconds poll_interval = std::chrono::milliseconds(1)) {
+  for (int completed = 0;;) {
+    MPI_Test(&request, &completed, MPI_STATUS_IGNORE);
+    if (completed) return;
+    std::this_thread::sleep_for(poll_interval);
+  }
+}
+
 /// A worker rank: asks for points, evaluates them, sends back rows (or the failure), until told to stop.
-void run_worker(const std::function<PointRows(std::size_t)>& evaluate) {
+void run_worker(const std::function<PointRows(std::size_t)>& evaluate,
+                std::chrono::milliseconds poll_interval) {
   send(0, kReady, {});
   std::deque<std::size_t> assigned;
   for (;;) {
     bool stop = false;
-    for (;;) {  // take every pending message; block only when there is nothing to evaluate
+    for (;;) {  // take every pending message; wait (sleeping) only when there is nothing to evaluate
       MPI_Status status;
-      int arrived = 1;
-      if (assigned.empty())
-        MPI_Probe(0, MPI_ANY_TAG, MPI_COMM_WORLD, &status);
-      else
-        MPI_Iprobe(0, MPI_ANY_TAG, MPI_COMM_WORLD, &arrived, &status);
+      int arrived = 0;
+      MPI_Iprobe(0, MPI_ANY_TAG, MPI_COMM_WORLD, &arrived, &status);
+      if (!arrived && assigned.empty()) {
+        std::this_thread::sleep_for(poll_interval);
+        continue;
+      }
       if (!arrived) break;
       const std::vector<char> bytes = receive(status);
       if (status.MPI_TAG == kStop) {
@@ -334,9 +385,9 @@ class LocalEvaluator {
   std::thread thread_;
 };
 
-/// Rank 0: hands out points largest first, delivers every result to on_done, evaluates points itself
-/// meanwhile.
-DistributionSummary run_coordinator(const std::vector<std::size_t>& order,
+/// Rank 0: hands out points by the cache-affinity schedule (rank 0's own evaluating thread is evaluator 0,
+/// worker r evaluator r), delivers every result to on_done, evaluates points itself meanwhile.
+DistributionSummary run_coordinator(const std::vector<std::size_t>& points,
                                     const std::function<PointRows(std::size_t)>& evaluate,
                                     const std::function<void(std::size_t, const PointRows&)>& on_done,
                                     const DistributionOptions& options) {
@@ -347,8 +398,13 @@ DistributionSummary run_coordinator(const std::vector<std::size_t>& order,
   std::vector<bool> stopped(static_cast<std::size_t>(size), false);
   stopped[0] = true;
   int running_workers = size - 1;
-  std::size_t next = 0;
   Failure failure;
+  std::optional<PointScheduler> scheduler;
+  try {
+    scheduler.emplace(points, options);
+  } catch (...) {
+    failure.record_current("scheduling");  // the workers are still released below
+  }
 
   auto deliver = [&](int rank, std::size_t index, const PointRows& rows) {
     try {
@@ -358,13 +414,18 @@ DistributionSummary run_coordinator(const std::vector<std::size_t>& order,
       failure.record_current(describe("writing point ", index));
     }
   };
-  auto has_next = [&] { return !failure.failed && next < order.size(); };
-  // Gives a worker its next point, or stops it once it holds none and none are left (or a failure happened).
+  // The next point for an evaluator; none after a failure.
+  auto next_for = [&](int evaluator) -> std::optional<std::size_t> {
+    if (failure.failed) return std::nullopt;
+    return scheduler->next(evaluator);
+  };
+  // Gives a worker its next point, or stops it once it holds none and none are left for it (or a failure
+  // happened); the scheduler never has a point for it later.
   auto feed = [&](int worker) {
     const auto w = static_cast<std::size_t>(worker);
     if (stopped[w]) return;
-    if (has_next()) {
-      send(worker, kAssign, index_message(order[next++]));
+    if (const auto index = next_for(worker)) {
+      send(worker, kAssign, index_message(*index));
       ++in_flight[w];
     } else if (in_flight[w] == 0) {
       send(worker, kStop, {});
@@ -375,7 +436,8 @@ DistributionSummary run_coordinator(const std::vector<std::size_t>& order,
 
   LocalEvaluator local(evaluate);
   auto feed_local = [&] {
-    if (options.coordinator_evaluates && !local.busy() && has_next()) local.start(order[next++]);
+    if (!options.coordinator_evaluates || local.busy()) return;
+    if (const auto index = next_for(0)) local.start(*index);
   };
   feed_local();
   while (running_workers > 0 || local.busy()) {
@@ -417,6 +479,7 @@ DistributionSummary run_coordinator(const std::vector<std::size_t>& order,
     if (!progressed) std::this_thread::sleep_for(options.poll_interval);
   }
   failure.rethrow();
+  summary.steals = scheduler->steals();
   return summary;
 }
 
@@ -432,15 +495,24 @@ MpiSession::MpiSession(int& argc, char**& argv) {
 }
 
 MpiSession::~MpiSession() {
-  if (initialized_here_ && mpi_running()) MPI_Finalize();
+  if (!initialized_here_ || !mpi_running()) return;
+  // Ranks that finish first (workers, while rank 0 sorts the results file) wait here without spinning.
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  wait_without_spinning(request);
+  MPI_Finalize();
 }
 
 void broadcast_from_root(std::vector<char>& bytes) {
   if (!mpi_running() || mpi_size() == 1) return;
   std::uint64_t size = bytes.size();
-  MPI_Bcast(&size, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  MPI_Request request;
+  MPI_Ibcast(&size, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &request);
+  wait_without_spinning(request);
   bytes.resize(size);
-  if (size > 0) MPI_Bcast(bytes.data(), int(size), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (size == 0) return;
+  MPI_Ibcast(bytes.data(), int(size), MPI_CHAR, 0, MPI_COMM_WORLD, &request);
+  wait_without_spinning(request);
 }
 
 int mpi_rank() {
@@ -500,16 +572,18 @@ DistributionSummary run_points(const std::vector<std::size_t>& points,
 #ifdef NYSTROM_WITH_MPI
   if (mpi_size() > 1) {
     if (mpi_rank() != 0) {
-      run_worker(evaluate);
+      run_worker(evaluate, options.poll_interval);
     } else {
-      summary = run_coordinator(schedule(points, options), evaluate, on_done, options);
+      summary = run_coordinator(points, evaluate, on_done, options);
     }
     summary.seconds = seconds_since(start);
     return summary;
   }
 #endif
-  // One process: the same schedule and the same failure reporting as the coordinator.
-  for (const std::size_t index : schedule(points, options)) {
+  // One process: the same schedule for one evaluator and the same failure reporting as the coordinator.
+  PointScheduler scheduler(points, options);
+  while (const auto next = scheduler.next(0)) {
+    const std::size_t index = *next;
     Failure failure;
     PointRows rows;
     try {

@@ -1,19 +1,28 @@
 #pragma once
 /// @file distribute.hpp
 /// Dynamic distribution of sweep points over MPI ranks (issue 6). Points differ in cost by orders of
-/// magnitude, so they are handed out one at a time, largest estimated cost first: rank 0 is the coordinator
-/// and the only writer (its main thread does all MPI calls and all on_done calls; a second thread on rank 0
-/// evaluates points too), every other rank asks for a point, evaluates it and sends back its rows. Without
-/// MPI (NYSTROM_WITH_MPI undefined) or with one rank, run_points is a plain loop in the same order.
+/// magnitude and share expensive per-group state (a sweep's head reference), so they are handed out one at a
+/// time with cache affinity (PointScheduler): an evaluator keeps taking points of the group it works on,
+/// takes the largest unclaimed group when its own is used up, and only when no group is unclaimed steals from
+/// the end of the group with the most points left. Rank 0 is the coordinator and the only writer (its main
+/// thread does all MPI calls and all on_done calls and sleeps between polls; a second thread on rank 0
+/// evaluates points too), every other rank asks for points, evaluates them and sends back their rows. Without
+/// MPI (NYSTROM_WITH_MPI undefined) or with one rank, run_points is a plain loop in the schedule's order for
+/// one evaluator: groups largest first, points of a group in index order.
+///
+/// Waiting never spins: ranks that wait for a message, a broadcast or MPI_Finalize poll with short sleeps, so
+/// ranks oversubscribed on few cores leave the cores to the ranks that evaluate.
 ///
 /// Ordering and resumability: on_done is called as points finish, in any order, so the writer can append and
 /// flush each row at once (an interrupted run keeps every finished row); a restart passes only the unfinished
 /// points. The writer sorts the rows by point index when the sweep completes, which makes the file equal to a
-/// single-process run's (which is also delivered largest-cost-first).
+/// single-process run's.
 
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,27 +70,71 @@ PointRows deserialize_rows(const std::vector<char>& bytes);
 
 /// How run_points schedules.
 struct DistributionOptions {
-  /// Estimated cost of a point (any unit); points are handed out largest first, ties by index. Empty: index
-  /// order.
+  /// Estimated cost of a point (any unit). Groups are handed out largest total cost first, ties by their
+  /// first index. Empty: every point costs the same.
   std::function<double(std::size_t)> estimated_cost;
+  /// Names the reusable state a point needs (e.g. a sweep's head and kernel): points with the same name form
+  /// a group that one evaluator works through in index order, so its cached state is built once. Empty: every
+  /// point is its own group (largest cost first, ties by index).
+  std::function<std::string(std::size_t)> group;
+  /// Another evaluator steals from a group only while at least this many of its points are unassigned: the
+  /// last points are left to the evaluator that already holds the group's state.
+  std::size_t steal_minimum = 2;
   /// Rank 0 also evaluates points (in a second thread) while coordinating.
   bool coordinator_evaluates = true;
-  /// How often rank 0's coordinator polls for messages and for its own finished point.
+  /// How long a waiting thread sleeps between polls: rank 0's coordinator (messages, its own finished point)
+  /// and a worker with nothing to evaluate (the only option workers use).
   std::chrono::milliseconds poll_interval{2};
+};
+
+/// The cache-affinity schedule of run_points, as a pure function of the points, their groups and costs:
+/// answers which point an evaluator (any integer id: a rank, or rank 0's own evaluating thread) takes next.
+/// Every point is handed out exactly once.
+class PointScheduler {
+ public:
+  /// `points` in any order (duplicates are an error: std::invalid_argument); uses options.group,
+  /// options.estimated_cost and options.steal_minimum.
+  PointScheduler(const std::vector<std::size_t>& points, const DistributionOptions& options);
+
+  /// The next point for `evaluator`: the next one (in index order) of the group it works on; else the first
+  /// point of the largest unclaimed group; else, stolen, the last point of the group with the most unassigned
+  /// points (ties: the earlier group), if it has at least steal_minimum of them; else nothing. An evaluator
+  /// that gets nothing never gets a point later, and every group left holds an evaluator that will ask again.
+  std::optional<std::size_t> next(int evaluator);
+
+  /// Points not handed out yet.
+  std::size_t unassigned() const { return unassigned_; }
+  /// Steals so far (points an evaluator took from a group another evaluator had claimed).
+  std::size_t steals() const { return steals_; }
+
+ private:
+  struct Group {
+    std::deque<std::size_t> points;  ///< unassigned, in index order
+    double cost = 0;                 ///< total estimated cost of all its points
+  };
+  struct Evaluator {
+    std::size_t group = 0;
+    bool stealing = false;  ///< takes from the group's end
+  };
+  std::vector<Group> groups_;  ///< largest cost first
+  std::size_t next_unclaimed_ = 0;
+  std::vector<std::optional<Evaluator>> evaluators_;  ///< by evaluator id, grown on demand
+  std::size_t unassigned_ = 0, steals_ = 0, steal_minimum_ = 2;
 };
 
 /// Who evaluated what.
 struct DistributionSummary {
   std::vector<std::size_t> points_per_rank;  ///< points evaluated by each rank (rank 0 only; empty elsewhere)
-  double seconds = 0;                        ///< wall time of run_points
+  std::size_t steals = 0;  ///< points taken from a group another evaluator had claimed (rank 0 only)
+  double seconds = 0;      ///< wall time of run_points
 };
 
 /// Evaluates every point index in `points` exactly once over all ranks and calls on_done(index, rows) on rank
 /// 0 for each, as they finish. Collective: every rank calls it; only rank 0's `points`, on_done and options
-/// are used, workers just evaluate what they are sent. If evaluate throws anywhere (or on_done throws), rank
-/// 0 stops handing out points, lets the busy ranks finish, releases them, and rethrows on rank 0
-/// (std::invalid_argument keeps its type; other errors become std::runtime_error naming the rank and point);
-/// workers return normally.
+/// are used (workers only options.poll_interval), workers just evaluate what they are sent. If evaluate
+/// throws anywhere (or on_done throws), rank 0 stops handing out points, lets the busy ranks finish, releases
+/// them, and rethrows on rank 0 (std::invalid_argument keeps its type; other errors become std::runtime_error
+/// naming the rank and point); workers return normally.
 DistributionSummary run_points(const std::vector<std::size_t>& points,
                                const std::function<PointRows(std::size_t)>& evaluate,
                                const std::function<void(std::size_t, const PointRows&)>& on_done,

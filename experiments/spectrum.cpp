@@ -2,7 +2,9 @@
 // and the model's own `attn` (when the dump has it), per layer and head (MATH.md §7; PnP-Nystra Fig. 1).
 // Small heads take the dense path (full SVD, so the energy fractions and ranks use every singular value);
 // heads beyond --memory-budget take the matrix-free Lanczos path for G and G̃ (energy over the top k, S not
-// computed).
+// computed). With --device cuda the kernel blocks (dense path) and the Lanczos products of G and G̃
+// (matrix-free path, cuda::KernelOperator through backend.hpp) run on the GPU; SVDs and Spectra's iterations
+// stay on the CPU.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -55,6 +57,7 @@ struct SpectrumSettings {
   Index top = 50;
   double rank_tol = 1e-6;
   double memory_budget = 4.0e9;
+  Device device = Device::cpu;
   bool quiet = false;
 };
 
@@ -72,19 +75,28 @@ std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, con
   Matrix<T> q_ext(landmarks.q.rows() + head.q.rows(), head.q.cols()), k_ext(q_ext.rows(), head.k.cols());
   q_ext << landmarks.q, head.q;
   k_ext << landmarks.k, head.k;
+  const Device device = settings.device;
   if (dense) {
-    spectra[g_matrix] = summarize(singular_values<T>(kernel.block<T>(head.q, head.k)), k, settings.rank_tol);
+    const auto all_values = [&](const Matrix<T>& x, const Matrix<T>& y) {
+      return summarize(singular_values<T>(kernel_block<T>(device, x, y, kernel)), k, settings.rank_tol);
+    };
+    spectra[g_matrix] = all_values(head.q, head.k);
     spectra[s_matrix] =
         summarize(singular_values<T>(attention_matrix<T>(head.q, head.k, kernel)), k, settings.rank_tol);
-    spectra[ext_matrix] = summarize(singular_values<T>(kernel.block<T>(q_ext, k_ext)), k, settings.rank_tol);
+    spectra[ext_matrix] = all_values(q_ext, k_ext);
   } else {
     const Index lanczos_k = std::min(k, head.q.rows() - 1);
-    spectra[g_matrix] = summarize(
-        matrix_free_top_singular_values<T>(head.q, head.k, kernel, lanczos_k).values, k, settings.rank_tol);
+    const auto top_values = [&](const Matrix<T>& x, const Matrix<T>& y) {
+      // The CPU operator keeps its one-pass Gram products; the GPU one comes through backend.hpp.
+      const SpectralResult top =
+          device == Device::cpu ? matrix_free_top_singular_values<T>(x, y, kernel, lanczos_k)
+                                : top_singular_values(kernel_operator<T>(device, x, y, kernel), lanczos_k);
+      return summarize(top.values, k, settings.rank_tol);
+    };
+    spectra[g_matrix] = top_values(head.q, head.k);
     spectra[s_matrix].values.assign(k, nan);  // S = D⁻¹G has no matrix-free path here
     spectra[s_matrix].energy.assign(k, nan);
-    spectra[ext_matrix] = summarize(
-        matrix_free_top_singular_values<T>(q_ext, k_ext, kernel, lanczos_k).values, k, settings.rank_tol);
+    spectra[ext_matrix] = top_values(q_ext, k_ext);
   }
   if (layer.has_attention)
     spectra[attn_matrix] =
@@ -173,7 +185,7 @@ int run_spectrum(const Invocation& invocation) {
       "memory", po::value<std::string>()->default_value("4G")->value_name("BYTES"),
       "bytes the dense path may use (suffixes K, M, G, T: powers of 1024); above it, matrix-free")(
       "device", po::value<std::string>()->default_value("cpu"),
-      "cpu or cuda (checked: exit 2 where no CUDA device is usable; the analysis itself runs on the CPU)")(
+      "cpu or cuda: kernel blocks and Lanczos products on the GPU (exit 2 where no CUDA device is usable)")(
       "precision", po::value<std::string>()->default_value("double"), "float or double arithmetic")(
       "quiet,q", po::bool_switch(), "no progress output");
   po::variables_map values;
@@ -204,7 +216,8 @@ int run_spectrum(const Invocation& invocation) {
   settings.top = values["top"].as<Index>();
   settings.rank_tol = values["rank-tol"].as<double>();
   settings.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
-  require_device(parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string));
+  settings.device = parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
+  require_device(settings.device);
   settings.quiet = values["quiet"].as<bool>();
   const auto precision = values["precision"].as<std::string>();
   require(precision == "float" || precision == "double",
@@ -244,6 +257,7 @@ int run_spectrum(const Invocation& invocation) {
                        make_provenance(invocation.command_line, threads,
                                        std::filesystem::weakly_canonical(settings.input).string()));
   write_attribute(file.get(), "memory_budget", std::vector<double>{settings.memory_budget});
+  write_attribute(file.get(), "device", to_string(settings.device));
   if (precision == "float")
     compute_and_write<float>(dump, layers, settings, file);
   else

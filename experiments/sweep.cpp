@@ -7,8 +7,10 @@
 //
 // Reuse: the head reference (G, ‖G‖₂, exact attention) is built once per head and kernel, the landmark terms
 // (σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K) once per strategy and landmark count; the pseudoinverse variants share
-// both. Each process (MPI rank) keeps its last head reference and landmark terms, and points are handed out
-// head by head (distribute.hpp), so a rank rebuilds them only when its next point is on another head.
+// both. Each process (MPI rank) keeps its last head reference and landmark terms, and a rank works through
+// the points of one head and kernel in grid order before it takes another (cache-affinity scheduling,
+// distribute.hpp; at the end an idle rank takes points from the tail of another rank's group), so it rebuilds
+// them only when it moves to another head, kernel or landmark set.
 //
 // MPI (issue 6): every rank reads the dump; rank 0 alone reads and writes the results files, works out the
 // pending points and broadcasts them, and appends rows as any rank finishes them. At the end the rows are
@@ -230,7 +232,6 @@ struct SweepSettings {
   std::string precision;
   std::uint64_t seed = 0;
   EvaluationOptions evaluation;
-  Device device = Device::cpu;
   bool quiet = false;
   std::int64_t stop_after = 0;
   int threads = 1;
@@ -385,8 +386,9 @@ SweepSettings parse_settings(const po::variables_map& values) {
   settings.evaluation.force_matrix_free = values["matrix-free"].as<bool>();
   settings.evaluation.dense_svd_limit = values["dense-svd-limit"].as<Index>();
   require(settings.evaluation.dense_svd_limit >= 0, "option --dense-svd-limit: must be >= 0");
-  settings.device = parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
-  require_device(settings.device);
+  settings.evaluation.device =
+      parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
+  require_device(settings.evaluation.device);
   settings.quiet = values["quiet"].as<bool>();
   settings.stop_after = values["stop-after"].as<std::int64_t>();
   require(settings.stop_after >= 0, "option --stop-after: must be >= 0");
@@ -618,7 +620,7 @@ void write_sweep_attributes(hid_t file, const SweepSettings& settings) {
   write_attribute(file, "memory_budget", std::vector<double>{settings.evaluation.memory_budget});
   write_attribute(file, "matrix_free_forced",
                   std::vector<std::int64_t>{settings.evaluation.force_matrix_free});
-  write_attribute(file, "device", to_string(settings.device));
+  write_attribute(file, "device", to_string(settings.evaluation.device));
 }
 
 PartialFile open_partial(const std::string& partial, const std::string& output, bool output_exists,
@@ -685,7 +687,7 @@ void kernel_matrix_errors(const Head<T>& head, const HeadReference<T>& reference
                           const NystromFactors<T>& factors, const SweepSettings& settings,
                           PointResult& result) {
   if (reference.matrix_free) {
-    const auto error = error_operator<T>(settings.device, head.q, head.k, factors);
+    const auto error = error_operator<T>(settings.evaluation.device, head.q, head.k, factors);
     result.spectral_error = spectral_norm(error, settings.evaluation.spectral).values(0);
     result.frobenius_error = PointResult::nan;
   } else {
@@ -735,6 +737,11 @@ PointResult evaluate_method(const PointSpec& spec, const Head<T>& head, const He
   return result;
 }
 
+/// The head and kernel a point's HeadReference belongs to: the cache key, and the scheduling group.
+std::string reference_key(const PointSpec& point) {
+  return describe(point.layer, "/", point.batch, "/", point.head, "/", point.kernel.label());
+}
+
 /// What one process keeps between points: the last head reference and landmark terms.
 template <class T>
 struct PointCache {
@@ -748,12 +755,10 @@ struct PointCache {
 template <class T>
 PointResult evaluate_point(const PointSpec& point, const Head<T>& head, const std::array<Index, 2>& window,
                            const SweepSettings& settings, PointCache<T>& cache) {
-  const auto head_key = describe(point.layer, "/", point.batch, "/", point.head, "/", point.kernel.label());
+  const auto head_key = reference_key(point);
   if (head_key != cache.reference_key) {
     const auto start = std::chrono::steady_clock::now();
     cache.reference = make_reference(head, point.kernel, settings.evaluation);
-    if (settings.device != Device::cpu && head.v.size() > 0)
-      cache.reference->output = exact_attention<T>(settings.device, head.q, head.k, head.v, point.kernel);
     cache.shared.reference = seconds_since(start);
     cache.reference_key = head_key;
     cache.terms_key.clear();
@@ -773,24 +778,7 @@ PointResult evaluate_point(const PointSpec& point, const Head<T>& head, const st
     cache.shared.landmarks = seconds_since(start);
     cache.terms_key = landmark_key;
   }
-  PointResult result = evaluate_nystrom(head, *cache.reference, options, settings.evaluation, &*cache.terms);
-  if (settings.device != Device::cpu) {
-    // The same point with PnP-Nystra attention (Algorithm 1) and, matrix-free, the error operator on the GPU.
-    const auto start = std::chrono::steady_clock::now();
-    if (head.v.size() > 0)
-      set_output_errors(*cache.reference,
-                        nystrom_attention<T>(settings.device, head.q, head.k, head.v, options), result);
-    if (cache.reference->matrix_free) {
-      const auto factors = generalized_nystrom<T>(settings.device, head.q, head.k, options);
-      const double spectral = spectral_norm(error_operator<T>(settings.device, head.q, head.k, factors),
-                                            settings.evaluation.spectral)
-                                  .values(0);
-      result.spectral_error = spectral;
-      result.relative_spectral_error = spectral / cache.reference->g_norm2;
-    }
-    result.seconds += seconds_since(start);
-  }
-  return result;
+  return evaluate_nystrom(head, *cache.reference, options, settings.evaluation, &*cache.terms);
 }
 
 /// Thrown by the writer to stop the distribution after a signal (or --stop-after).
@@ -869,15 +857,11 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
                     settings.quiet || !writer, std::cerr);
   std::int64_t computed = 0;
 
-  // Points go out head by head (every point of a head and kernel has that head's cost, ties in grid order),
-  // so each rank's cache is rebuilt only when it moves to another head.
-  std::map<std::string, double> head_cost;
-  for (const auto& p : points) head_cost[describe(p.layer, "/", p.batch, "/", p.head)] += double(p.n) * p.n;
+  // Cache affinity: the points of one head and kernel (the cache's reference key) form a group that one rank
+  // works through in grid order; groups go out largest first (each point costs about N²).
   DistributionOptions distribution;
-  distribution.estimated_cost = [&](std::size_t index) {
-    const auto& p = points[index];
-    return head_cost[describe(p.layer, "/", p.batch, "/", p.head)];
-  };
+  distribution.group = [&](std::size_t index) { return reference_key(points[index]); };
+  distribution.estimated_cost = [&](std::size_t index) { return double(points[index].n) * points[index].n; };
   PointCache<T> cache;
   const auto evaluate = [&](std::size_t index) -> PointRows {
     set_threads(settings.threads);

@@ -606,6 +606,31 @@ TEST_CASE("sweep and spectrum --device cuda: exit 2 and no file where no CUDA de
     for (std::size_t r = 0; r < gpu.rows.size(); ++r)
       CHECK(gpu.number(r, "output_relative_error") ==
             doctest::Approx(cpu.number(r, "output_relative_error")).epsilon(1e-6).scale(1e-12));
+    // spectrum: dense path (kernel blocks on the GPU) and matrix-free path (GPU Lanczos products).
+    const auto singular_values_of = [&](const fs::path& file_name, const std::string& name) {
+      cli::Handle file = cli::open_file(file_name, false);
+      cli::Handle group = cli::open_group(file.get(), "spectra/00");
+      cli::Handle dataset = cli::open_dataset(group.get(), name);
+      hsize_t count = 1;
+      for (hsize_t dim : cli::dataset_dims(dataset.get())) count *= dim;
+      std::vector<double> values(count);
+      H5Dread(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+      return values;
+    };
+    for (const char* memory : {"4G", "1K"}) {
+      CAPTURE(memory);
+      for (const char* device : {"cpu", "cuda"})
+        REQUIRE(run_cli({"spectrum", "-i", input, "-o", dir / (std::string(device) + memory + ".h5"), "--top",
+                         "6", "--memory", memory, "--device", device, "-q"})
+                    .status == 0);
+      for (const char* name : {"sv_G", "sv_Gext"}) {
+        const auto on_gpu = singular_values_of(dir / (std::string("cuda") + memory + ".h5"), name);
+        const auto on_cpu = singular_values_of(dir / (std::string("cpu") + memory + ".h5"), name);
+        REQUIRE(on_gpu.size() == on_cpu.size());
+        for (std::size_t i = 0; i < on_gpu.size(); ++i)
+          CHECK(on_gpu[i] == doctest::Approx(on_cpu[i]).epsilon(1e-8).scale(1e-12 * on_cpu[0]));
+      }
+    }
     return;
   }
   const std::string expected = cuda_compiled() ? "--device cuda: no CUDA device found"

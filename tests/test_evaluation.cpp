@@ -124,6 +124,40 @@ TEST_CASE("the matrix-free and Lanczos paths agree with the dense path") {
   CHECK(evaluate_nystrom(head, reference, options, dense, &terms).theorem3_k == 123);
 }
 
+TEST_CASE("landmark terms above the dense limit equal a full SVD of G̃, flat and steep spectra") {
+  // Flat: Gaussian tokens, σ_{m+1}(G̃)/σ₁ ≈ 0.1 (Lanczos on G̃ᵀG̃). Steep: rank-2 tokens plus 1e-4 noise,
+  // σ_{m+1}/σ₁ far below gram_resolution (the full-SVD fallback).
+  const Index n = 300, d = 8, m = 6;
+  Head<double> flat = small_head(n, d, 2, 21);
+  Head<double> steep = small_head(n, d, 2, 23);
+  const Matrix<double> basis = random_matrix<double>(2, d, 25);
+  steep.q = random_matrix<double>(n, 2, 26) * basis + 1e-4 * steep.q;
+  steep.k = random_matrix<double>(n, 2, 27) * basis + 1e-4 * steep.k;
+  for (const Head<double>* head : {&flat, &steep}) {
+    const Kernel kernel = Kernel::exponential(1 / std::sqrt(double(d)));
+    NystromOptions options;
+    options.kernel = kernel;
+    options.landmarks.count = m;
+    const EvaluationOptions evaluation;
+    REQUIRE(n + m > evaluation.dense_svd_limit);
+    const auto reference = make_reference(*head, kernel, evaluation);
+    const auto factors = generalized_nystrom<double>(head->q, head->k, options);
+    const LandmarkTerms terms = landmark_terms(*head, reference, factors, evaluation);
+    Matrix<double> extended(n + m, n + m);
+    extended << naive_kernel<double>(factors.landmarks.q, factors.landmarks.k, kernel),
+        naive_kernel<double>(factors.landmarks.q, head->k, kernel),
+        naive_kernel<double>(head->q, factors.landmarks.k, kernel),
+        naive_kernel<double>(head->q, head->k, kernel);
+    const Vector<double> sigma = Eigen::JacobiSVD<Matrix<double>>(extended).singularValues();
+    CAPTURE(sigma(m) / sigma(0));
+    CHECK((head == &flat ? sigma(m) / sigma(0) > 1e-2 : sigma(m) / sigma(0) < 1e-6));
+    CHECK(terms.converged);
+    CHECK(close(terms.sigma1_ext, sigma(0), 1e-12));
+    // Both paths carry an absolute error of a few eps·σ₁ at most.
+    CHECK(std::abs(terms.sigma_m1_ext - sigma(m)) <= 1e-13 * sigma(0) + 1e-11 * sigma(m));
+  }
+}
+
 TEST_CASE("float heads are evaluated to float accuracy") {
   const Head<double> h = small_head(64, 4, 2, 13);
   Head<float> head{h.q.cast<float>(), h.k.cast<float>(), h.v.cast<float>(), {8, 8}};

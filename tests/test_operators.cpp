@@ -39,6 +39,25 @@ TEST_CASE_TEMPLATE("DenseOperator products and its one-pass A Aᵀ equal dense p
   }
 }
 
+TEST_CASE("DenseOperator products above parallel_work agree on one and two threads") {
+  const Index rows = 2100, cols = 2050;  // 4.3M multiply-adds per product: threaded over panels
+  REQUIRE(double(rows) * double(cols) > detail::parallel_work);
+  const Matrix<double> A = random_matrix<double>(rows, cols, 41);
+  const Vector<double> x = random_matrix<double>(cols, 1, 42), w = random_matrix<double>(rows, 1, 43);
+  const DenseOperator<double> op(A);
+  const int before = threads();
+  for (int count : {1, 2}) {
+    CAPTURE(count);
+    set_threads(count);
+    CHECK(relative_difference(forward(op, x), A * x) <= tolerance<double>(cols));
+    CHECK(relative_difference(backward(op, w), A.transpose() * w) <= tolerance<double>(rows));
+    Vector<double> gram(rows);
+    op.perform_outer_gram_op(w.data(), gram.data());
+    CHECK(relative_difference(gram, A * (A.transpose() * w)) <= tolerance<double>(rows * cols));
+  }
+  set_threads(before);
+}
+
 TEST_CASE_TEMPLATE("KernelOperator products equal dense kernel products, panel sizes included", T, float,
                    double) {
   const Index rows = 173, cols = 131, d = 6;

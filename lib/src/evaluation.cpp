@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "nystrom/attention.hpp"
+#include "nystrom/backend.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/matrix_free.hpp"
 #include "nystrom/operators.hpp"
@@ -32,6 +33,7 @@ void EvaluationOptions::validate() const {
   require(panel_rows >= 1, describe("evaluation: panel_rows = ", panel_rows, " must be >= 1"));
   require(dense_svd_limit >= 0, describe("evaluation: dense_svd_limit = ", dense_svd_limit, " must be >= 0"));
   spectral.validate();
+  require_device(device);
 }
 
 namespace {
@@ -90,7 +92,8 @@ HeadReference<T> make_reference(const Head<T>& head, const Kernel& kernel, const
     reference.g = kernel.block<T>(head.q, head.k);
     reference.g_norm2 = dense_spectral_norm(reference.g, options);
   }
-  if (head.v.size() > 0) reference.output = exact_attention<T>(head.q, head.k, head.v, kernel);
+  if (head.v.size() > 0)
+    reference.output = exact_attention<T>(options.device, head.q, head.k, head.v, kernel);
   return reference;
 }
 
@@ -111,19 +114,30 @@ LandmarkTerms landmark_terms(const Head<T>& head, const HeadReference<T>& refere
   LandmarkTerms terms;
   terms.sigma_m_core = singular_values<T>(core)(m - 1);
   terms.theorem3_k = theorem3_constant<T>(left, core, upper);
-  // σ_{m+1}(G̃) can lie far below √eps·σ₁(G̃), where Lanczos on G̃ᵀG̃ (absolute error eps·σ₁²/σ) cannot
-  // resolve it: whenever G̃ can be stored it comes from a full SVD. Lanczos on [[0, G̃], [G̃ᵀ, 0]]
-  // (top_singular_values_augmented, absolute error eps·σ₁) was measured 17× slower than that SVD at N = 1024,
-  // m = 16, so the matrix-free path keeps the Gram form and its documented accuracy.
+  // σ₁(G̃) and σ_{m+1}(G̃) by Lanczos on G̃ᵀG̃ (stored in double, or matrix-free), with a full SVD below the
+  // dense limit. Squaring costs accuracy only where σ_{m+1} < gram_resolution·σ₁ (spectral.hpp): there a
+  // stored G̃ goes to the full SVD (absolute error eps·σ₁); the matrix-free path keeps the Gram form and its
+  // documented accuracy.
   SpectralResult top;
-  if (!reference.matrix_free || n + m <= options.dense_svd_limit) {
-    Matrix<T> extended(n + m, n + m);
-    extended.topLeftCorner(m, m) = core;
-    extended.topRightCorner(m, n) = upper;
-    extended.bottomLeftCorner(n, m) = left;
-    extended.bottomRightCorner(n, n) = reference.matrix_free ? kernel.block<T>(head.q, head.k) : reference.g;
-    top.values = singular_values<T>(extended).head(m + 1);
+  const auto extended_matrix = [&] {
+    Matrix<double> extended(n + m, n + m);
+    extended.topLeftCorner(m, m) = core.template cast<double>();
+    extended.topRightCorner(m, n) = upper.template cast<double>();
+    extended.bottomLeftCorner(n, m) = left.template cast<double>();
+    extended.bottomRightCorner(n, n) =
+        (reference.matrix_free ? kernel.block<T>(head.q, head.k) : reference.g).template cast<double>();
+    return extended;
+  };
+  const auto full_svd = [&](const Matrix<double>& extended) {
+    top.values = singular_values<double>(extended).head(m + 1);
     top.converged = true;
+  };
+  if (n + m <= options.dense_svd_limit) {
+    full_svd(extended_matrix());
+  } else if (!reference.matrix_free) {
+    const Matrix<double> extended = extended_matrix();
+    top = top_singular_values(DenseOperator<double>(extended), m + 1, options.spectral);
+    if (!(top.converged && top.values(m) >= gram_resolution * top.values(0))) full_svd(extended);
   } else {
     const KernelOperator<T> extended =
         extended_kernel_operator<T>(head.q, head.k, marks, kernel, options.panel_rows);
@@ -150,9 +164,13 @@ PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& refere
   point.matrix_free = reference.matrix_free;
   // ‖G − Ĝ‖₂ for the true Ĝ (row scales M_L included), MATH.md §7.
   if (reference.matrix_free) {
-    point.spectral_error = matrix_free_error_norm<T>(head.q, head.k, factors, reference.kernel,
-                                                     evaluation.spectral, tiling(evaluation))
-                               .values(0);
+    point.spectral_error = evaluation.device == Device::cpu
+                               ? matrix_free_error_norm<T>(head.q, head.k, factors, reference.kernel,
+                                                           evaluation.spectral, tiling(evaluation))
+                                     .values(0)
+                               : spectral_norm(error_operator<T>(evaluation.device, head.q, head.k, factors),
+                                               evaluation.spectral)
+                                     .values(0);
     point.frobenius_error = difference_frobenius(head, reference.kernel, factors, evaluation.panel_rows);
   } else {
     const Matrix<T> error = reference.g - factors.dense();
@@ -161,7 +179,9 @@ PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& refere
   }
   point.relative_spectral_error = point.spectral_error / reference.g_norm2;
   if (head.v.size() > 0 && reference.output.size() > 0) {
-    const Matrix<T> output = nystrom_attention<T>(factors, head.v);
+    const Matrix<T> output = evaluation.device == Device::cpu
+                                 ? nystrom_attention<T>(factors, head.v)
+                                 : nystrom_attention<T>(evaluation.device, head.q, head.k, head.v, options);
     const OutputErrors errors = output_errors<T>(reference.output, output);
     point.output_relative_error = errors.relative_frobenius;
     point.output_max_error = errors.max_abs;

@@ -23,7 +23,11 @@ namespace nystrom {
 struct CurOptions {
   /// Row selection: strategy (step, random, top-sum, top-abs, top-embed or given), count m, same or different
   /// indices for Q and K, forced tokens, seed.
-  LandmarkOptions selection = {LandmarkStrategy::step, 16};
+  LandmarkOptions selection = [] {
+    LandmarkOptions step;
+    step.strategy = LandmarkStrategy::step;
+    return step;
+  }();
   PinvOptions pinv;              ///< pseudoinverse of U (exact SVD by default)
   bool copy_exact_rows = false;  ///< overwrite Ô[q_idx[i], :] with the exact row (R V)[i, :]
 

@@ -3,12 +3,14 @@
 /// One point of a sweep: every error, spectral term and bound of FORMATS.md §2 for one head, kernel and
 /// Nyström configuration. Head-level quantities (G, ‖G‖₂, exact attention) and landmark-level ones (σ(G̃),
 /// σ_m(G_A), K) are computed once and shared by every point that needs them. Dense or matrix-free by a memory
-/// budget.
+/// budget. On Device::cuda the exact and PnP-Nystra attention outputs and the matrix-free error operator run
+/// on the GPU (backend.hpp); the dense path and every SVD stay on the CPU.
 
 #include <array>
 #include <limits>
 #include <string>
 
+#include "nystrom/backend.hpp"
 #include "nystrom/bounds.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/nystrom.hpp"
@@ -31,11 +33,12 @@ struct EvaluationOptions {
   double memory_budget =
       4.0e9;  ///< bytes a dense N×N analysis may use; above it the matrix-free path is taken
   bool force_matrix_free = false;
+  Device device = Device::cpu;  ///< where attention outputs and matrix-free error products run
   SpectralOptions spectral;
   Index panel_rows = 128;  ///< row panel of matrix-free kernel operators (MatrixFreeOptions::panel_rows)
-  /// ‖G‖₂ and ‖G − Ĝ‖₂ by full SVD up to this size, above it by Lanczos on the stored (or matrix-free)
-  /// matrix. σ(G̃) by full SVD whenever G̃ is stored (dense reference) or n + m is within this size; Lanczos
-  /// on G̃ᵀG̃ only on the matrix-free path.
+  /// ‖G‖₂, ‖G − Ĝ‖₂ and σ(G̃) by full SVD up to this size, above it by Lanczos on the stored (or
+  /// matrix-free) matrix; σ(G̃) of a stored G̃ falls back to the full SVD when σ_{m+1} < gram_resolution·σ₁
+  /// (spectral.hpp), where Lanczos on G̃ᵀG̃ would lose digits.
   Index dense_svd_limit = 256;
   /// Throws std::invalid_argument naming the bad value (budget ≤ 0, panel_rows < 1, dense_svd_limit < 0,
   /// spectral).

@@ -26,6 +26,12 @@ struct SpectralResult {
   bool converged = false;
 };
 
+/// Smallest σ_i/σ₁ that top_singular_values resolves to better than 1e-9 relative accuracy in the worst case:
+/// its absolute error eps·σ₁²/σ_i is then at most eps/gram_resolution²·σ_i ≈ 2.2e-10·σ_i (in practice Lanczos
+/// with accurate products does far better). Callers needing smaller values use singular_values or
+/// top_singular_values_augmented.
+inline constexpr double gram_resolution = 1e-3;
+
 /// Top-k singular values of `op` (1 ≤ k ≤ min(rows, cols)) by Lanczos (Spectra's SymEigsSolver, run in
 /// double) on AᵀA or AAᵀ, whichever is smaller, using a one-pass Gram product when the operator offers one
 /// (operators.hpp). When the Lanczos basis would cover the whole Gram matrix (small sizes), the operator is
