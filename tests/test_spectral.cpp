@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "nystrom/operators.hpp"
 #include "nystrom/spectral.hpp"
 #include "test_support.hpp"
@@ -12,6 +15,23 @@ namespace {
 /// All singular values by JacobiSVD in double: the oracle.
 Vector<double> oracle_singular_values(const Matrix<double>& a) {
   return Eigen::JacobiSVD<Matrix<double>>(a).singularValues();
+}
+
+/// A = U diag(σ) Vᵀ (rows×cols, orthonormal U, V from seeded QRs) with σ_i = 10^(-i) for i < 12, then a flat
+/// tail at 1e-13.
+Matrix<double> graded_matrix(Index rows, Index cols, std::uint64_t seed) {
+  const Eigen::HouseholderQR<Matrix<double>> left(random_matrix<double>(rows, cols, seed));
+  const Eigen::HouseholderQR<Matrix<double>> right(random_matrix<double>(cols, cols, seed + 1));
+  const Matrix<double> U = left.householderQ() * Matrix<double>::Identity(rows, cols);
+  const Matrix<double> V = right.householderQ() * Matrix<double>::Identity(cols, cols);
+  Vector<double> sigma = Vector<double>::Constant(cols, 1e-13);
+  for (Index i = 0; i < 12; ++i) sigma(i) = std::pow(10.0, -double(i));
+  return U * sigma.asDiagonal() * V.transpose();
+}
+
+/// Distance from `value` to the nearest of `spectrum`.
+double distance_to_spectrum(double value, const Vector<double>& spectrum) {
+  return (spectrum.array() - value).abs().minCoeff();
 }
 
 }  // namespace
@@ -63,15 +83,9 @@ TEST_CASE_TEMPLATE("float operators are solved in double to the accuracy of thei
 }
 
 TEST_CASE("augmented Lanczos resolves singular values far below sqrt(eps)·σ₁, where the Gram form cannot") {
-  // A = U diag(σ) Vᵀ with σ_i = 10^(-i) for i < 12, then a flat tail at 1e-13: σ_8 = 1e-8 ≪ √eps·σ₁.
+  // σ_8 = 1e-8 ≪ √eps·σ₁.
   const Index rows = 300, cols = 240, k = 9;
-  const Eigen::HouseholderQR<Matrix<double>> left(random_matrix<double>(rows, cols, 41));
-  const Eigen::HouseholderQR<Matrix<double>> right(random_matrix<double>(cols, cols, 42));
-  const Matrix<double> U = left.householderQ() * Matrix<double>::Identity(rows, cols);
-  const Matrix<double> V = right.householderQ() * Matrix<double>::Identity(cols, cols);
-  Vector<double> sigma = Vector<double>::Constant(cols, 1e-13);
-  for (Index i = 0; i < 12; ++i) sigma(i) = std::pow(10.0, -double(i));
-  const Matrix<double> A = U * sigma.asDiagonal() * V.transpose();
+  const Matrix<double> A = graded_matrix(rows, cols, 41);
   const Vector<double> oracle = oracle_singular_values(A);
   const SpectralResult augmented = top_singular_values_augmented(DenseOperator<double>(A), k);
   REQUIRE(augmented.converged);
@@ -86,6 +100,39 @@ TEST_CASE("augmented Lanczos resolves singular values far below sqrt(eps)·σ₁
   const SpectralResult all = top_singular_values_augmented(DenseOperator<double>(small), 5);
   CHECK((all.values - oracle_singular_values(small)).cwiseAbs().maxCoeff() <= 1e-13);
   CHECK(throws_naming([&] { top_singular_values_augmented(DenseOperator<double>(small), 6); }, "k = 6"));
+}
+
+TEST_CASE_TEMPLATE("last_error_bound certifies σ_k against a full SVD, flat and graded spectra", T, float,
+                   double) {
+  const double eps = std::numeric_limits<T>::epsilon();
+  for (const bool graded : {false, true}) {
+    for (auto [rows, cols] : {std::pair<Index, Index>{320, 240}, {240, 320}}) {
+      const Matrix<T> A = (graded ? graded_matrix(std::max(rows, cols), std::min(rows, cols), 51)
+                                  : random_matrix<double>(rows, cols, 52))
+                              .template cast<T>();
+      const Vector<double> oracle = oracle_singular_values(A.template cast<double>());
+      for (Index k : {1, 5, 10}) {
+        CAPTURE(graded);
+        CAPTURE(rows);
+        CAPTURE(k);
+        const DenseOperator<T> op(A);
+        // The products' own rounding, √n·eps·σ₁, is the slack of the computed certificate.
+        const double slack = std::sqrt(double(rows * cols)) * eps * oracle(0);
+        // The Gram form resolves σ_k ≳ √eps·σ₁ (else its value may be wrong, and the certificate must say
+        // so); the augmented form resolves σ_k well above the rounding floor (else it may not converge: NaN).
+        const std::pair<SpectralResult, bool> runs[] = {
+            {top_singular_values(op, k), oracle(k - 1) >= 10 * std::sqrt(eps) * oracle(0)},
+            {top_singular_values_augmented(op, k), oracle(k - 1) >= 1e3 * slack}};
+        for (const auto& [top, resolvable] : runs) {
+          CAPTURE(resolvable);
+          REQUIRE(top.values.size() == k);
+          if (!resolvable && std::isnan(top.last_error_bound)) continue;
+          CHECK(distance_to_spectrum(top.values(k - 1), oracle) <= top.last_error_bound + slack);
+          if (resolvable) CHECK(top.last_error_bound <= 100 * slack);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("small operators take the dense path and k = min(rows, cols) is allowed") {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
@@ -115,9 +116,9 @@ LandmarkTerms landmark_terms(const Head<T>& head, const HeadReference<T>& refere
   terms.sigma_m_core = singular_values<T>(core)(m - 1);
   terms.theorem3_k = theorem3_constant<T>(left, core, upper);
   // σ₁(G̃) and σ_{m+1}(G̃) by Lanczos on G̃ᵀG̃ (stored in double, or matrix-free), with a full SVD below the
-  // dense limit. Squaring costs accuracy only where σ_{m+1} < gram_resolution·σ₁ (spectral.hpp): there a
-  // stored G̃ goes to the full SVD (absolute error eps·σ₁); the matrix-free path keeps the Gram form and its
-  // documented accuracy.
+  // dense limit. A stored G̃ keeps the Lanczos σ_{m+1} when its certificate (SpectralResult::last_error_bound)
+  // is within 1e-10 relative or at the floor a full SVD has too, (n + m)·eps·σ₁; otherwise it goes to the
+  // full SVD. The matrix-free path keeps the Gram form and its documented accuracy.
   SpectralResult top;
   const auto extended_matrix = [&] {
     Matrix<double> extended(n + m, n + m);
@@ -137,7 +138,9 @@ LandmarkTerms landmark_terms(const Head<T>& head, const HeadReference<T>& refere
   } else if (!reference.matrix_free) {
     const Matrix<double> extended = extended_matrix();
     top = top_singular_values(DenseOperator<double>(extended), m + 1, options.spectral);
-    if (!(top.converged && top.values(m) >= gram_resolution * top.values(0))) full_svd(extended);
+    const double svd_floor = double(n + m) * std::numeric_limits<double>::epsilon() * top.values(0);
+    if (!(top.converged && top.last_error_bound <= std::max(1e-10 * top.values(m), svd_floor)))
+      full_svd(extended);
   } else {
     const KernelOperator<T> extended =
         extended_kernel_operator<T>(head.q, head.k, marks, kernel, options.panel_rows);

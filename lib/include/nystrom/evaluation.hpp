@@ -37,8 +37,8 @@ struct EvaluationOptions {
   SpectralOptions spectral;
   Index panel_rows = 128;  ///< row panel of matrix-free kernel operators (MatrixFreeOptions::panel_rows)
   /// ‖G‖₂, ‖G − Ĝ‖₂ and σ(G̃) by full SVD up to this size, above it by Lanczos on the stored (or
-  /// matrix-free) matrix; σ(G̃) of a stored G̃ falls back to the full SVD when σ_{m+1} < gram_resolution·σ₁
-  /// (spectral.hpp), where Lanczos on G̃ᵀG̃ would lose digits.
+  /// matrix-free) matrix; σ(G̃) of a stored G̃ falls back to the full SVD when the Lanczos σ_{m+1} is not
+  /// certified to 1e-10 relative or to (n + m)·eps·σ₁ (SpectralResult::last_error_bound).
   Index dense_svd_limit = 256;
   /// Throws std::invalid_argument naming the bad value (budget ≤ 0, panel_rows < 1, dense_svd_limit < 0,
   /// spectral).

@@ -24,20 +24,20 @@ struct SpectralResult {
   Vector<double> values;  ///< singular values, σ₁ first
   int matvecs = 0;        ///< operator products (A and Aᵀ each count one)
   bool converged = false;
+  /// Certificate of the last value σ_k: some singular value of the operator lies within this distance of it
+  /// (residual bound on the Jordan–Wielandt matrix [[0, A], [Aᵀ, 0]] for σ_k's Ritz vector, checked with two
+  /// more products, so it holds whatever squaring cost the Lanczos run; MATH.md §7). It cannot fall below
+  /// the rounding of the products themselves, about eps·σ₁. 0 on the full-SVD paths, NaN where Lanczos did
+  /// not return k values.
+  double last_error_bound = 0;
 };
-
-/// Smallest σ_i/σ₁ that top_singular_values resolves to better than 1e-9 relative accuracy in the worst case:
-/// its absolute error eps·σ₁²/σ_i is then at most eps/gram_resolution²·σ_i ≈ 2.2e-10·σ_i (in practice Lanczos
-/// with accurate products does far better). Callers needing smaller values use singular_values or
-/// top_singular_values_augmented.
-inline constexpr double gram_resolution = 1e-3;
 
 /// Top-k singular values of `op` (1 ≤ k ≤ min(rows, cols)) by Lanczos (Spectra's SymEigsSolver, run in
 /// double) on AᵀA or AAᵀ, whichever is smaller, using a one-pass Gram product when the operator offers one
 /// (operators.hpp). When the Lanczos basis would cover the whole Gram matrix (small sizes), the operator is
 /// formed densely from its products and its singular values come from a full SVD instead. Squaring limits
-/// accuracy: σ_i carries an absolute error of about eps·σ₁²/σ_i, so values far below √eps·σ₁ are not resolved
-/// (use singular_values on a dense matrix).
+/// accuracy in the worst case to an absolute error of about eps·σ₁²/σ_i on σ_i (in practice, with accurate
+/// products, the values found come out far better, near eps·σ₁): `last_error_bound` says what σ_k holds.
 template <class Operator>
 SpectralResult top_singular_values(const Operator& op, Index k, const SpectralOptions& options = {});
 

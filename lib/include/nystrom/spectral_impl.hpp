@@ -60,6 +60,28 @@ class GramOperator {
     Eigen::Map<Vector<double>>(y, size()) = out_.template cast<double>();
   }
 
+  /// For σ from a unit Ritz vector x of this Gram operator, a bound on |σ − σ_j| for some singular value σ_j:
+  /// x is taken as the left (AAᵀ) or right (AᵀA) singular vector u, its partner v = Aᵀu/s with s = ‖Aᵀu‖
+  /// (A and Aᵀ swapped for AᵀA), and the Jordan–Wielandt residual bound gives |s − σ_j| ≤ ‖Av − s·u‖; hence
+  /// |σ − s| + ‖Av − s·u‖. Two operator products.
+  double singular_error_bound(const Vector<double>& x, double sigma) const {
+    in_ = x.template cast<OpScalar>();
+    if (outer_)
+      op_.perform_transpose_op(in_.data(), middle_.data());
+    else
+      op_.perform_op(in_.data(), middle_.data());
+    const Vector<double> partner = middle_.template cast<double>();
+    const double s = partner.norm();
+    if (s == 0) return sigma;  // x lies in the null space: σ_j = 0
+    middle_ = (partner / s).template cast<OpScalar>();
+    if (outer_)
+      op_.perform_op(middle_.data(), out_.data());
+    else
+      op_.perform_transpose_op(middle_.data(), out_.data());
+    products_ += 2;
+    return std::abs(sigma - s) + (out_.template cast<double>() - s * x).norm();
+  }
+
  private:
   const Operator& op_;
   bool outer_;
@@ -124,10 +146,11 @@ class AugmentedOperator {
 };
 
 /// Spectra's k largest eigenvalues of a symmetric operator with basis size `basis`, NaN-padded to k where
-/// Spectra did not converge; counts the products in `result.matvecs`.
+/// Spectra did not converge (result.last_error_bound NaN then); counts the products in `result.matvecs`.
+/// Returns the unit Ritz vector of the k-th value (empty when Spectra returned fewer than k).
 template <class Symmetric>
-void largest_eigenvalues(Symmetric& symmetric, Index k, Index basis, const SpectralOptions& options,
-                         SpectralResult& result) {
+Vector<double> largest_eigenvalues(Symmetric& symmetric, Index k, Index basis, const SpectralOptions& options,
+                                   SpectralResult& result) {
   Spectra::SymEigsSolver<Symmetric> eigs(symmetric, k, basis);
   eigs.init();
   eigs.compute(Spectra::SortRule::LargestAlge, options.max_restarts, options.tolerance,
@@ -135,12 +158,13 @@ void largest_eigenvalues(Symmetric& symmetric, Index k, Index basis, const Spect
   result.converged = eigs.info() == Spectra::CompInfo::Successful;
   result.matvecs = symmetric.products();
   result.values = eigs.eigenvalues().cwiseMax(0.0);
-  if (result.values.size() < k) {
-    // Spectra returns only the converged pairs; report the rest as NaN so the caller sees what is missing.
-    Vector<double> padded = Vector<double>::Constant(k, std::numeric_limits<double>::quiet_NaN());
-    padded.head(result.values.size()) = result.values;
-    result.values = padded;
-  }
+  if (result.values.size() == k) return eigs.eigenvectors().col(k - 1);
+  // Spectra returns only the converged pairs; report the rest as NaN so the caller sees what is missing.
+  Vector<double> padded = Vector<double>::Constant(k, std::numeric_limits<double>::quiet_NaN());
+  padded.head(result.values.size()) = result.values;
+  result.values = padded;
+  result.last_error_bound = std::numeric_limits<double>::quiet_NaN();
+  return Vector<double>();
 }
 
 /// The k largest singular values of the formed operator by a full SVD (when a Krylov basis would span it).
@@ -172,7 +196,14 @@ SpectralResult top_singular_values_augmented(const Operator& op, Index k, const 
       options.subspace > 0 ? std::max<Index>(options.subspace, k + 1) : std::max<Index>(2 * k + 1, 20), size);
   if (basis >= size) return detail::dense_top_singular_values(op, k);
   SpectralResult result;
-  detail::largest_eigenvalues(augmented, k, basis, options, result);
+  const Vector<double> ritz = detail::largest_eigenvalues(augmented, k, basis, options, result);
+  if (ritz.size() > 0) {
+    // The eigenvalue residual of the augmented operator bounds the distance to one of its eigenvalues ±σ_j.
+    Vector<double> image(size);
+    augmented.perform_op(ritz.data(), image.data());
+    result.matvecs = augmented.products();
+    result.last_error_bound = (image - result.values(k - 1) * ritz).norm();
+  }
   return result;
 }
 
@@ -194,8 +225,12 @@ SpectralResult top_singular_values(const Operator& op, Index k, const SpectralOp
   if (basis <= k || basis >= n) return detail::dense_top_singular_values(op, k);
   detail::GramOperator<Operator> gram(op);
   SpectralResult result;
-  detail::largest_eigenvalues(gram, k, basis, options, result);
+  const Vector<double> ritz = detail::largest_eigenvalues(gram, k, basis, options, result);
   result.values = result.values.cwiseSqrt();
+  if (ritz.size() > 0) {
+    result.last_error_bound = gram.singular_error_bound(ritz, result.values(k - 1));
+    result.matvecs = gram.products();
+  }
   return result;
 }
 
