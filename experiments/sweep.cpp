@@ -310,7 +310,9 @@ po::options_description sweep_options() {
       "matrix-free path is taken (column matrix_free)")("matrix-free", po::bool_switch(),
                                                         "force the matrix-free (Lanczos) path")(
       "dense-svd-limit", po::value<Index>()->default_value(EvaluationOptions{}.dense_svd_limit),
-      "matrices up to this size get full SVDs, larger ones Lanczos")(
+      "matrices up to this size get full SVDs, larger ones Lanczos (sigma_{m+1}(G~) of a stored G~ falls "
+      "back "
+      "to a full SVD where its Lanczos value is not certified to 1e-10)")(
       "device", po::value<std::string>()->default_value("cpu"),
       "cpu or cuda: where exact attention, PnP-Nystra attention and the matrix-free error operator run")(
       "quiet,q", po::bool_switch(), "no progress output")(

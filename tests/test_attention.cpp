@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "nystrom/attention.hpp"
+#include "nystrom/threads.hpp"
 #include "test_support.hpp"
 
 using namespace nystrom;
@@ -61,7 +62,7 @@ TEST_CASE_TEMPLATE("exact attention equals softmax(φ(Q,K)) V, also with logits 
 
 TEST_CASE_TEMPLATE("exact attention over several key tiles rescales its running sums (online softmax)", T,
                    float, double) {
-  // 2,600 keys span three 1024-key tiles (the last one ragged); 300 queries span two panels. The first keys
+  // 2,600 keys span six 512-key tiles (the last one ragged); 300 queries span two panels. The first keys
   // get small logits and later ones large, so the running max grows from tile to tile.
   const Index queries = 300, keys = 2600, d = 6, dv = 3;
   const Matrix<T> Q = random_matrix<T>(queries, d, 51, 4.0);
@@ -74,6 +75,26 @@ TEST_CASE_TEMPLATE("exact attention over several key tiles rescales its running 
     const Matrix<T> O = exact_attention<T>(Q, K, V, kernel);
     CHECK(relative_difference(O, S * V.template cast<double>()) <= tolerance<T>(keys * d) * 64);
   }
+}
+
+TEST_CASE_TEMPLATE("exact attention is the same with one and two threads over ragged panels and tiles", T,
+                   float, double) {
+  // 1,100 queries: five 256-query panels with one and two threads (the last ragged); 1,300 keys: three tiles.
+  const Index queries = 1100, keys = 1300, d = 5, dv = 4;
+  const Matrix<T> Q = random_matrix<T>(queries, d, 61);
+  const Matrix<T> K = random_matrix<T>(keys, d, 62);
+  const Matrix<T> V = random_matrix<T>(keys, dv, 63);
+  const int before = threads();
+  for (const Kernel& kernel : {Kernel::exponential(0.7), Kernel::laplacian(2.0)}) {
+    CAPTURE(kernel.label());
+    const Matrix<double> expected = naive_attention_matrix<T>(Q, K, kernel) * V.template cast<double>();
+    for (int thread_count : {1, 2}) {
+      CAPTURE(thread_count);
+      set_threads(thread_count);
+      CHECK(relative_difference(exact_attention<T>(Q, K, V, kernel), expected) <= tolerance<T>(keys * d) * 8);
+    }
+  }
+  set_threads(before);
 }
 
 TEST_CASE_TEMPLATE("output errors are the relative Frobenius, max and mean absolute differences", T, float,

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -110,6 +111,7 @@ TEST_SUITE("backend") {
     CHECK(throws_naming([&] { kernel_block<double>(Device::cuda, Q, K, kernel); }, why));
     CHECK(throws_naming([&] { kernel_operator<double>(Device::cuda, Q, K, kernel); }, why));
     CHECK(throws_naming([&] { error_operator<double>(Device::cuda, Q, K, factors); }, why));
+    CHECK(throws_naming([&] { gemm_seconds<double>(Device::cuda, 64); }, why));
   }
 
   TEST_CASE_TEMPLATE("Device::cpu runs the CPU code unchanged", T, float, double) {
@@ -125,6 +127,9 @@ TEST_SUITE("backend") {
     CHECK(generalized_nystrom<T>(Device::cpu, Q, K, options).pinv.z == factors.pinv.z);
     CHECK(pseudoinverse<T>(Device::cpu, factors.core, options.pinv).z == factors.pinv.z);
     CHECK(kernel_block<T>(Device::cpu, Q, K, options.kernel) == options.kernel.block<T>(Q, K));
+    const double seconds = gemm_seconds<T>(Device::cpu, 64);
+    CHECK((std::isfinite(seconds) && seconds > 0));
+    CHECK(throws_naming([] { gemm_seconds<T>(Device::cpu, 0); }, "n = 0"));
   }
 
   TEST_CASE_TEMPLATE("the CPU operators behind AnyOperator equal dense products", T, float, double) {
@@ -368,5 +373,7 @@ TEST_SUITE("gpu") {
       check_products(kernel_operator<T>(Device::cuda, Q, K, kernel), G);
       check_products(error_operator<T>(Device::cuda, Q, K, factors), E);
     }
+    const double seconds = gemm_seconds<T>(Device::cuda, 256);
+    CHECK((std::isfinite(seconds) && seconds > 0));
   }
 }

@@ -5,6 +5,7 @@
 
 #include "nystrom/nystrom.hpp"
 #include "nystrom/spectral.hpp"
+#include "nystrom/threads.hpp"
 #include "test_support.hpp"
 
 using namespace nystrom;
@@ -205,4 +206,73 @@ TEST_CASE("bad arguments throw std::invalid_argument naming the value") {
   Matrix<double> Vnan = random_matrix<double>(20, 3, 85);
   Vnan(0, 2) = std::nan("");
   CHECK(throws_naming([&] { nystrom_attention<double>(f, Vnan); }, "nystrom_attention: V"));
+}
+
+TEST_CASE_TEMPLATE("factors and outputs over many row panels and two threads equal the dense oracle", T,
+                   float, double) {
+  // 1,500 tokens: several 256-row panels per thread share, the last ones ragged; M_U's maxima span the shares
+  // of both threads. Each block is compared with exp(φ − row max) from naive kernels in double.
+  const Index n = 1500, d = 5, dv = 3, m = 12;
+  const Matrix<T> Q = random_matrix<T>(n, d, 71);
+  const Matrix<T> K = random_matrix<T>(n, d, 72);
+  const Matrix<T> V = random_matrix<T>(n, dv, 73);
+  const int before = threads();
+  for (const Kernel& kernel : {Kernel::exponential(0.5), Kernel::laplacian(3.0)}) {
+    for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+      CAPTURE(kernel.label());
+      CAPTURE(to_string(stabilization));
+      for (int thread_count : {1, 2}) {
+        CAPTURE(thread_count);
+        set_threads(thread_count);
+        const auto f = generalized_nystrom<T>(Q, K, options_for(kernel, m, stabilization));
+        const Matrix<double> Qbar = f.landmarks.q.template cast<double>();
+        const Matrix<double> Kbar = f.landmarks.k.template cast<double>();
+        const Matrix<double> phi_left =
+            naive_kernel<double>(Q.template cast<double>(), Kbar, kernel).array().log();
+        const Matrix<double> phi_core = naive_kernel<double>(Qbar, Kbar, kernel).array().log();
+        const Matrix<double> phi_upper =
+            naive_kernel<double>(Qbar, K.template cast<double>(), kernel).array().log();
+        const auto finished = [&](const Matrix<double>& phi, const Vector<double>& shift) -> Matrix<double> {
+          if (stabilization == Stabilization::clamped)
+            return phi.unaryExpr(
+                [](double v) { return std::exp(std::min(v, 5.0)) + std::max(v - 5.0, 0.0); });
+          return (phi.colwise() - shift).array().exp().matrix();
+        };
+        const bool scaled = stabilization == Stabilization::row_max;
+        const Vector<double> left_shift =
+            scaled ? Vector<double>(phi_left.rowwise().maxCoeff()) : Vector<double>::Zero(n);
+        const Vector<double> upper_shift =
+            scaled ? Vector<double>(phi_upper.rowwise().maxCoeff()) : Vector<double>::Zero(m);
+        const double tol = tolerance<T>(n * d) * 8;
+        CHECK(relative_difference(f.left_log_scale, left_shift) <= tol);
+        CHECK(relative_difference(f.upper_log_scale, upper_shift) <= tol);
+        CHECK(relative_difference(f.left, finished(phi_left, left_shift)) <= tol);
+        CHECK(relative_difference(f.core, finished(phi_core, upper_shift)) <= tol);
+        CHECK(relative_difference(f.upper, finished(phi_upper, upper_shift)) <= tol);
+        const Matrix<double> G = f.dense().template cast<double>();
+        Vector<double> rowsum = G.rowwise().sum();
+        if (stabilization == Stabilization::clamped) rowsum.array() += 1e-12;
+        const Matrix<double> expected =
+            ((G * V.template cast<double>()).array().colwise() / rowsum.array()).matrix();
+        // The threads split the sum over N of G_U [V, 1] differently; each split must match the oracle.
+        CHECK(relative_difference(nystrom_attention<T>(f, V), expected) <=
+              tolerance<T>(n * m) * condition(f.core.template cast<double>()));
+      }
+    }
+  }
+  // V is scanned only when G_U [V, 1] is not finite: a NaN or ±∞ anywhere in V (here in the first and in the
+  // second thread's share) must still be reported.
+  const auto f =
+      generalized_nystrom<T>(Q, K, options_for(Kernel::exponential(0.5), m, Stabilization::row_max));
+  for (Index row : {Index(0), n / 2 + 1, n - 1}) {
+    for (T value : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                    -std::numeric_limits<T>::infinity()}) {
+      CAPTURE(row);
+      CAPTURE(value);
+      Matrix<T> bad = V;
+      bad(row, dv - 1) = value;
+      CHECK(throws_naming([&] { nystrom_attention<T>(f, bad); }, "nystrom_attention: V"));
+    }
+  }
+  set_threads(before);
 }

@@ -1,5 +1,9 @@
 #include "nystrom/backend.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
 #include "attention_inputs.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/enum_names.hpp"
@@ -170,6 +174,25 @@ AnyOperator<T> error_operator(Device device, const ConstMatrixRef<T>& Q, const C
   return AnyOperator<T>(std::make_shared<CpuErrorOperator<T>>(Q, K, factors));
 }
 
+template <class T>
+double gemm_seconds(Device device, Index n) {
+  require_device(device);
+  require(n >= 1, describe("gemm_seconds: n = ", n, " must be >= 1"));
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) return cuda::gemm_seconds<T>(n);
+#endif
+  const Matrix<T> a = Matrix<T>::Random(n, n), b = Matrix<T>::Random(n, n);
+  Matrix<T> c(n, n);
+  double best = std::numeric_limits<double>::infinity();
+  for (int run = 0; run < 4; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    c.noalias() = a * b;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (run > 0) best = std::min(best, seconds);  // run 0 warms up caches and BLAS threads
+  }
+  return best;
+}
+
 #define NYSTROM_INSTANTIATE(T)                                                                           \
   template PinvResult<T> pseudoinverse<T>(Device, const ConstMatrixRef<T>&, const PinvOptions&);         \
   template Matrix<T> exact_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,      \
@@ -183,7 +206,8 @@ AnyOperator<T> error_operator(Device device, const ConstMatrixRef<T>& Q, const C
   template AnyOperator<T> kernel_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
                                              const Kernel&);                                             \
   template AnyOperator<T> error_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
-                                            const NystromFactors<T>&);
+                                            const NystromFactors<T>&);                                   \
+  template double gemm_seconds<T>(Device, Index);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)
 #undef NYSTROM_INSTANTIATE

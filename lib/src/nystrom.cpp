@@ -1,11 +1,18 @@
 #include "nystrom/nystrom.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "attention_inputs.hpp"
+#include "blas_gemm.hpp"
 #include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
+#include "nystrom/threads.hpp"
 
 namespace nystrom {
 
@@ -33,42 +40,50 @@ namespace {
 
 /// The authors' clamped exponential exp(min(x, 5)) + max(x − 5, 0) (PnP-Nystra public code), elementwise in
 /// place.
-template <class T>
-void clamped_exp(Matrix<T>& x) {
+template <class Block>
+void clamped_exp(Block&& x) {
+  using T = typename std::decay_t<Block>::Scalar;
   x = x.unaryExpr([](T v) { return std::exp(std::min(v, T(5))) + std::max(v - T(5), T(0)); });
 }
 
-/// Row maxima of an exponent block (the log of PnP-Nystra's M_L or M_U, eq. (8)), one contiguous column at a
-/// time (Eigen's rowwise() walks the strided rows of a column-major block one scalar at a time).
-template <class T>
-Vector<T> row_max(const Matrix<T>& exponent) {
-  Vector<T> maxima = exponent.col(0);
-  for (Index j = 1; j < exponent.cols(); ++j) maxima = maxima.cwiseMax(exponent.col(j));
-  return maxima;
+/// Rows per panel of the thin N×m and m×N steps (Algorithm 1 steps 2, 4, 6, 7): a panel's kernel block is
+/// exponentiated, or multiplied, right after it is formed, while it is still in L1/L2.
+constexpr Index nystrom_panel_rows = 256;
+
+/// OpenMP threads worth starting for N tokens: one per two panels at most (below that the fork and the
+/// barrier cost more than the thin products save).
+int nystrom_threads(Index n) {
+  return int(std::clamp<Index>(n / (2 * nystrom_panel_rows), 1, threads()));
 }
 
-/// exp(φ − l 1ᵀ) in place: a stabilized kernel block from its exponent φ and row log-scales l.
-template <class T>
-void exp_shifted_rows(Matrix<T>& exponent, const Vector<T>& log_scale) {
-  // Two passes on purpose: Eigen vectorizes exp of a plain array but calls scalar expf on the fused
-  // broadcast expression (perf: ~20% of generalized_nystrom at N = 16384, m = 16, float).
+/// The contiguous share [begin, end) of `n` items that thread `thread` of `count` works on.
+std::pair<Index, Index> thread_share(Index n, int thread, int count) {
+  return {n * thread / count, n * (thread + 1) / count};
+}
+
+/// exp(φ − l 1ᵀ) in place: a stabilized kernel block from its exponent φ and row log-scales l. Two passes on
+/// purpose: Eigen vectorizes exp of a plain array but calls scalar expf on the fused broadcast expression; a
+/// contiguous block (G_U's m×b panels) is exponentiated as one flat array, since per-column passes over its
+/// m-value columns would be mostly loop overhead.
+template <class T, class Block>
+void exp_shifted_rows(Block&& exponent, const Vector<T>& log_scale) {
   exponent.colwise() -= log_scale;
-  exponent = exponent.array().exp().matrix();
+  if (exponent.outerStride() == exponent.rows()) {
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> flat(exponent.data(), exponent.size());
+    flat = flat.exp();
+  } else {
+    for (Index j = 0; j < exponent.cols(); ++j) exponent.col(j) = exponent.col(j).array().exp().matrix();
+  }
 }
 
-/// The landmarks and the exponent blocks φ of G_L = κ(Q, K̄) and G_A = κ(Q̄, K̄) (MATH.md §2) with zero row
-/// log-scales: the part PnP-Nystra and the symmetric Nyström share.
-template <class T>
-NystromFactors<T> landmark_exponents(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                                     const NystromOptions& options) {
-  NystromFactors<T> f;
-  f.options = options;
-  f.landmarks = select_landmarks<T>(Q, K, options.landmarks);
-  f.left = options.kernel.exponent_block<T>(Q, f.landmarks.k);
-  f.core = options.kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
-  f.left_log_scale = Vector<T>::Zero(f.left.rows());
-  f.upper_log_scale = Vector<T>::Zero(f.core.rows());
-  return f;
+/// The blocks from their exponents, in place: exp(φ − l) with the row log-scales l (zero without
+/// stabilization), or the clamped exponential.
+template <class T, class Block>
+void kernel_from_exponent(Block&& exponent, const Vector<T>& log_scale, Stabilization stabilization) {
+  if (stabilization == Stabilization::clamped)
+    clamped_exp(exponent);
+  else
+    exp_shifted_rows<T>(exponent, log_scale);
 }
 
 }  // namespace
@@ -77,27 +92,52 @@ template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options) {
   detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
-  NystromFactors<T> f = landmark_exponents<T>(Q, K, options);
-  f.upper = options.kernel.exponent_block<T>(f.landmarks.q, K);  // φ of G_U = κ(Q̄, K)
-  switch (options.stabilization) {
-    case Stabilization::none:
-      break;
-    case Stabilization::row_max:
-      // PnP-Nystra eq. (8): M_L = diag(exp(max_j φ(Q, K̄)_ij)), M_U = diag(exp(max_j φ(Q̄, K)_ij)); M_U scales
-      // the rows of both G_A and G_U, so Ĝ = M_L G_Lⁿ (G_Aⁿ)⁺ G_Uⁿ for a nonsingular G_A.
-      f.left_log_scale = row_max(f.left);
-      f.upper_log_scale = row_max(f.upper);
-      break;
-    case Stabilization::clamped:
-      clamped_exp(f.left);
-      clamped_exp(f.core);
-      clamped_exp(f.upper);
-      f.pinv = pseudoinverse<T>(f.core, options.pinv);
-      return f;
+  NystromFactors<T> f;
+  f.options = options;
+  f.landmarks = select_landmarks<T>(Q, K, options.landmarks);
+  const Kernel& kernel = options.kernel;
+  const Stabilization stabilization = options.stabilization;
+  const bool row_max_scaled = stabilization == Stabilization::row_max;
+  const Index n = Q.rows(), m = f.landmarks.q.rows();
+  f.core = kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
+  f.left.resize(n, m);
+  f.upper.resize(m, n);
+  f.left_log_scale = Vector<T>::Zero(n);
+  // Zero without stabilization; with row-max scaling, the maximum over the threads' partial maxima.
+  f.upper_log_scale = Vector<T>::Constant(m, row_max_scaled ? -std::numeric_limits<T>::infinity() : T(0));
+  // Row panels of Q (for G_L = κ(Q, K̄)) and of K (columns of G_U = κ(Q̄, K)) spread over the threads with
+  // single-threaded BLAS. PnP-Nystra eq. (8): M_L = diag(exp(max_j φ(Q, K̄)_ij)) is per row, so a G_L panel is
+  // finished at once; M_U = diag(exp(max_j φ(Q̄, K)_ij)) needs the maxima over all N columns, so G_U is
+  // exponentiated after a reduction. M_U scales the rows of both G_A and G_U, so Ĝ = M_L G_Lⁿ (G_Aⁿ)⁺ G_Uⁿ
+  // for a nonsingular G_A.
+  const SingleThreadedBlas single_threaded_blas;
+  const int workers = nystrom_threads(n);
+#pragma omp parallel num_threads(workers)
+  {
+    const auto [begin, end] = thread_share(n, omp_get_thread_num(), omp_get_num_threads());
+    Vector<T> upper_max = Vector<T>::Constant(m, -std::numeric_limits<T>::infinity());
+    for (Index r = begin; r < end; r += nystrom_panel_rows) {
+      const Index b = std::min(nystrom_panel_rows, end - r);
+      auto left = f.left.middleRows(r, b);
+      auto upper = f.upper.middleCols(r, b);
+      detail::kernel_exponent<T>(kernel, Q.middleRows(r, b), f.landmarks.k, left);
+      detail::kernel_exponent<T>(kernel, f.landmarks.q, K.middleRows(r, b), upper);
+      // Eigen 3.4 vectorizes these row reductions across the columns.
+      const Vector<T> left_scale = row_max_scaled ? Vector<T>(left.rowwise().maxCoeff()) : Vector<T>::Zero(b);
+      if (row_max_scaled) {
+        f.left_log_scale.segment(r, b) = left_scale;
+        upper_max = upper_max.cwiseMax(upper.rowwise().maxCoeff());
+      }
+      kernel_from_exponent<T>(left, left_scale, stabilization);
+    }
+    if (row_max_scaled) {
+#pragma omp critical
+      f.upper_log_scale = f.upper_log_scale.cwiseMax(upper_max);
+    }
+#pragma omp barrier
+    kernel_from_exponent<T>(f.upper.middleCols(begin, end - begin), f.upper_log_scale, stabilization);
   }
-  exp_shifted_rows(f.left, f.left_log_scale);
-  exp_shifted_rows(f.core, f.upper_log_scale);
-  exp_shifted_rows(f.upper, f.upper_log_scale);
+  kernel_from_exponent<T>(f.core, f.upper_log_scale, stabilization);
   f.pinv = pseudoinverse<T>(f.core, options.pinv);
   return f;
 }
@@ -110,14 +150,15 @@ NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatri
           "symmetric_nystrom: stabilization row-max is not defined for the symmetric form C W+ C^T (its row "
           "and column scalings differ); use none or clamped");
   // LaplacianFormer Alg. 1: W = κ(Q̄, K̄), C = κ(Q, K̄), Ĝ = C W⁺ Cᵀ.
-  NystromFactors<T> f = landmark_exponents<T>(Q, K, options);
-  if (options.stabilization == Stabilization::clamped) {
-    clamped_exp(f.left);
-    clamped_exp(f.core);
-  } else {
-    f.left = f.left.array().exp().matrix();
-    f.core = f.core.array().exp().matrix();
-  }
+  NystromFactors<T> f;
+  f.options = options;
+  f.landmarks = select_landmarks<T>(Q, K, options.landmarks);
+  f.left = options.kernel.exponent_block<T>(Q, f.landmarks.k);
+  f.core = options.kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
+  f.left_log_scale = Vector<T>::Zero(f.left.rows());
+  f.upper_log_scale = Vector<T>::Zero(f.core.rows());
+  kernel_from_exponent<T>(f.left, f.left_log_scale, options.stabilization);
+  kernel_from_exponent<T>(f.core, f.upper_log_scale, options.stabilization);
   f.upper = f.left.transpose();
   f.pinv = pseudoinverse<T>(f.core, options.pinv);
   return f;
@@ -153,16 +194,47 @@ template <class T>
 Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V) {
   require(V.rows() == factors.cols(),
           describe("nystrom_attention: V has ", V.rows(), " rows, expected N = ", factors.cols()));
-  require_finite(V, "nystrom_attention: V");
-  // PnP-Nystra Algorithm 1: G_U V and G_U 1 (m×dv, m), then P = G_L Z (N×m), then P(G_U V) and P(G_U 1). The
-  // row scale M_L cancels in the ratio, so it is never applied.
-  const Matrix<T> upper_values = factors.upper * V;
-  const Vector<T> upper_ones = factors.upper.rowwise().sum();
-  const Matrix<T> p = factors.left * factors.pinv.z;
-  Matrix<T> out = p * upper_values;
-  Vector<T> denominator = p * upper_ones;
-  if (factors.options.stabilization == Stabilization::clamped) denominator.array() += T(1e-12);
-  out.array().colwise() /= denominator.array();
+  // PnP-Nystra Algorithm 1 with the products reassociated: [G_U V, G_U 1] (m×(dv+1), summed over the threads'
+  // column shares), W = Z [G_U V, G_U 1] (m×(dv+1)), then Ĝ[V, 1] = G_L W one row panel at a time, and the
+  // ratio. Never N×N, and the N×m P = G_L Z of the paper is never formed. The row scale M_L cancels in the
+  // ratio, so it is never applied. A NaN or ±∞ in V reaches G_U V (the entries of G_U are finite and ≥ 0,
+  // and ∞·0 is NaN), so V is scanned only when [G_U V, G_U 1] is not finite: then either V is bad (throws)
+  // or the finite sums overflowed (a numerical outcome). The scan cost 3% of the whole at N = 4096.
+  const Index n = factors.rows(), keys = factors.cols(), m = factors.upper.rows(), dv = V.cols();
+  Matrix<T> upper_values = Matrix<T>::Zero(m, dv + 1);  // [G_U V, G_U 1]
+  const SingleThreadedBlas single_threaded_blas;
+#pragma omp parallel num_threads(nystrom_threads(keys))
+  {
+    const auto [begin, end] = thread_share(keys, omp_get_thread_num(), omp_get_num_threads());
+    Matrix<T> partial = Matrix<T>::Zero(m, dv + 1);
+    for (Index r = begin; r < end; r += nystrom_panel_rows) {
+      const Index b = std::min(nystrom_panel_rows, end - r);
+      const auto values = V.middleRows(r, b);
+      const auto upper = factors.upper.middleCols(r, b);
+      detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), upper, values, T(1), partial.leftCols(dv));
+      partial.col(dv).noalias() += upper * Vector<T>::Ones(b);  // G_U 1 as a GEMV
+    }
+#pragma omp critical
+    upper_values += partial;
+  }
+  if (!all_finite(upper_values)) require_finite(V, "nystrom_attention: V");
+  const Matrix<T> weights = factors.pinv.z * upper_values;  // W = Z [G_U V, G_U 1]
+  const T denominator_shift = factors.options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
+  Matrix<T> out(n, dv);
+#pragma omp parallel num_threads(nystrom_threads(n))
+  {
+    const auto [begin, end] = thread_share(n, omp_get_thread_num(), omp_get_num_threads());
+    Matrix<T> panel(nystrom_panel_rows, dv + 1);
+    for (Index r = begin; r < end; r += nystrom_panel_rows) {
+      const Index b = std::min(nystrom_panel_rows, end - r);
+      auto block = panel.topRows(b);
+      detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), factors.left.middleRows(r, b), weights,
+                      T(0), block);
+      // One division per row, then products.
+      const Vector<T> inverse_denominator = (block.col(dv).array() + denominator_shift).inverse().matrix();
+      out.middleRows(r, b) = block.leftCols(dv).array().colwise() * inverse_denominator.array();
+    }
+  }
   return out;
 }
 

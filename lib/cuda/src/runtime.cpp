@@ -2,7 +2,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
+#include <limits>
 #include <sstream>
+
+#include "device.hpp"
 
 namespace nystrom::cuda {
 
@@ -24,5 +29,27 @@ std::string device_description() {
       << (properties.totalGlobalMem >> 30) << " GiB)";
   return out.str();
 }
+
+template <class T>
+double gemm_seconds(Index n) {
+  using detail::context;
+  const Matrix<T> host = Matrix<T>::Random(n, n);
+  const detail::DeviceMatrix<T> a = detail::upload<T>(host), b = detail::upload<T>(host);
+  detail::DeviceMatrix<T> c(n, n);
+  double best = std::numeric_limits<double>::infinity();
+  for (int run = 0; run < 4; ++run) {
+    context().synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    detail::gemm(CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), T(1), a.data(), a.ld(), b.data(), b.ld(),
+                 T(0), c.data(), c.ld());
+    context().synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (run > 0) best = std::min(best, seconds);  // run 0 warms up cuBLAS
+  }
+  return best;
+}
+
+template double gemm_seconds<float>(Index);
+template double gemm_seconds<double>(Index);
 
 }  // namespace nystrom::cuda

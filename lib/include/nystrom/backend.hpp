@@ -63,6 +63,11 @@ template <class T>
 Matrix<T> kernel_block(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
                        const Kernel& kernel);
 
+/// Seconds of one n×n×n GEMM in T on `device` (best of three after a warm-up; Eigen through BLAS with the
+/// current threads on the CPU, cuBLAS on the GPU): the reference rate `nystrom bench` reports fractions of.
+template <class T>
+double gemm_seconds(Device device, Index n);
+
 /// A type-erased operator in the concept of operators.hpp (rows, cols, perform_op, perform_transpose_op), so
 /// Spectra-based code takes CPU and GPU operators alike. Copies share the underlying operator.
 template <class T>

@@ -61,7 +61,9 @@ struct NystromFactors {
   Matrix<T> dense() const;
 };
 
-/// The generalized Nyström factors of G = κ(Q, K) for Q, K (N×d). O(Nmd + m³).
+/// The generalized Nyström factors of G = κ(Q, K) for Q, K (N×d). O(Nmd + m³). G_L and G_U are formed in
+/// 256-row panels spread over the OpenMP threads (single-threaded BLAS inside); M_U's row maxima are reduced
+/// over the threads before G_U is exponentiated.
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options);
@@ -72,8 +74,10 @@ template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const NystromOptions& options);
 
-/// PnP-Nystra Algorithm 1: P = G_L Z, Ô = (P(G_U V)) ⊘ (P(G_U 1_N)); O(Nm(d + dv)), never N×N.
-/// The clamped variant divides by (Ĝ1 + 1e-12) as the authors' code does.
+/// PnP-Nystra Algorithm 1, reassociated: W = Z [G_U V, G_U 1_N] (m×(dv+1)), then Ĝ[V, 1] = G_L W and
+/// Ô = (G_L W_V) ⊘ (G_L W_1) row panel by row panel; the same Ô as (P(G_U V)) ⊘ (P(G_U 1_N)) with P = G_L Z
+/// up to rounding, without the N×m P. O(Nm(d + dv)), never N×N; threads over column shares of G_U and row
+/// panels of G_L. The clamped variant divides by (Ĝ1 + 1e-12) as the authors' code does.
 template <class T>
 Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V);
 

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "nystrom/types.hpp"
+
 namespace nystrom::cuda {
 
 /// Number of CUDA devices visible to this process; 0 when there is no device or no driver (never throws).
@@ -12,5 +14,10 @@ int device_count();
 
 /// "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)" for device 0, or "" when there is none.
 std::string device_description();
+
+/// Seconds of one n×n×n cuBLAS GEMM in T on device 0, synchronized (best of three after a warm-up): the
+/// reference rate that `nystrom bench --device cuda` reports fractions of.
+template <class T>
+double gemm_seconds(Index n);
 
 }  // namespace nystrom::cuda
