@@ -1,12 +1,18 @@
 // `nystrom bench`: wall time of exact attention against every approximation of approximation.hpp over N (per
-// head, d = dv = 64 by default, float32 and float64, 1 and 2 threads), and the per-step timings of PnP-Nystra
-// Algorithm 1 (paper Table 1). Writes /bench and /bench_steps tables (FORMATS.md §2 conventions) and prints
-// both.
+// head, d = dv = 64 by default, float32 and float64, 1 and 2 threads), the per-step timings of PnP-Nystra
+// Algorithm 1 (paper Table 1), a GEMM reference rate measured in the same run (issue 5: exact attention as a
+// fraction of the GEMM peak) and, on request, the matrix-free kernel matvec y = κ(Q, K) x of Lanczos (issue
+// 7). Writes /bench, /bench_steps, /bench_gemm (unless --gemm-n 0) and /bench_matvec (with --matvec-n) tables
+// (FORMATS.md §2 conventions) and prints them as one table.
+//
+// With --device cuda, exact attention and PnP-Nystra run through the CUDA backend (backend.hpp), which takes
+// and returns host matrices: those timings include the host↔device copies. The other methods and the step
+// table are CPU-only; the thread list does not apply (rows say threads = 1).
 //
 // OpenBLAS picks its kernels when the library is loaded, from OPENBLAS_CORETYPE; the default shell presets
 // Haswell, which halves the SGEMM peak on AVX-512 machines. With --blas-core set (default SkylakeX) and a
-// different environment value, the program re-executes itself with the variable set, and logs the core in
-// use.
+// different environment value, the program re-executes itself with the variable set (after the options are
+// checked), and logs the core in use.
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,11 +22,13 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "hdf5_io.hpp"
 #include "nystrom/approximation.hpp"
 #include "nystrom/attention.hpp"
+#include "nystrom/backend.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/threads.hpp"
 #include "subcommands.hpp"
@@ -30,6 +38,7 @@ namespace nystrom::cli {
 namespace {
 
 constexpr const char* reexec_marker = "NYSTROM_BENCH_REEXEC";
+constexpr double not_measured = std::numeric_limits<double>::quiet_NaN();
 
 struct BenchSettings {
   std::vector<Index> sizes;
@@ -37,9 +46,12 @@ struct BenchSettings {
   std::vector<std::string> dtypes;
   std::vector<Index> thread_counts;
   std::vector<Method> methods;
-  Index landmarks = 16;  ///< m of pnp-nystra, nystromformer, cur, symmetric-nystrom
-  Index features = 64;   ///< r of performer
-  Index projected = 64;  ///< k of linformer
+  Device device = Device::cpu;
+  Index landmarks = 16;             ///< m of pnp-nystra, nystromformer, cur, symmetric-nystrom
+  Index features = 64;              ///< r of performer
+  Index projected = 64;             ///< k of linformer
+  Index gemm_size = 4096;           ///< n of the n×n×n reference GEMM; 0: none
+  std::vector<Index> matvec_sizes;  ///< N of the kernel matvecs (none by default)
   double min_seconds = 0.2;
   int max_repeats = 50;
   bool steps = true;
@@ -47,6 +59,25 @@ struct BenchSettings {
   std::string blas_core = "SkylakeX";
   std::string output = "results/bench.h5";
   bool quiet = false;
+};
+
+/// Where one group of rows is timed: device, scalar type and thread count, the BLAS doing the products, and
+/// the GEMM rate measured there (the reference of every `gemm_fraction`; NaN with --gemm-n 0).
+struct TimingContext {
+  Device device = Device::cpu;
+  std::string dtype;
+  Index threads = 1;
+  std::string blas;  ///< the OpenBLAS core on the CPU, "cuBLAS" on the GPU
+  double gemm_gflops = not_measured;
+
+  double gemm_fraction(double gflops) const { return gflops / gemm_gflops; }
+};
+
+/// The tables of one run; /bench_gemm and /bench_matvec exist only when asked for.
+struct BenchTables {
+  hid_t file;
+  ResultsTable bench, steps;
+  std::optional<ResultsTable> gemm, matvec;
 };
 
 /// Re-executes the program with OPENBLAS_CORETYPE = `core` when it differs (once; OpenBLAS reads it at load
@@ -112,9 +143,15 @@ double nominal_flops(Method method, double n, double d, double dv, const BenchSe
   return 0;
 }
 
+/// κ of every timed method: the softmax kernel exp(s q·k) with s = 1/√d.
+Kernel bench_kernel(const BenchSettings& settings) {
+  return Kernel::exponential(1 / std::sqrt(double(settings.dim)));
+}
+
 ApproximationOptions method_options(const BenchSettings& settings) {
   ApproximationOptions options;
-  options.kernel = Kernel::exponential(1 / std::sqrt(double(settings.dim)));
+  options.kernel = bench_kernel(settings);
+  options.nystrom.kernel = options.kernel;
   options.nystrom.landmarks.count = settings.landmarks;
   options.symmetric.landmarks.count = settings.landmarks;
   options.nystromformer.landmarks = settings.landmarks;
@@ -124,6 +161,26 @@ ApproximationOptions method_options(const BenchSettings& settings) {
   options.linformer.projected = settings.projected;
   options.linformer.seed = settings.seed;
   return options;
+}
+
+/// True for the methods the CUDA backend runs (backend.hpp: exact_attention, nystrom_attention).
+bool runs_on_gpu(Method method) {
+  return method == Method::exact || method == Method::pnp_nystra;
+}
+
+/// Ô of `method` on `device`: exact attention and PnP-Nystra through the backend (host matrices in and out,
+/// so GPU timings include the host↔device copies), the other methods by the CPU library.
+template <class T>
+Matrix<T> method_output(Method method, Device device, const Matrix<T>& Q, const Matrix<T>& K,
+                        const Matrix<T>& V, const ApproximationOptions& options) {
+  switch (method) {
+    case Method::exact:
+      return exact_attention<T>(device, Q, K, V, options.kernel);
+    case Method::pnp_nystra:
+      return nystrom_attention<T>(device, Q, K, V, options.nystrom);
+    default:
+      return approximate_attention<T>(method, Q, K, V, options).output;
+  }
 }
 
 std::vector<Column> bench_columns() {
@@ -139,7 +196,9 @@ std::vector<Column> bench_columns() {
           {"gflops", ColumnType::float64, false},
           {"speedup_vs_exact", ColumnType::float64, false},
           {"output_relative_error", ColumnType::float64, false},
-          {"blas_core", ColumnType::text, false}};
+          {"blas_core", ColumnType::text, false},
+          {"gemm_fraction", ColumnType::float64, false},
+          {"device", ColumnType::text, true}};
 }
 
 std::vector<Column> step_columns() {
@@ -148,6 +207,21 @@ std::vector<Column> step_columns() {
           {"dtype", ColumnType::text, true},        {"threads", ColumnType::int64, true},
           {"landmarks", ColumnType::int64, true},   {"seconds", ColumnType::float64, false},
           {"fraction", ColumnType::float64, false}, {"blas_core", ColumnType::text, false}};
+}
+
+std::vector<Column> gemm_columns() {
+  return {{"device", ColumnType::text, true},      {"dtype", ColumnType::text, true},
+          {"threads", ColumnType::int64, true},    {"n", ColumnType::int64, true},
+          {"seconds", ColumnType::float64, false}, {"gflops", ColumnType::float64, false},
+          {"blas_core", ColumnType::text, false}};
+}
+
+std::vector<Column> matvec_columns() {
+  return {{"device", ColumnType::text, true},     {"dtype", ColumnType::text, true},
+          {"threads", ColumnType::int64, true},   {"n", ColumnType::int64, true},
+          {"d", ColumnType::int64, true},         {"seconds", ColumnType::float64, false},
+          {"gflops", ColumnType::float64, false}, {"gemm_fraction", ColumnType::float64, false},
+          {"blas_core", ColumnType::text, false}};
 }
 
 /// The parameter reported in the `landmarks` column: m, r or k.
@@ -164,6 +238,16 @@ Index size_parameter(Method method, const BenchSettings& settings) {
   }
 }
 
+/// Prints the leading cells of one stdout row: what was timed, N, dtype, threads, seconds, GFLOP/s and
+/// `gemm_fraction` as a percentage (the bench rows append the speedup and the error).
+void print_timing(const std::string& label, Index n, const TimingContext& context, double seconds,
+                  double gflops, double gemm_fraction) {
+  std::cout << std::left << std::setw(18) << label << std::right << std::setw(7) << n << std::setw(9)
+            << context.dtype << std::setw(4) << context.threads << std::setw(13) << std::scientific
+            << std::setprecision(3) << seconds << std::fixed << std::setprecision(1) << std::setw(10)
+            << gflops << std::setw(8) << 100 * gemm_fraction << std::defaultfloat;
+}
+
 template <class T>
 Matrix<T> random_tokens(Index rows, Index cols, std::mt19937_64& engine) {
   std::normal_distribution<double> normal;
@@ -178,7 +262,7 @@ Matrix<T> random_tokens(Index rows, Index cols, std::mt19937_64& engine) {
 template <class T>
 std::vector<std::pair<std::string, double>> time_steps(const Matrix<T>& Q, const Matrix<T>& K,
                                                        const Matrix<T>& V, const BenchSettings& settings) {
-  const Kernel kernel = Kernel::exponential(1 / std::sqrt(double(settings.dim)));
+  const Kernel kernel = bench_kernel(settings);
   const Index m = settings.landmarks;
   Matrix<T> q_bar, k_bar, left, core, upper, upper_values, p, out;
   Vector<T> upper_ones;
@@ -209,66 +293,16 @@ std::vector<std::pair<std::string, double>> time_steps(const Matrix<T>& Q, const
   return steps;
 }
 
-struct BenchTables {
-  ResultsTable bench, steps;
-};
-
 template <class T>
-void run_configuration(Index n, Index threads_count, const BenchSettings& settings, BenchTables& tables,
-                       const std::string& dtype) {
-  set_threads(int(threads_count));
-  std::mt19937_64 engine(settings.seed + std::uint64_t(n));
-  const Matrix<T> Q = random_tokens<T>(n, settings.dim, engine);
-  const Matrix<T> K = random_tokens<T>(n, settings.dim, engine);
-  const Matrix<T> V = random_tokens<T>(n, settings.value_dim, engine);
-  const ApproximationOptions options = method_options(settings);
-  const std::string core = blas_core();
-
-  Matrix<T> exact;
-  double exact_seconds = std::numeric_limits<double>::quiet_NaN();
-  std::vector<Method> order = {Method::exact};  // exact first: the speedups and errors refer to it
-  for (auto method : settings.methods)
-    if (method != Method::exact) order.push_back(method);
-  const bool want_exact =
-      std::find(settings.methods.begin(), settings.methods.end(), Method::exact) != settings.methods.end();
-  const auto record = [&](Method method, double seconds, const Matrix<T>& output) {
-    const double flops =
-        nominal_flops(method, double(n), double(settings.dim), double(settings.value_dim), settings);
-    const double error = output_errors<T>(exact, output).relative_frobenius;
-    const double speedup = exact_seconds / seconds;
-    tables.bench.append({to_string(method), std::int64_t(n), std::int64_t(settings.dim),
-                         std::int64_t(settings.value_dim), dtype, std::int64_t(threads_count),
-                         std::int64_t(size_parameter(method, settings)), seconds, flops,
-                         flops / seconds * 1e-9, speedup, error, core});
-    if (!settings.quiet)
-      std::cout << std::left << std::setw(18) << to_string(method) << std::right << std::setw(7) << n
-                << std::setw(9) << dtype << std::setw(4) << threads_count << std::setw(13) << std::scientific
-                << std::setprecision(3) << seconds << std::fixed << std::setprecision(1) << std::setw(10)
-                << flops / seconds * 1e-9 << std::setw(10) << speedup << std::scientific
-                << std::setprecision(2) << std::setw(11) << error << std::defaultfloat << "\n";
-  };
-  for (auto method : order) {
-    if (method != Method::exact &&
-        (settings.landmarks > n || (method == Method::linformer && settings.projected > n)))
-      continue;
-    Matrix<T> output;
-    const double seconds =
-        time_min([&] { output = approximate_attention<T>(method, Q, K, V, options).output; }, settings);
-    if (method == Method::exact) {
-      exact = output;
-      exact_seconds = seconds;
-      if (!want_exact) continue;
-    }
-    record(method, seconds, output);
-  }
-  if (!settings.steps || settings.landmarks > n) return;
+void time_step_table(const Matrix<T>& Q, const Matrix<T>& K, const Matrix<T>& V, Index n,
+                     const TimingContext& context, const BenchSettings& settings, ResultsTable& table) {
   const auto steps = time_steps<T>(Q, K, V, settings);
   double total = 0;
   for (const auto& [name, seconds] : steps) total += seconds;
   for (size_t i = 0; i < steps.size(); ++i)
-    tables.steps.append({steps[i].first, std::int64_t(i + 1), std::int64_t(n), std::int64_t(settings.dim),
-                         dtype, std::int64_t(threads_count), std::int64_t(settings.landmarks),
-                         steps[i].second, steps[i].second / total, core});
+    table.append({steps[i].first, std::int64_t(i + 1), std::int64_t(n), std::int64_t(settings.dim),
+                  context.dtype, std::int64_t(context.threads), std::int64_t(settings.landmarks),
+                  steps[i].second, steps[i].second / total, context.blas});
   if (!settings.quiet) {
     std::cout << "  pnp-nystra steps (m = " << settings.landmarks << "):";
     for (const auto& [name, seconds] : steps)
@@ -277,43 +311,99 @@ void run_configuration(Index n, Index threads_count, const BenchSettings& settin
   }
 }
 
-}  // namespace
+/// Every method (exact first: the speedups and errors refer to it) at N = n, then the step table on the CPU.
+template <class T>
+void time_methods(Index n, const TimingContext& context, const BenchSettings& settings, BenchTables& tables) {
+  std::mt19937_64 engine(settings.seed + std::uint64_t(n));
+  const Matrix<T> Q = random_tokens<T>(n, settings.dim, engine);
+  const Matrix<T> K = random_tokens<T>(n, settings.dim, engine);
+  const Matrix<T> V = random_tokens<T>(n, settings.value_dim, engine);
+  const ApproximationOptions options = method_options(settings);
 
-int run_bench(const Invocation& invocation) {
-  po::options_description description("bench options");
-  std::string sizes = "256:16384:x2", dtypes = "float32,float64", thread_list = "1,2",
-              methods = "exact,pnp-nystra,nystromformer,cur,symmetric-nystrom,performer,linformer";
-  BenchSettings settings;
-  // clang-format off
-  description.add_options()
-    ("n", po::value(&sizes)->default_value(sizes), "token counts N (list or range first:last:xF)")
-    ("d", po::value(&settings.dim)->default_value(settings.dim), "query/key dimension d")
-    ("dv", po::value(&settings.value_dim)->default_value(settings.value_dim), "value dimension dv")
-    ("dtype", po::value(&dtypes)->default_value(dtypes), "scalar types: float32, float64")
-    ("threads-list", po::value(&thread_list)->default_value(thread_list), "thread counts to time")
-    ("methods", po::value(&methods)->default_value(methods), "methods (approximation.hpp names)")
-    ("landmarks", po::value(&settings.landmarks)->default_value(settings.landmarks),
-     "m of pnp-nystra, nystromformer, cur, symmetric-nystrom")
-    ("features", po::value(&settings.features)->default_value(settings.features), "r of performer")
-    ("projected", po::value(&settings.projected)->default_value(settings.projected), "k of linformer")
-    ("min-seconds", po::value(&settings.min_seconds)->default_value(settings.min_seconds),
-     "time each point for at least this long (minimum over repeats is reported)")
-    ("steps", po::value(&settings.steps)->default_value(settings.steps), "time PnP-Nystra Algorithm 1 step by step")
-    ("seed", po::value(&settings.seed)->default_value(settings.seed), "seed of the Gaussian Q, K, V")
-    ("blas-core", po::value(&settings.blas_core)->default_value(settings.blas_core),
-     "OPENBLAS_CORETYPE to run under (re-executes when the environment differs; 'default': keep)")
-    ("output,o", po::value(&settings.output)->default_value(settings.output), "results file (HDF5)")
-    ("quiet", po::bool_switch(&settings.quiet), "no table on stdout");
-  // clang-format on
-  add_common_options(description, false);
-  po::variables_map values;
-  if (!parse_options(invocation, "[options]", description, {}, values)) return 0;
-  ensure_blas_core(settings.blas_core, invocation);
+  Matrix<T> exact;
+  double exact_seconds = not_measured;
+  std::vector<Method> order = {Method::exact};
+  for (auto method : settings.methods)
+    if (method != Method::exact) order.push_back(method);
+  const bool want_exact =
+      std::find(settings.methods.begin(), settings.methods.end(), Method::exact) != settings.methods.end();
+  for (auto method : order) {
+    Matrix<T> output;
+    const double seconds =
+        time_min([&] { output = method_output<T>(method, context.device, Q, K, V, options); }, settings);
+    if (method == Method::exact) {
+      exact = output;
+      exact_seconds = seconds;
+      if (!want_exact) continue;
+    }
+    const double flops =
+        nominal_flops(method, double(n), double(settings.dim), double(settings.value_dim), settings);
+    const double gflops = flops / seconds * 1e-9;
+    const double error = output_errors<T>(exact, output).relative_frobenius;
+    const double speedup = exact_seconds / seconds;
+    tables.bench.append({to_string(method), std::int64_t(n), std::int64_t(settings.dim),
+                         std::int64_t(settings.value_dim), context.dtype, std::int64_t(context.threads),
+                         std::int64_t(size_parameter(method, settings)), seconds, flops, gflops, speedup,
+                         error, context.blas, context.gemm_fraction(gflops), to_string(context.device)});
+    if (!settings.quiet) {
+      print_timing(to_string(method), n, context, seconds, gflops, context.gemm_fraction(gflops));
+      std::cout << std::fixed << std::setprecision(1) << std::setw(10) << speedup << std::scientific
+                << std::setprecision(2) << std::setw(11) << error << std::defaultfloat << "\n";
+    }
+  }
+  if (settings.steps && context.device == Device::cpu)
+    time_step_table<T>(Q, K, V, n, context, settings, tables.steps);
+}
 
-  settings.sizes = parse_index_list(sizes, "n");
-  settings.thread_counts = parse_index_list(thread_list, "threads-list");
-  settings.methods = parse_enum_list<Method>(methods, "methods", method_from_string);
-  settings.dtypes = split_list(dtypes, "dtype");
+/// One /bench_gemm row: the n×n×n GEMM rate of this context (backend.hpp gemm_seconds); returns GFLOP/s.
+template <class T>
+double time_gemm(const TimingContext& context, const BenchSettings& settings, ResultsTable& table) {
+  const Index n = settings.gemm_size;
+  const double seconds = gemm_seconds<T>(context.device, n);
+  const double gflops = 2 * std::pow(double(n), 3) / seconds * 1e-9;
+  table.append({to_string(context.device), context.dtype, std::int64_t(context.threads), std::int64_t(n),
+                seconds, gflops, context.blas});
+  if (!settings.quiet) {
+    print_timing("[gemm n^3]", n, context, seconds, gflops, 1);
+    std::cout << "\n";
+  }
+  return gflops;
+}
+
+/// One /bench_matvec row: y = G x with G = κ(Q, K) (N×N, exponential kernel, d = --d) applied matrix-free
+/// on the context's device (kernel_operator), the Lanczos product of MATH.md §7. GFLOP/s counts the 2N²d of
+/// the logits (exp and the dot products with x not counted).
+template <class T>
+void time_matvec(Index n, const TimingContext& context, const BenchSettings& settings, ResultsTable& table) {
+  std::mt19937_64 engine(settings.seed + std::uint64_t(n));
+  const Matrix<T> Q = random_tokens<T>(n, settings.dim, engine);
+  const Matrix<T> K = random_tokens<T>(n, settings.dim, engine);
+  const Vector<T> x = random_tokens<T>(n, 1, engine);
+  Vector<T> y(n);
+  const AnyOperator<T> G = kernel_operator<T>(context.device, Q, K, bench_kernel(settings));
+  const double seconds = time_min([&] { G.perform_op(x.data(), y.data()); }, settings);
+  const double gflops = 2 * double(n) * double(n) * double(settings.dim) / seconds * 1e-9;
+  table.append({to_string(context.device), context.dtype, std::int64_t(context.threads), std::int64_t(n),
+                std::int64_t(settings.dim), seconds, gflops, context.gemm_fraction(gflops), context.blas});
+  if (!settings.quiet) {
+    print_timing("[matvec G x]", n, context, seconds, gflops, context.gemm_fraction(gflops));
+    std::cout << "\n";
+  }
+}
+
+/// Everything timed in one context: the GEMM reference first, then the methods per N, then the matvecs.
+template <class T>
+void time_context(TimingContext context, const BenchSettings& settings, BenchTables& tables) {
+  if (tables.gemm) context.gemm_gflops = time_gemm<T>(context, settings, *tables.gemm);
+  for (auto n : settings.sizes) {
+    time_methods<T>(n, context, settings, tables);
+    H5Fflush(tables.file, H5F_SCOPE_GLOBAL);
+  }
+  for (auto n : settings.matvec_sizes) time_matvec<T>(n, context, settings, *tables.matvec);
+}
+
+/// Checks what the options cannot check one by one; throws std::invalid_argument naming the values.
+void validate(const BenchSettings& settings) {
   for (const auto& dtype : settings.dtypes)
     require(dtype == "float32" || dtype == "float64",
             describe("option --dtype: '", dtype, "' (expected float32 or float64)"));
@@ -324,29 +414,137 @@ int run_bench(const Invocation& invocation) {
                    ", --projected = ", settings.projected, " must be >= 1"));
   require(settings.min_seconds >= 0,
           describe("option --min-seconds = ", settings.min_seconds, " must be >= 0"));
+  require(settings.gemm_size >= 0, describe("option --gemm-n = ", settings.gemm_size, " must be >= 0"));
+  if (settings.device == Device::cuda) {
+    std::vector<std::string> cpu_only;
+    for (auto method : settings.methods)
+      if (!runs_on_gpu(method)) cpu_only.push_back(to_string(method));
+    require(cpu_only.empty(), describe("option --methods: ", join(cpu_only),
+                                       " run on the CPU only (with --device cuda: exact, pnp-nystra)"));
+  }
+  const Index smallest = *std::min_element(settings.sizes.begin(), settings.sizes.end());
+  const bool steps = settings.steps && settings.device == Device::cpu;
+  for (auto method : settings.methods) {
+    if (method == Method::exact || method == Method::performer) continue;
+    const bool projected = method == Method::linformer;
+    require(
+        size_parameter(method, settings) <= smallest,
+        describe("option --", projected ? "projected" : "landmarks", " = ", size_parameter(method, settings),
+                 " exceeds the smallest --n = ", smallest, " (method ", to_string(method), ")"));
+  }
+  require(!steps || settings.landmarks <= smallest,
+          describe("option --landmarks = ", settings.landmarks, " exceeds the smallest --n = ", smallest,
+                   " (the PnP-Nystra step table; --steps 0 skips it)"));
+  const ApproximationOptions options = method_options(settings);
+  for (auto method : settings.methods)
+    for (auto n : settings.sizes) options.validate(method, n, settings.dim);
+}
+
+/// Attribute `timing` of the file: what the rows time on this device.
+std::string timing_note(Device device) {
+  if (device == Device::cpu)
+    return "one head on the host, minimum over repeats; threads = OpenMP and OpenBLAS threads";
+  return "exact and pnp-nystra through the CUDA backend with host matrices in and out (timings include the "
+         "host<->device copies); threads = 1 (the thread list applies to the CPU only); /bench_steps is "
+         "CPU-only and has no rows; the GEMM reference by cuBLAS, the matvec by the backend's kernel "
+         "operator";
+}
+
+}  // namespace
+
+int run_bench(const Invocation& invocation) {
+  po::options_description description("bench options");
+  std::string sizes = "256:16384:x2", dtypes = "float32,float64", thread_list = "1,2", methods,
+              device = "cpu", matvec_sizes;
+  BenchSettings settings;
+  // clang-format off
+  description.add_options()
+    ("n", po::value(&sizes)->default_value(sizes), "token counts N (list or range first:last:xF)")
+    ("d", po::value(&settings.dim)->default_value(settings.dim), "query/key dimension d")
+    ("dv", po::value(&settings.value_dim)->default_value(settings.value_dim), "value dimension dv")
+    ("dtype", po::value(&dtypes)->default_value(dtypes), "scalar types: float32, float64")
+    ("threads-list", po::value(&thread_list)->default_value(thread_list),
+     "thread counts to time (CPU only: --device cuda writes threads = 1)")
+    ("methods", po::value(&methods),
+     "methods (approximation.hpp names); default: all seven on the CPU, exact,pnp-nystra with --device cuda")
+    ("device", po::value(&device)->default_value(device),
+     "cpu or cuda: on cuda, exact and pnp-nystra run through the CUDA backend with host matrices in and out "
+     "(timings include the host<->device copies), the thread list does not apply and there is no step "
+     "table; exit 2 where no CUDA device is usable")
+    ("landmarks", po::value(&settings.landmarks)->default_value(settings.landmarks),
+     "m of pnp-nystra, nystromformer, cur, symmetric-nystrom")
+    ("features", po::value(&settings.features)->default_value(settings.features), "r of performer")
+    ("projected", po::value(&settings.projected)->default_value(settings.projected), "k of linformer")
+    ("gemm-n", po::value(&settings.gemm_size)->default_value(settings.gemm_size),
+     "n of the n x n x n GEMM timed per dtype and thread count (/bench_gemm, the reference of the "
+     "gemm_fraction columns); 0: none")
+    ("matvec-n", po::value(&matvec_sizes),
+     "N of the matrix-free kernel matvecs y = exp(s Q K^T) x timed per dtype and thread count "
+     "(/bench_matvec; list or range); default: none")
+    ("min-seconds", po::value(&settings.min_seconds)->default_value(settings.min_seconds, "0.2"),
+     "time each point for at least this long (minimum over repeats is reported)")
+    ("steps", po::value(&settings.steps)->default_value(settings.steps),
+     "time PnP-Nystra Algorithm 1 step by step (CPU only)")
+    ("seed", po::value(&settings.seed)->default_value(settings.seed), "seed of the Gaussian Q, K, V")
+    ("blas-core", po::value(&settings.blas_core)->default_value(settings.blas_core),
+     "OPENBLAS_CORETYPE to run under (re-executes when the environment differs; 'default': keep)")
+    ("output,o", po::value(&settings.output)->default_value(settings.output), "results file (HDF5)")
+    ("quiet", po::bool_switch(&settings.quiet), "no table on stdout");
+  // clang-format on
+  add_common_options(description, false);
+  po::variables_map values;
+  if (!parse_options(invocation, "[options]", description, {}, values)) return 0;
+
+  settings.device = parse_enum<Device>(device, "device", device_from_string);
+  require_device(settings.device);
+  settings.sizes = parse_index_list(sizes, "n");
+  settings.thread_counts = parse_index_list(thread_list, "threads-list");
+  if (settings.device == Device::cuda) settings.thread_counts = {1};
+  if (methods.empty())
+    methods = settings.device == Device::cuda
+                  ? "exact,pnp-nystra"
+                  : "exact,pnp-nystra,nystromformer,cur,symmetric-nystrom,performer,linformer";
+  settings.methods = parse_enum_list<Method>(methods, "methods", method_from_string);
+  settings.dtypes = split_list(dtypes, "dtype");
+  if (!matvec_sizes.empty()) settings.matvec_sizes = parse_index_list(matvec_sizes, "matvec-n");
+  validate(settings);
+  ensure_blas_core(settings.blas_core, invocation);
 
   const std::string core = blas_core();
-  std::cout << "nystrom bench: BLAS core " << core << ", OPENBLAS_CORETYPE="
-            << (std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)") << "\n";
+  const std::string device_description = describe_device(settings.device);
+  std::cout << "nystrom bench: device " << device_description << ", BLAS core " << core
+            << ", OPENBLAS_CORETYPE="
+            << (std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)") << "\n"
+            << "timing: " << timing_note(settings.device) << "\n";
   AtomicFile file(settings.output);
   int max_threads = 1;
   for (auto t : settings.thread_counts) max_threads = std::max(max_threads, int(t));
   Provenance provenance = make_provenance(invocation.command_line, max_threads, "synthetic:gaussian");
   write_results_header(file.get(), provenance);
   write_attribute(file.get(), "blas_core", core);
-  BenchTables tables{ResultsTable::create(file.get(), "bench", bench_columns()),
-                     ResultsTable::create(file.get(), "bench_steps", step_columns())};
+  write_attribute(file.get(), "device", to_string(settings.device));
+  write_attribute(file.get(), "device_description", device_description);
+  write_attribute(file.get(), "timing", timing_note(settings.device));
+  BenchTables tables{file.get(), ResultsTable::create(file.get(), "bench", bench_columns()),
+                     ResultsTable::create(file.get(), "bench_steps", step_columns()), std::nullopt,
+                     std::nullopt};
+  if (settings.gemm_size > 0) tables.gemm = ResultsTable::create(file.get(), "bench_gemm", gemm_columns());
+  if (!settings.matvec_sizes.empty())
+    tables.matvec = ResultsTable::create(file.get(), "bench_matvec", matvec_columns());
   if (!settings.quiet)
-    std::cout << "method                  n    dtype thr      seconds    GFLOP/s   speedup  rel.error\n";
+    std::cout
+        << "method                  n    dtype thr      seconds    GFLOP/s   %GEMM   speedup  rel.error\n";
   for (const auto& dtype : settings.dtypes)
-    for (auto threads_count : settings.thread_counts)
-      for (auto n : settings.sizes) {
-        if (dtype == "float32")
-          run_configuration<float>(n, threads_count, settings, tables, dtype);
-        else
-          run_configuration<double>(n, threads_count, settings, tables, dtype);
-        H5Fflush(file.get(), H5F_SCOPE_GLOBAL);
-      }
+    for (auto threads_count : settings.thread_counts) {
+      set_threads(int(threads_count));
+      const TimingContext context{settings.device, dtype, threads_count,
+                                  settings.device == Device::cuda ? "cuBLAS" : core};
+      if (dtype == "float32")
+        time_context<float>(context, settings, tables);
+      else
+        time_context<double>(context, settings, tables);
+      H5Fflush(file.get(), H5F_SCOPE_GLOBAL);
+    }
   file.commit();
   std::cout << "wrote " << settings.output << "\n";
   return 0;

@@ -54,7 +54,7 @@ TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message
   CHECK_FALSE(fs::exists("x.h5"));
 }
 
-TEST_CASE("synth writes the dump format; the reader gets back the same heads; attn is the exact softmax") {
+TEST_CASE("synth writes the dump format, the reader gets back the same heads, attn is the exact softmax") {
   TempDir dir("synth");
   const auto path = dir / "g.h5";
   // Two float64 layers of low-rank (noise-free) tokens with attn; written twice below to check determinism.
@@ -143,7 +143,7 @@ TEST_CASE("synth writes the dump format; the reader gets back the same heads; at
 }
 
 TEST_CASE(
-    "synth kinds: block-constant tokens follow the segment-means partition; window fields carry the window") {
+    "synth kinds: block-constant tokens follow the segment-means partition, window fields carry the window") {
   TempDir dir("kinds");
   const auto path = dir / "k.h5";
   REQUIRE(run_cli({"synth",    "-o",    path,          "--kind",   "block-constant,window,heavy-tailed",
@@ -315,7 +315,7 @@ TEST_CASE(
     CHECK(entry.path().string().find(".tmp-") == std::string::npos);
 }
 
-TEST_CASE("info describes dumps and results files; --config supplies options") {
+TEST_CASE("info describes dumps and results files, --config supplies options") {
   TempDir dir("info");
   const auto dump = dir / "d.h5", results = dir / "r.h5", config = dir / "sweep.ini";
   REQUIRE(run_cli({"synth", "-o", dump, "--tokens", "16", "--dim", "4", "--heads", "2", "--layers", "1"})

@@ -57,7 +57,7 @@ double largest_singular_value(const Matrix<double>& a) {
 
 }  // namespace
 
-TEST_CASE("sweep: every row matches an independent dense recomputation; provenance attributes are present") {
+TEST_CASE("sweep: every row matches an independent dense recomputation, provenance attributes are present") {
   TempDir dir("sweep");
   const auto input = make_dump(dir);
   const auto output = dir / "out/results.h5";
@@ -455,7 +455,7 @@ ApproximationOptions row_options(const Table& table, std::size_t r, const Kernel
 
 }  // namespace
 
-TEST_CASE("sweep --method: every method's rows match dense recomputations; softmax methods skip laplacian") {
+TEST_CASE("sweep --method: every method's rows match dense recomputations, softmax methods skip laplacian") {
   TempDir dir("methods");
   const auto input = make_dump(dir);
   const auto output = dir / "methods.h5";

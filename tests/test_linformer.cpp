@@ -23,7 +23,7 @@ TEST_CASE_TEMPLATE("linformer equals softmax(sQ(EK)^T)(FV) computed densely", T,
         10 * tolerance<T>(n));
 }
 
-TEST_CASE("linformer with E = F = I (k = N) is exact attention; explicit and shared projections are used") {
+TEST_CASE("linformer with E = F = I (k = N) is exact attention, explicit and shared projections are used") {
   const Index n = 16;
   const Matrix<double> Q = random_matrix<double>(n, 4, 4), K = random_matrix<double>(n, 4, 5),
                        V = random_matrix<double>(n, 3, 6);

@@ -101,7 +101,7 @@ TEST_CASE_TEMPLATE("DifferenceOperator and NystromOperator equal G − Ĝ", T, f
   CHECK(throws_naming([&] { DifferenceOperator<KernelOperator<T>, DenseOperator<T>>(g, wrong); }, "121"));
 }
 
-TEST_CASE("extended_kernel_operator is κ([Q̄; Q], [K̄; K])") {
+TEST_CASE("extended_kernel_operator is κ of Q̄ stacked on Q and K̄ stacked on K") {
   const Index n = 50, d = 4, m = 5;
   const Matrix<double> Q = random_matrix<double>(n, d, 31), K = random_matrix<double>(n, d, 32);
   Landmarks<double> marks;

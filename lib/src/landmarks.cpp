@@ -266,9 +266,9 @@ Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m) {
   const Index short_segments = (s + 1) * m - n;
   Matrix<T> means(m, d);
   // Column by column over contiguous memory (X is column-major), summing in double with 16 independent
-  // partial sums, which the compiler turns into two AVX-512 accumulators (measured at N = 4096, d = 64, m = 16:
-  // 18 µs against 44 µs with four). The columns are independent; they run in parallel only for large inputs
-  // (a parallel region per call costs more than the sums below about 4M entries).
+  // partial sums, which the compiler turns into two AVX-512 accumulators (measured at N = 4096, d = 64, m =
+  // 16: 18 µs against 44 µs with four). The columns are independent; they run in parallel only for large
+  // inputs (a parallel region per call costs more than the sums below about 4M entries).
   constexpr int lanes = 16;
 #pragma omp parallel for schedule(static) if (double(n) * double(d) >= double(1 << 22))
   for (Index j = 0; j < d; ++j) {

@@ -36,7 +36,8 @@ std::string describe_device(Device device);
 void require_device(Device device);
 
 /// Exact attention O = (κ(Q,K) V) ⊘ (κ(Q,K) 1) on `device` (nystrom::exact_attention or
-/// cuda::exact_attention).
+/// cuda::exact_attention). Host matrices in and out: on the GPU a call includes the host↔device copies (as
+/// `nystrom bench --device cuda` times it).
 template <class T>
 Matrix<T> exact_attention(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                           const ConstMatrixRef<T>& V, const Kernel& kernel);
@@ -53,7 +54,8 @@ NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q,
                                       const NystromOptions& options);
 
 /// PnP-Nystra Algorithm 1 from the tokens: nystrom_attention(generalized_nystrom(Q, K, options), V) on the
-/// CPU, the whole pipeline in one pass on the GPU (only Ô comes back).
+/// CPU, the whole pipeline in one pass on the GPU (only Ô comes back; a call includes the copies of Q, K, V
+/// to the device and of Ô back).
 template <class T>
 Matrix<T> nystrom_attention(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                             const ConstMatrixRef<T>& V, const NystromOptions& options);

@@ -1,0 +1,345 @@
+// End-to-end tests of `nystrom bench` on tiny sizes: every table holds one row per timed point with every
+// column; speedups and GEMM fractions are the stated ratios of values in the same file; exact attention
+// recovered where the approximation is exact (m = N); the GEMM reference and the matrix-free matvec tables;
+// bad input (exit status 2, a message naming the value, no output file, an existing file left
+// byte-identical);
+// `--device cuda` (GPU rows where a CUDA device is present, the reason for exit 2 elsewhere).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "cli_test_support.hpp"
+#include "nystrom/backend.hpp"
+#include "options.hpp"
+#include "test_support.hpp"
+
+using namespace nystrom;
+using namespace nystrom::test;
+
+namespace {
+
+using cli::ColumnType;
+
+/// The contract of each table (bench.cpp, read by notebooks/nystrom_results.py): column names and types.
+const std::vector<cli::Column> bench_columns = {{"method", ColumnType::text, true},
+                                                {"n", ColumnType::int64, true},
+                                                {"d", ColumnType::int64, true},
+                                                {"dv", ColumnType::int64, true},
+                                                {"dtype", ColumnType::text, true},
+                                                {"threads", ColumnType::int64, true},
+                                                {"landmarks", ColumnType::int64, true},
+                                                {"seconds", ColumnType::float64, false},
+                                                {"flops", ColumnType::float64, false},
+                                                {"gflops", ColumnType::float64, false},
+                                                {"speedup_vs_exact", ColumnType::float64, false},
+                                                {"output_relative_error", ColumnType::float64, false},
+                                                {"blas_core", ColumnType::text, false},
+                                                {"gemm_fraction", ColumnType::float64, false},
+                                                {"device", ColumnType::text, true}};
+const std::vector<cli::Column> step_columns = {
+    {"step", ColumnType::text, true},         {"step_index", ColumnType::int64, true},
+    {"n", ColumnType::int64, true},           {"d", ColumnType::int64, true},
+    {"dtype", ColumnType::text, true},        {"threads", ColumnType::int64, true},
+    {"landmarks", ColumnType::int64, true},   {"seconds", ColumnType::float64, false},
+    {"fraction", ColumnType::float64, false}, {"blas_core", ColumnType::text, false}};
+const std::vector<cli::Column> gemm_columns = {
+    {"device", ColumnType::text, true},      {"dtype", ColumnType::text, true},
+    {"threads", ColumnType::int64, true},    {"n", ColumnType::int64, true},
+    {"seconds", ColumnType::float64, false}, {"gflops", ColumnType::float64, false},
+    {"blas_core", ColumnType::text, false}};
+const std::vector<cli::Column> matvec_columns = {
+    {"device", ColumnType::text, true},     {"dtype", ColumnType::text, true},
+    {"threads", ColumnType::int64, true},   {"n", ColumnType::int64, true},
+    {"d", ColumnType::int64, true},         {"seconds", ColumnType::float64, false},
+    {"gflops", ColumnType::float64, false}, {"gemm_fraction", ColumnType::float64, false},
+    {"blas_core", ColumnType::text, false}};
+
+/// Table `group` of a results file, checked to have exactly `columns` (names and types).
+Table read_table(const std::string& path, const std::string& group, const std::vector<cli::Column>& columns) {
+  cli::Handle file = cli::open_file(path, false);
+  std::set<std::string> expected, stored;
+  for (const auto& column : columns) expected.insert(column.name);
+  for (const auto& name : cli::list_group(cli::open_group(file.get(), group).get())) stored.insert(name);
+  CHECK(stored == expected);
+  return {columns, cli::ResultsTable::open(file.get(), group, columns, path).read_rows()};
+}
+
+bool has_table(const std::string& path, const std::string& group) {
+  return cli::has_link(cli::open_file(path, false).get(), group);
+}
+
+std::string file_attribute(const std::string& path, const std::string& name) {
+  return cli::read_string_attribute(cli::open_file(path, false).get(), name);
+}
+
+/// `nystrom bench` with the given options, on the OpenBLAS core already loaded (no re-execution: the tests
+/// run the program in-process), writing `output`.
+CliRun run_bench(const std::string& output, std::vector<std::string> options) {
+  std::vector<std::string> args = {"bench",         "-o",    output,   "--blas-core", "default",
+                                   "--min-seconds", "0.001", "--quiet"};
+  args.insert(args.end(), options.begin(), options.end());
+  return run_cli(args);
+}
+
+/// Where a row was timed: dtype and thread count (the key of the GEMM reference rate).
+using Context = std::pair<std::string, std::int64_t>;
+
+Context context_of(const Table& table, std::size_t row) {
+  return {table.text(row, "dtype"), std::int64_t(table.number(row, "threads"))};
+}
+
+/// GEMM GFLOP/s per (dtype, threads), checking one /bench_gemm row per context on `device` and gflops =
+/// 2n³/s.
+std::map<Context, double> gemm_rates(const Table& gemm, Index n, const std::string& device = "cpu") {
+  std::map<Context, double> rates;
+  for (std::size_t r = 0; r < gemm.rows.size(); ++r) {
+    CHECK(gemm.text(r, "device") == device);
+    CHECK(gemm.number(r, "n") == n);
+    CHECK(!gemm.text(r, "blas_core").empty());
+    const double seconds = gemm.number(r, "seconds");
+    CHECK(seconds > 0);
+    CHECK(gemm.number(r, "gflops") == doctest::Approx(2.0 * n * n * n / seconds * 1e-9).epsilon(1e-14));
+    CHECK(rates.emplace(context_of(gemm, r), gemm.number(r, "gflops")).second);
+  }
+  return rates;
+}
+
+const std::vector<std::string> all_methods = {
+    "exact", "pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer"};
+
+/// m, r or k of each method as written in the `landmarks` column, for --landmarks 8 --features 16
+/// --projected 12.
+Index size_parameter(const std::string& method) {
+  if (method == "exact") return 0;
+  if (method == "performer") return 16;
+  if (method == "linformer") return 12;
+  return 8;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "bench: one row per method × N × dtype × threads, with speedups, GEMM fractions and errors from one "
+    "file") {
+  TempDir dir("bench");
+  const auto output = dir / "bench.h5";
+  const std::vector<Index> sizes = {64, 128}, thread_counts = {1, 2};
+  const auto run =
+      run_bench(output, {"--n", "64,128", "--dtype", "float32,float64", "--threads-list", "1,2", "--methods",
+                         "exact,pnp-nystra,nystromformer,cur,symmetric-nystrom,"
+                         "performer,linformer",
+                         "--landmarks", "8", "--features", "16", "--projected", "12", "--gemm-n", "64",
+                         "--matvec-n", "256,300"});
+  REQUIRE_MESSAGE(run.status == 0, run.err);
+  CHECK(file_attribute(output, "device") == "cpu");
+  CHECK(file_attribute(output, "device_description") == "cpu");
+  CHECK(!file_attribute(output, "blas_core").empty());
+  CHECK(file_attribute(output, "format") == "nystrom-results");
+
+  const auto gemm_gflops = gemm_rates(read_table(output, "bench_gemm", gemm_columns), 64);
+  CHECK(gemm_gflops.size() == 2 * thread_counts.size());
+
+  const Table bench = read_table(output, "bench", bench_columns);
+  REQUIRE(bench.rows.size() == all_methods.size() * sizes.size() * 2 * thread_counts.size());
+  // exact's seconds per (dtype, threads, N): the reference of every speedup in the same file.
+  std::map<std::tuple<std::string, std::int64_t, std::int64_t>, double> exact_seconds;
+  for (std::size_t r = 0; r < bench.rows.size(); ++r)
+    if (bench.text(r, "method") == "exact")
+      exact_seconds[{bench.text(r, "dtype"), std::int64_t(bench.number(r, "threads")),
+                     std::int64_t(bench.number(r, "n"))}] = bench.number(r, "seconds");
+  std::set<std::tuple<std::string, std::int64_t, std::string, std::int64_t>> points;
+  for (std::size_t r = 0; r < bench.rows.size(); ++r) {
+    const auto method = bench.text(r, "method");
+    const auto n = std::int64_t(bench.number(r, "n"));
+    const auto [dtype, threads] = context_of(bench, r);
+    CAPTURE(method);
+    CAPTURE(n);
+    CAPTURE(dtype);
+    CAPTURE(threads);
+    CHECK(points.emplace(method, n, dtype, threads).second);
+    CHECK(std::find(all_methods.begin(), all_methods.end(), method) != all_methods.end());
+    CHECK(bench.number(r, "d") == 64);
+    CHECK(bench.number(r, "dv") == 64);
+    CHECK(bench.number(r, "landmarks") == size_parameter(method));
+    CHECK(bench.text(r, "device") == "cpu");
+    CHECK(!bench.text(r, "blas_core").empty());
+    const double seconds = bench.number(r, "seconds"), gflops = bench.number(r, "gflops");
+    CHECK(seconds > 0);
+    CHECK(bench.number(r, "flops") > 0);
+    CHECK(gflops == doctest::Approx(bench.number(r, "flops") / seconds * 1e-9).epsilon(1e-14));
+    CHECK(bench.number(r, "gemm_fraction") == gflops / gemm_gflops.at({dtype, threads}));
+    CHECK(bench.number(r, "speedup_vs_exact") == exact_seconds.at({dtype, threads, n}) / seconds);
+    const double error = bench.number(r, "output_relative_error");
+    if (method == "exact") {
+      CHECK(bench.number(r, "flops") == 4.0 * n * n * 64);  // QKᵀ and (·)V, 2 flops per multiply-add
+      CHECK(bench.number(r, "speedup_vs_exact") == 1);
+      CHECK(error == 0);
+    } else {
+      CHECK(std::isfinite(error));
+      CHECK(error > 0);
+    }
+    // On Gaussian tokens with m = 8 ≪ N only Nyströmformer's normalized softmax factors stay within the
+    // output's norm; the other methods' errors exceed 1 there (m = N recovers exact attention, below).
+    if (method == "nystromformer") CHECK(error < 1);
+  }
+
+  const Table steps = read_table(output, "bench_steps", step_columns);
+  const std::vector<std::string> step_names = {
+      "1 landmarks", "2 G_L", "3 G_A", "4 G_U", "5 pinv", "6 G_U V, G_U 1", "7 P, products, normalization"};
+  REQUIRE(steps.rows.size() == step_names.size() * sizes.size() * 2 * thread_counts.size());
+  for (std::size_t first = 0; first < steps.rows.size(); first += step_names.size()) {
+    double fractions = 0;
+    for (std::size_t i = 0; i < step_names.size(); ++i) {
+      const std::size_t r = first + i;
+      CHECK(steps.text(r, "step") == step_names[i]);
+      CHECK(steps.number(r, "step_index") == double(i + 1));
+      CHECK(steps.number(r, "n") == steps.number(first, "n"));
+      CHECK(context_of(steps, r) == context_of(steps, first));
+      CHECK(steps.number(r, "landmarks") == 8);
+      CHECK(steps.number(r, "seconds") > 0);
+      fractions += steps.number(r, "fraction");
+    }
+    CHECK(fractions == doctest::Approx(1).epsilon(1e-12));
+  }
+
+  const Table matvec = read_table(output, "bench_matvec", matvec_columns);
+  REQUIRE(matvec.rows.size() == 2 * 2 * thread_counts.size());
+  std::set<std::tuple<Context, std::int64_t>> matvec_points;
+  for (std::size_t r = 0; r < matvec.rows.size(); ++r) {
+    const double n = matvec.number(r, "n"), seconds = matvec.number(r, "seconds");
+    CHECK((n == 256 || n == 300));
+    CHECK(matvec_points.emplace(context_of(matvec, r), std::int64_t(n)).second);
+    CHECK(matvec.text(r, "device") == "cpu");
+    CHECK(matvec.number(r, "d") == 64);
+    CHECK(seconds > 0);
+    CHECK(matvec.number(r, "gflops") == doctest::Approx(2 * n * n * 64 / seconds * 1e-9).epsilon(1e-14));
+    CHECK(matvec.number(r, "gemm_fraction") ==
+          matvec.number(r, "gflops") / gemm_gflops.at(context_of(matvec, r)));
+  }
+}
+
+TEST_CASE(
+    "bench: m = N recovers exact attention, and --gemm-n 0 leaves NaN GEMM fractions and no GEMM table") {
+  TempDir dir("bench_exact");
+  const auto output = dir / "bench.h5";
+  constexpr Index n = 16;
+  const auto run =
+      run_bench(output, {"--n", "16", "--landmarks", "16", "--dtype", "float32,float64", "--threads-list",
+                         "1", "--methods", "pnp-nystra,cur", "--gemm-n", "0", "--steps", "0"});
+  REQUIRE_MESSAGE(run.status == 0, run.err);
+  CHECK_FALSE(has_table(output, "bench_gemm"));
+  CHECK_FALSE(has_table(output, "bench_matvec"));
+  CHECK(read_table(output, "bench_steps", step_columns).rows.empty());
+  const Table bench = read_table(output, "bench", bench_columns);
+  REQUIRE(bench.rows.size() == 2 * 2);  // exact is timed for the speedups but not listed
+  for (std::size_t r = 0; r < bench.rows.size(); ++r) {
+    CAPTURE(bench.text(r, "method"));
+    CAPTURE(bench.text(r, "dtype"));
+    CHECK(bench.text(r, "method") != "exact");
+    CHECK(std::isnan(bench.number(r, "gemm_fraction")));
+    CHECK(bench.number(r, "speedup_vs_exact") > 0);
+    // With every token a landmark, G_A = G and Ĝ = G G⁺ G = G: the error is rounding amplified by the
+    // conditioning of the 16×16 core (at most 1e3 here).
+    const double eps_tolerance =
+        bench.text(r, "dtype") == "float32" ? tolerance<float>(n) : tolerance<double>(n);
+    CHECK(bench.number(r, "output_relative_error") < 1e3 * eps_tolerance);
+  }
+}
+
+TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave an existing file intact") {
+  TempDir dir("bench_bad");
+  const auto existing = dir / "existing.h5";
+  REQUIRE(run_bench(existing, {"--n", "16", "--dtype", "float64", "--threads-list", "1", "--methods", "exact",
+                               "--gemm-n", "0"})
+              .status == 0);
+  const auto before = file_bytes(existing);
+  // Options of each case, then the texts its message must contain. Every case fails before any timing.
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"--n", "16", "--methods", "exact,bogus"}, {"--methods", "bogus"}},
+      {{"--n", "16", "--dtype", "float32,float16"}, {"--dtype", "float16"}},
+      {{"--n", "64,32", "--landmarks", "40"}, {"--landmarks = 40", "--n = 32"}},
+      {{"--n", "64", "--methods", "linformer", "--projected", "65"}, {"--projected = 65", "linformer"}},
+      {{"--n", "0"}, {"--n", "0"}},
+      {{"--n", "16", "--threads-list", "1,0"}, {"--threads-list", "0"}},
+      {{"--n", "16", "--gemm-n", "-1"}, {"--gemm-n = -1"}},
+      {{"--n", "16", "--matvec-n", "256,0"}, {"--matvec-n", "0"}},
+      {{"--n", "16", "--d", "0"}, {"--d = 0"}},
+      {{"--n", "16", "--device", "gpu"}, {"--device", "gpu"}},
+  };
+  for (const auto& [options, named] : cases) {
+    CAPTURE(cli::join(options, " "));
+    for (const auto& output : {dir / "new.h5", existing}) {
+      const auto run = run_bench(output, options);
+      CHECK(run.status == 2);
+      for (const auto& text : named) CHECK_MESSAGE(run.err.find(text) != std::string::npos, run.err);
+    }
+    CHECK_FALSE(fs::exists(dir / "new.h5"));
+    CHECK(file_bytes(existing) == before);
+  }
+}
+
+TEST_CASE(
+    "bench --device cuda: exact and pnp-nystra rows on a GPU, and without one exit 2 naming the reason") {
+  TempDir dir("bench_cuda");
+  const auto output = dir / "bench.h5";
+  if (!cuda_available()) {
+    const auto run = run_bench(output, {"--device", "cuda", "--n", "64"});
+    CHECK(run.status == 2);
+    CHECK_MESSAGE(
+        run.err.find(cuda_compiled() ? "--device cuda: no CUDA device found"
+                                     : "--device cuda: this build has no CUDA backend") != std::string::npos,
+        run.err);
+    CHECK_FALSE(fs::exists(output));
+    return;
+  }
+  const auto cpu_only =
+      run_bench(output, {"--device", "cuda", "--n", "64", "--methods", "exact,performer,cur"});
+  CHECK(cpu_only.status == 2);
+  CHECK_MESSAGE(cpu_only.err.find("--methods: performer, cur run on the CPU only") != std::string::npos,
+                cpu_only.err);
+  CHECK_FALSE(fs::exists(output));
+
+  // The thread list does not apply on the GPU; the default methods there are exact and pnp-nystra; N = m = 16
+  // recovers exact attention (G_A = G), so the GPU's PnP-Nystra error is rounding only.
+  constexpr Index n = 16;
+  const auto run =
+      run_bench(output, {"--device", "cuda", "--n", "16,64", "--landmarks", "16", "--dtype",
+                         "float32,float64", "--threads-list", "1,2", "--gemm-n", "64", "--matvec-n", "256"});
+  REQUIRE_MESSAGE(run.status == 0, run.err);
+  CHECK(file_attribute(output, "device") == "cuda");
+  CHECK(file_attribute(output, "device_description") != "cpu");
+  CHECK(read_table(output, "bench_steps", step_columns).rows.empty());
+  const auto gemm_gflops = gemm_rates(read_table(output, "bench_gemm", gemm_columns), 64, "cuda");
+  CHECK(gemm_gflops.size() == 2);
+  const Table bench = read_table(output, "bench", bench_columns);
+  REQUIRE(bench.rows.size() == 2 * 2 * 2);
+  for (std::size_t r = 0; r < bench.rows.size(); ++r) {
+    const auto method = bench.text(r, "method");
+    CAPTURE(method);
+    CHECK((method == "exact" || method == "pnp-nystra"));
+    CHECK(bench.text(r, "device") == "cuda");
+    CHECK(bench.text(r, "blas_core") == "cuBLAS");
+    CHECK(bench.number(r, "threads") == 1);
+    CHECK(bench.number(r, "seconds") > 0);
+    CHECK(bench.number(r, "gemm_fraction") ==
+          bench.number(r, "gflops") / gemm_gflops.at(context_of(bench, r)));
+    const double error = bench.number(r, "output_relative_error");
+    if (method == "exact") CHECK(error == 0);
+    if (method == "pnp-nystra" && bench.number(r, "n") == n) {
+      const double eps_tolerance =
+          bench.text(r, "dtype") == "float32" ? tolerance<float>(n) : tolerance<double>(n);
+      CHECK(error < 1e3 * eps_tolerance);
+    }
+  }
+  const Table matvec = read_table(output, "bench_matvec", matvec_columns);
+  REQUIRE(matvec.rows.size() == 2);
+  for (std::size_t r = 0; r < matvec.rows.size(); ++r) {
+    CHECK(matvec.text(r, "device") == "cuda");
+    CHECK(matvec.number(r, "seconds") > 0);
+    CHECK(matvec.number(r, "gemm_fraction") ==
+          matvec.number(r, "gflops") / gemm_gflops.at(context_of(matvec, r)));
+  }
+}
