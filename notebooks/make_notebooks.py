@@ -131,7 +131,7 @@ for column, kernel in enumerate(kernels):
         for strategy in strategies:
             rows = exact.where(kernel=kernel, strategy=strategy)
             nr.plot_median_band(ax, rows["landmarks"].astype(float), rows[metric], strategy)
-        nr.landmark_axis(ax, exact["landmarks"])
+        nr.log2_axis(ax, exact["landmarks"])
         ax.set_title(f"{kernel}: {metric}", fontsize=9)
         ax.set_ylabel(label)
         if row == len(metrics) - 1:
@@ -263,7 +263,7 @@ for ax, kernel in zip(axes[0], kernels):
     for column, name in theorems:
         fraction = [np.isfinite(rows.where(landmarks=m)[column]).mean() for m in landmarks]
         ax.plot(landmarks, fraction, marker=markers[column], label=name)
-    nr.landmark_axis(ax, landmarks)
+    nr.log2_axis(ax, landmarks)
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(kernel)
     ax.set_xlabel("landmarks m")
@@ -334,7 +334,7 @@ for row, kernel in enumerate(kernels):
         for method in methods:
             selected = rows.where(kernel=kernel, method=method)
             nr.plot_median_band(ax, selected["landmarks"].astype(float), selected[metric], method)
-        nr.landmark_axis(ax, rows["landmarks"])
+        nr.log2_axis(ax, rows["landmarks"])
         ax.set_title(f"{kernel}: {metric}", fontsize=9)
         ax.set_xlabel("landmarks / features m")
         ax.set_ylabel(label)
@@ -357,11 +357,267 @@ for kernel in kernels:
                   f"{np.median(error) if error.size else float('nan'):>26.3e} {np.median(selected['seconds']):>18.3e}")"""),
 ]
 
+BENCH = [
+    ("md", """\
+# CPU benchmark: exact attention against the approximations
+
+Reads `$NYSTROM_RESULTS/bench.h5`, written by `nystrom bench` (experiments/bench.cpp): `/bench` holds one row per
+method, token count N, dtype and thread count (wall time per head, the minimum over repeats; nominal GFLOP/s; speed-up
+over exact attention on the same inputs; output error against exact attention), `/bench_steps` the timings of
+PnP-Nystra Algorithm 1 step by step (paper Table 1). Newer files also carry `gemm_fraction` and the GEMM and
+matrix-free matvec reference rates `/bench_gemm`, `/bench_matvec`; the last figure shows them when present.
+
+The file holds what the bench was asked for (`--methods`, `--dtype`, `--threads-list`, `--n`); the figures show
+whatever it has. Make one with e.g. `build/bin/nystrom bench --n 256:16384:x2` (minutes)."""),
+    ("code", SETUP),
+    ("code", """\
+bench, steps, gemm, matvec = nr.read_bench()
+for key, value in nr.provenance(nr.results_dir() / "bench.h5").items():
+    print(f"{key:>16}: {value}")
+if bench.rows == 0:
+    raise ValueError("no rows in /bench: nothing to plot")
+methods = bench.values_of("method")
+known = ["exact", "pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer"]
+colors = {method: f"C{i}" for i, method in enumerate(known + [m for m in methods if m not in known])}
+styles = dict(zip(sorted(set(bench["threads"].tolist())), ["-", "--", ":", "-."] * 4))
+panels = bench.group_by("device", "dtype")  # one panel per dtype (and device, when the file has the column)
+print("methods:", methods, "| dtypes:", bench.values_of("dtype"), "| threads:", list(styles),
+      "| N:", sorted(set(bench["n"].tolist())))
+
+
+def plot_against_n(ax, rows, column, **style):
+    \"\"\"`column` against N (sorted), positive finite values only, on log-log axes.\"\"\"
+    order = np.argsort(rows["n"], kind="stable")
+    n, y = rows["n"][order], rows[column][order]
+    keep = np.isfinite(y) & (y > 0)
+    if keep.any():
+        ax.plot(n[keep], y[keep], **{"marker": "o", "ms": 3, **style})
+    ax.set_yscale("log")
+
+
+def speedup_text(speedup):
+    return f"{speedup:.2f}×" if speedup < 10 else f"{speedup:.0f}×"
+
+
+def note(ax, text):
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=9, transform=ax.transAxes)
+
+
+def describe(rows, columns=("device", "dtype", "threads")):
+    \"\"\"A title for a group of rows: the values of `columns` (those the table has) in its first row.\"\"\"
+    formats = {"threads": "{} thr", "d": "d = {}"}
+    return " / ".join(formats.get(c, "{}").format(rows[c][0]) for c in columns if c in rows)"""),
+    ("md", """\
+## Time per head against N (PnP-Nystra Fig. 3)
+
+Log–log: exact attention grows as N², the approximations as N (m, r, k fixed). Line style: thread count."""),
+    ("code", """\
+fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
+for ax, (_, rows) in zip(axes[0], panels):
+    for (method, threads), line in rows.group_by("method", "threads"):
+        plot_against_n(ax, line, "seconds", color=colors[method], ls=styles[threads], label=f"{method}, {threads} thr")
+    nr.log2_axis(ax, rows["n"])
+    ax.set_title(describe(rows, ("device", "dtype")))
+    ax.set_xlabel("tokens N")
+    ax.legend(fontsize=7)
+axes[0][0].set_ylabel("seconds per head")
+fig.suptitle("Wall time per head (d = dv = %s)" % "/".join(map(str, sorted(set(bench["d"].tolist())))))
+fig.tight_layout()
+nr.save_figure(fig, "bench_time_vs_n")"""),
+    ("md", """\
+## Speed-up over exact attention
+
+`speedup_vs_exact` = time of exact attention / time of the method, same inputs, dtype and threads. Stars: the goals of
+issue 5 for PnP-Nystra with m = 16 in float32 (≥ 50× at N = 4096, ≥ 150× at N = 16,384)."""),
+    ("code", """\
+goals = ((4096, 50), (16384, 150))
+fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
+for ax, (_, rows) in zip(axes[0], panels):
+    approximations = rows.where(rows["method"] != "exact")
+    for (method, threads), line in approximations.group_by("method", "threads"):
+        plot_against_n(ax, line, "speedup_vs_exact", color=colors[method], ls=styles[threads],
+                       label=f"{method}, {threads} thr")
+    ax.axhline(1, color="k", lw=1)
+    reachable = [(n, s) for n, s in goals if n <= rows["n"].max()]
+    if rows["dtype"][0] == "float32" and "pnp-nystra" in methods and reachable:
+        ax.scatter(*zip(*reachable), marker="*", s=120, color=colors["pnp-nystra"], edgecolor="k", zorder=3,
+                   label="goal, pnp-nystra m = 16")
+    nr.log2_axis(ax, rows["n"])
+    ax.set_title(describe(rows, ("device", "dtype")))
+    ax.set_xlabel("tokens N")
+    if ax.has_data():
+        ax.legend(fontsize=7)
+    else:
+        note(ax, "no approximation in this file")
+axes[0][0].set_ylabel("speed-up over exact attention")
+fig.tight_layout()
+nr.save_figure(fig, "bench_speedup")"""),
+    ("md", """\
+## PnP-Nystra Algorithm 1 step by step (paper Table 1)
+
+Fraction of the summed step times per N: 1 landmarks (segment means), 2–4 the kernel blocks G_L, G_A, G_U, 5 the
+pseudoinverse of the m×m core, 6 G_U V and G_U 1, 7 the N×m products and the normalization."""),
+    ("code", """\
+step_rows = steps.group_by("device", "dtype")  # panel rows; columns: thread counts
+step_threads = sorted(set(steps["threads"].tolist()))
+fig, axes = plt.subplots(max(len(step_rows), 1), max(len(step_threads), 1), squeeze=False, sharey=True,
+                         figsize=(4.6 * max(len(step_threads), 1) + 1.5, 3.6 * max(len(step_rows), 1)))
+if not step_rows:
+    note(axes[0][0], "no step timings in this file (written with --steps 0, or no N ≥ m)")
+names = [name for _, name in sorted({(int(i), s) for i, s in zip(steps["step_index"], steps["step"])})]
+step_colors = dict(zip(names, plt.cm.tab10(np.arange(len(names)) % 10)))
+for row_axes, (_, rows) in zip(axes, step_rows):
+    for ax, threads in zip(row_axes, step_threads):
+        panel = rows.where(threads=threads)
+        sizes = sorted(set(panel["n"].tolist()))
+        bottom = np.zeros(len(sizes))
+        for name in names:
+            fraction = np.array([np.sum(panel.where(n=n, step=name)["fraction"]) for n in sizes])
+            ax.bar(np.arange(len(sizes)), fraction, bottom=bottom, color=step_colors[name], label=name)
+            bottom += fraction
+        ax.set_xticks(np.arange(len(sizes)), [str(n) for n in sizes], rotation=45)
+        ax.set_ylim(0, 1)
+        ax.set_title(describe(rows, ("device", "dtype")) + f" / {threads} thr", fontsize=9)
+        ax.set_xlabel("tokens N")
+        if not sizes:
+            note(ax, "no step timings")
+    row_axes[0].set_ylabel("fraction of Algorithm 1 time")
+if step_rows:
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+if step_rows:
+    fig.suptitle("PnP-Nystra steps (m = %s)" % "/".join(map(str, sorted(set(steps["landmarks"].tolist())))))
+fig.tight_layout()
+nr.save_figure(fig, "bench_steps")
+
+for _, rows in steps.group_by("device", "dtype", "threads"):
+    sizes = sorted(set(rows["n"].tolist()))
+    print(describe(rows) + ": seconds (fraction)")
+    print(f"{'step':>30} " + " ".join(f"{n:>17}" for n in sizes))
+    for name in names:
+        cells = []
+        for n in sizes:
+            row = rows.where(n=n, step=name)
+            cells.append(f"{row['seconds'][0]:9.2e} ({row['fraction'][0]:4.0%})" if row.rows else f"{'-':>17}")
+        print(f"{name:>30} " + " ".join(cells))"""),
+    ("md", """\
+## Accuracy against cost at the largest N
+
+Output error ‖O − Ô‖_F/‖O‖_F against wall time per head, log–log: lower left is better. Exact attention has no error;
+its time is the vertical line (the time the speed-ups refer to, also when the file has no `exact` rows)."""),
+    ("code", """\
+markers = dict(zip(styles, ["o", "s", "^", "D"] * 4))
+fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+for ax, (_, rows) in zip(axes[0], panels):
+    largest = rows.where(n=rows["n"].max())
+    for (threads,), at_threads in largest.group_by("threads"):
+        exact_seconds = at_threads["seconds"] * at_threads["speedup_vs_exact"]
+        if np.isfinite(exact_seconds).any():
+            ax.axvline(np.nanmedian(exact_seconds), color="k", ls=styles[threads], lw=1,
+                       label=f"exact attention, {threads} thr")
+        for method in at_threads.values_of("method"):
+            point = at_threads.where(method=method)
+            keep = (point["output_relative_error"] > 0) & np.isfinite(point["output_relative_error"])
+            if keep.any():
+                ax.scatter(point["seconds"][keep], point["output_relative_error"][keep], color=colors[method],
+                           marker=markers[threads], label=f"{method}, {threads} thr")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_title(f"{describe(rows, ('device', 'dtype'))}, N = {largest['n'][0]}")
+    ax.set_xlabel("seconds per head")
+    ax.set_ylabel("‖O − Ô‖_F / ‖O‖_F")
+    if ax.collections:
+        ax.legend(fontsize=7)
+    else:
+        note(ax, "no approximation with a finite error at this N")
+fig.tight_layout()
+nr.save_figure(fig, "bench_accuracy_vs_cost")"""),
+    ("md", """\
+## Against the GEMM peak (when the file has it)
+
+`gemm_fraction`: the rate of exact attention (or of the matrix-free matvec of `/bench_matvec`) as a fraction of the
+GEMM rate measured in the same run (`/bench_gemm`); issue 5 asks ≥ 60% for exact attention (black line)."""),
+    ("code", """\
+exact = bench.where(method="exact")
+sources = [(name, table, style) for name, table, style in
+           (("GEMM", gemm, "-"), ("exact attention", exact, "--"), ("matvec", matvec, ":"))
+           if table is not None and table.rows]
+configuration_colors = {}  # one colour per (dtype, threads), shared by the sources
+fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.4))
+for name, table, style in sources:
+    for _, line in table.group_by("device", "dtype", "threads", "d"):
+        configuration = (line["dtype"][0], int(line["threads"][0]))
+        color = configuration_colors.setdefault(configuration, f"C{len(configuration_colors)}")
+        label = f"{name}, {describe(line, ('device', 'dtype', 'threads', 'd'))}"
+        options = {"color": color, "ls": style, "label": label}
+        if table is not gemm and "gemm_fraction" in line:
+            plot_against_n(axes[0], line, "gemm_fraction", **options)
+        if table is gemm and line.rows == 1:  # one n×n×n reference per configuration: a level
+            axes[1].axhline(line["gflops"][0], **{**options, "label": options["label"] + f", n = {line['n'][0]}"})
+        else:
+            plot_against_n(axes[1], line, "gflops", **options)
+if axes[0].has_data():
+    axes[0].axhline(0.6, color="k", lw=1, label="goal for exact attention: 0.6")
+    axes[0].set_yscale("linear")
+    axes[0].set_ylim(0, max(1.05, axes[0].get_ylim()[1]))
+    nr.log2_axis(axes[0], np.concatenate([t["n"] for _, t, _ in sources if "gemm_fraction" in t]))
+    axes[0].legend(fontsize=7, loc="lower right")
+else:
+    note(axes[0], "no gemm_fraction in this file")
+axes[0].set_xlabel("tokens N")
+axes[0].set_ylabel("fraction of the GEMM rate")
+if axes[1].has_data():
+    nr.log2_axis(axes[1], np.concatenate([t["n"] for _, t, _ in sources if t is not gemm] or [gemm["n"]]))
+    axes[1].set_yscale("log")
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+else:
+    note(axes[1], "no rates to show")
+axes[1].set_title("measured rates" + ("" if gemm is not None else " (no /bench_gemm in this file)"), fontsize=9)
+axes[1].set_xlabel("tokens N")
+axes[1].set_ylabel("GFLOP/s")
+fig.tight_layout()
+nr.save_figure(fig, "bench_gemm")
+
+for name, table in (("/bench_gemm", gemm), ("/bench_matvec", matvec)):
+    if table is not None and table.rows:
+        columns = [c for c in ("device", "dtype", "threads", "n", "d", "seconds", "gflops", "gemm_fraction")
+                   if c in table]
+        print(name)
+        print(" ".join(f"{c:>13}" for c in columns))
+        for i in range(table.rows):
+            print(" ".join(f"{table[c][i]:>13.4g}" if isinstance(table[c][i], float) else f"{table[c][i]:>13}"
+                           for c in columns))"""),
+    ("md", "## Table: seconds per head (speed-up over exact attention), and the largest N"),
+    ("code", """\
+for _, rows in bench.group_by("device", "dtype", "threads"):
+    sizes = sorted(set(rows["n"].tolist()))
+    print(describe(rows) + ", BLAS core " + ", ".join(rows.values_of("blas_core")))
+    print(f"{'method':>18} " + " ".join(f"{n:>17}" for n in sizes))
+    for method in rows.values_of("method"):
+        cells = []
+        for n in sizes:
+            row = rows.where(method=method, n=n)
+            cells.append(f"{row['seconds'][0]:9.2e} ({speedup_text(row['speedup_vs_exact'][0]):>6})" if row.rows
+                         else f"{'-':>17}")
+        print(f"{method:>18} " + " ".join(cells))
+    print()
+
+largest = bench.where(n=bench["n"].max())
+extra = ["gemm_fraction"] if "gemm_fraction" in largest else []
+print(f"N = {largest['n'][0]}")
+print(f"{'method':>18} {'dtype':>8} {'thr':>4} {'seconds':>10} {'GFLOP/s':>9} {'speed-up':>9} {'rel. error':>11}"
+      + "".join(f" {c:>14}" for c in extra))
+for i in range(largest.rows):
+    print(f"{largest['method'][i]:>18} {largest['dtype'][i]:>8} {largest['threads'][i]:>4} "
+          f"{largest['seconds'][i]:10.3e} {largest['gflops'][i]:9.1f} {largest['speedup_vs_exact'][i]:9.1f} "
+          f"{largest['output_relative_error'][i]:11.2e}" + "".join(f" {largest[c][i]:14.2f}" for c in extra))"""),
+]
+
 NOTEBOOKS = {
     "spectrum_decay.ipynb": SPECTRUM,
     "error_vs_landmarks.ipynb": ERRORS,
     "bound_validation.ipynb": BOUNDS,
     "method_comparison.ipynb": METHODS,
+    "bench_timings.ipynb": BENCH,
 }
 
 

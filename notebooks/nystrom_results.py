@@ -1,10 +1,10 @@
 """Reading `nystrom` results files (shared FORMATS.md §2) for the notebooks: the /sweep table, the /spectra groups,
-where the files are (environment variables) and where figures go. Nothing here recomputes the numerics; it only
-selects rows and summarizes them over heads for plotting.
+the /bench tables, where the files are (environment variables) and where figures go. Nothing here recomputes the
+numerics; it only selects rows and summarizes them over heads for plotting.
 
 Environment:
-  NYSTROM_RESULTS   folder holding sweep.h5 and spectrum.h5 (default: <repository>/results); a relative path is
-                    taken from the repository root
+  NYSTROM_RESULTS   folder holding sweep.h5, spectrum.h5 and bench.h5 (default: <repository>/results); a relative
+                    path is taken from the repository root
   NYSTROM_FIGURES   folder the PNGs are written to (default: $NYSTROM_RESULTS/figures)
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import h5py
 import numpy as np
@@ -28,6 +29,14 @@ FLOAT_COLUMNS = (
     "theorem1_bound", "theorem2_bound", "theorem3_bound", "theorem3_k", "c_emp", "pinv_residual", "seconds",
 )
 REQUIRED_COLUMNS = STRING_COLUMNS + INT_COLUMNS + FLOAT_COLUMNS
+# `nystrom bench` (experiments/bench.cpp): the columns the bench notebook reads; gemm_fraction, /bench_gemm and
+# /bench_matvec are optional (GEMM reference rates, written by newer versions).
+BENCH_COLUMNS = ("method", "n", "d", "dtype", "threads", "landmarks", "seconds", "flops", "gflops",
+                 "speedup_vs_exact", "output_relative_error", "blas_core")
+BENCH_STEP_COLUMNS = ("step", "step_index", "n", "d", "dtype", "threads", "landmarks", "seconds", "fraction",
+                      "blas_core")
+BENCH_GEMM_COLUMNS = ("device", "dtype", "threads", "n", "seconds", "gflops", "blas_core")
+BENCH_MATVEC_COLUMNS = ("device", "dtype", "threads", "n", "d", "seconds", "gflops", "gemm_fraction", "blas_core")
 
 
 def _from_repository(value: str) -> Path:
@@ -77,7 +86,8 @@ def provenance(path: Path) -> dict[str, str]:
 
 
 class Table(dict):
-    """Columns of /sweep as numpy arrays (strings decoded), all of one length, with row selection."""
+    """Columns of a results table (/sweep, /bench, ...) as numpy arrays (strings decoded), all of one length, with
+    row selection."""
 
     @property
     def rows(self) -> int:
@@ -95,30 +105,72 @@ class Table(dict):
         _, first = np.unique(self[column], return_index=True)
         return [self[column][i] for i in sorted(first)]
 
+    def group_by(self, *columns: str) -> list[tuple[tuple, "Table"]]:
+        """(values, rows) for each distinct combination of the named columns, in first-seen order; columns the
+        table lacks are left out of the grouping (and out of the values)."""
+        present = [c for c in columns if c in self]
+        if not present:
+            return [((), self)] if self.rows else []
+        keys = list(zip(*(self[c].tolist() for c in present)))
+        distinct = list(dict.fromkeys(keys))
+        return [(key, self.where(np.array([k == key for k in keys], dtype=bool))) for key in distinct]
 
-def read_sweep(path: Path | None = None) -> Table:
+
+def _read_table(file: h5py.File, path: Path, name: str, required: tuple[str, ...]) -> Table:
+    """The 1-D column datasets of group `name` as a Table; checks the required columns and equal lengths."""
+    if name not in file:
+        raise ValueError(f"{path}: no /{name} group")
+    group = file[name]
+    missing = [c for c in required if c not in group]
+    if missing:
+        raise ValueError(f"{path}: /{name} lacks required columns {missing}")
+    table = Table()
+    for column, dataset in group.items():
+        if not isinstance(dataset, h5py.Dataset) or dataset.ndim != 1:
+            continue
+        if h5py.check_string_dtype(dataset.dtype) is not None:
+            table[column] = np.asarray(dataset.asstr()[...], dtype=object)
+        else:
+            table[column] = dataset[...]
+    lengths = {column: len(values) for column, values in table.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{path}: /{name} columns have different lengths {lengths}")
+    return table
+
+
+def read_sweep(path: Path | str | None = None) -> Table:
     """The /sweep table of a results file; checks the format attributes and the required columns."""
-    path = path or results_dir() / "sweep.h5"
+    path = Path(path) if path else results_dir() / "sweep.h5"
     with _open_results(path) as file:
-        if "sweep" not in file:
-            raise ValueError(f"{path}: no /sweep group")
-        group = file["sweep"]
-        missing = [c for c in REQUIRED_COLUMNS if c not in group]
-        if missing:
-            raise ValueError(f"{path}: /sweep lacks required columns {missing}")
-        table = Table()
-        for name, dataset in group.items():
-            if not isinstance(dataset, h5py.Dataset) or dataset.ndim != 1:
-                continue
-            if h5py.check_string_dtype(dataset.dtype) is not None:
-                table[name] = np.asarray(dataset.asstr()[...], dtype=object)
-            else:
-                table[name] = dataset[...]
-        lengths = {name: len(values) for name, values in table.items()}
-        if len(set(lengths.values())) > 1:
-            raise ValueError(f"{path}: /sweep columns have different lengths {lengths}")
+        table = _read_table(file, path, "sweep", REQUIRED_COLUMNS)
     print(f"{path}: {table.rows} rows, {len(table)} columns")
     return table
+
+
+class BenchResults(NamedTuple):
+    """The tables of a `nystrom bench` file: /bench (one row per method, N, dtype, thread count), /bench_steps
+    (PnP-Nystra Algorithm 1 step timings, paper Table 1; no rows with --steps 0) and, when the file has them, the
+    GEMM reference rates /bench_gemm and the matrix-free matvec rates /bench_matvec (None otherwise)."""
+
+    bench: Table
+    steps: Table
+    gemm: Table | None
+    matvec: Table | None
+
+
+def read_bench(path: Path | str | None = None) -> BenchResults:
+    """The tables of a bench results file (default $NYSTROM_RESULTS/bench.h5); checks the format attributes and
+    the columns the bench notebook reads."""
+    path = Path(path) if path else results_dir() / "bench.h5"
+    with _open_results(path) as file:
+        bench = _read_table(file, path, "bench", BENCH_COLUMNS)
+        steps = _read_table(file, path, "bench_steps", BENCH_STEP_COLUMNS)
+        gemm = _read_table(file, path, "bench_gemm", BENCH_GEMM_COLUMNS) if "bench_gemm" in file else None
+        matvec = _read_table(file, path, "bench_matvec", BENCH_MATVEC_COLUMNS) if "bench_matvec" in file else None
+    optional = [f", /{name}: {table.rows} rows" for name, table in (("bench_gemm", gemm), ("bench_matvec", matvec))
+                if table is not None]
+    print(f"{path}: /bench: {bench.rows} rows, /bench_steps: {steps.rows} rows" + "".join(optional))
+    return BenchResults(bench, steps, gemm, matvec)
 
 
 @dataclass
@@ -148,9 +200,9 @@ class LayerSpectra:
         return float(counts.mean()), bool((counts == k).any())
 
 
-def read_spectra(path: Path | None = None) -> list[LayerSpectra]:
+def read_spectra(path: Path | str | None = None) -> list[LayerSpectra]:
     """Every /spectra/<layer> group of a results file, in file order."""
-    path = path or results_dir() / "spectrum.h5"
+    path = Path(path) if path else results_dir() / "spectrum.h5"
     layers = []
     with _open_results(path) as file:
         if "spectra" not in file:
@@ -169,9 +221,9 @@ def read_spectra(path: Path | None = None) -> list[LayerSpectra]:
     return layers
 
 
-def landmark_axis(ax, landmarks) -> None:
-    """Log-2 x axis labelled with the landmark counts themselves."""
-    ticks = sorted({int(m) for m in landmarks})
+def log2_axis(ax, values) -> None:
+    """Log-2 x axis labelled with the values themselves (landmark counts, token counts N)."""
+    ticks = sorted({int(v) for v in values})
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [str(m) for m in ticks])
     ax.minorticks_off()

@@ -2,7 +2,8 @@
 # Executes the figure notebooks (notebooks/*.ipynb) headless on a results folder and writes their PNGs to
 # <results>/figures/ and the executed notebooks, with their printed tables, to <results>/notebooks/.
 #   scripts/make-figures.sh [--strict] [RESULTS_DIR]      (default: $NYSTROM_RESULTS, else results/)
-# Inputs: RESULTS_DIR/sweep.h5 (`nystrom sweep`) and RESULTS_DIR/spectrum.h5 (`nystrom spectrum`). When spectrum.h5
+# Inputs: RESULTS_DIR/sweep.h5 (`nystrom sweep`), RESULTS_DIR/spectrum.h5 (`nystrom spectrum`) and
+# RESULTS_DIR/bench.h5 (`nystrom bench`, run by hand: it takes minutes, never run here). When spectrum.h5
 # is missing but sweep.h5 names a dump file as its input and the program exists ($NYSTROM_BIN, else
 # build/bin/nystrom), `nystrom spectrum` is run on that dump first. A notebook whose input is still missing is
 # skipped with a message; with --strict that is an error. Needs .venv (scripts/setup-python.sh).
@@ -32,12 +33,17 @@ fi
 
 declare -A needs=(
   [spectrum_decay]=spectrum.h5 [error_vs_landmarks]=sweep.h5 [bound_validation]=sweep.h5 [method_comparison]=sweep.h5
+  [bench_timings]=bench.h5
+)
+declare -A makes=(
+  [spectrum.h5]="build/bin/nystrom spectrum" [sweep.h5]="build/bin/nystrom sweep"
+  [bench.h5]="build/bin/nystrom bench -o $results/bench.h5 (minutes)"
 )
 failed=0
-for name in spectrum_decay error_vs_landmarks bound_validation method_comparison; do
+for name in spectrum_decay error_vs_landmarks bound_validation method_comparison bench_timings; do
   input="$results/${needs[$name]}"
   if [[ ! -f "$input" ]]; then
-    echo "make-figures: skipping $name: $input not found"
+    echo "make-figures: skipping $name: $input not found (make it with: ${makes[${needs[$name]}]})"
     ((strict)) && failed=1
     continue
   fi

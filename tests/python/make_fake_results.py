@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Writes small, plausible `nystrom` results files (shared FORMATS.md §2) for testing the notebooks without the C++
-program: <dir>/sweep.h5 (a /sweep table) and <dir>/spectrum.h5 (/spectra/<layer>/...).
+program: <dir>/sweep.h5 (a /sweep table), <dir>/spectrum.h5 (/spectra/<layer>/...) and <dir>/bench.h5 (the /bench
+and /bench_steps tables of `nystrom bench`, and its optional /bench_gemm and /bench_matvec).
 
     make_fake_results.py OUT_DIR [--minimal] [--methods pnp-nystra,nystromformer,...] [--seed 0]
 
 --minimal writes only what FORMATS.md §2 requires (the required /sweep columns; sv_G, sv_S, sv_Gext with attrs k, N),
-so that tests show the notebooks do not depend on the extra columns and datasets `nystrom` writes besides.
-The numbers are synthetic (geometric singular-value decay, errors falling with the landmark count), not results.
+so that tests show the notebooks do not depend on the extra columns and datasets `nystrom` writes besides; its
+bench.h5 is like `nystrom bench --dtype float32 --threads-list 1 --methods <methods> --steps 0 --gemm-n 0` of an
+older version (no exact rows unless asked for, no step rows, no device or gemm_fraction column, no /bench_gemm).
+The numbers are synthetic (geometric singular-value decay, errors falling with the landmark count, time growing as
+N² for exact attention and as N for the approximations), not results.
 """
 
 from __future__ import annotations
@@ -32,6 +36,42 @@ FACTORED = ("pnp-nystra", "symmetric-nystrom", "exact")  # methods with a kernel
 LAYERS = ("00", "01")
 HEADS = 2
 TOKENS, DIM = 64, 16
+
+# `nystrom bench` tables (experiments/bench.cpp), transcribed for the same reason: column name, type.
+BENCH_COLUMNS = (
+    ("method", "text"), ("n", "int64"), ("d", "int64"), ("dv", "int64"), ("dtype", "text"), ("threads", "int64"),
+    ("landmarks", "int64"), ("seconds", "float64"), ("flops", "float64"), ("gflops", "float64"),
+    ("speedup_vs_exact", "float64"), ("output_relative_error", "float64"), ("blas_core", "text"),
+)
+BENCH_DEVICE_COLUMNS = (("gemm_fraction", "float64"), ("device", "text"))  # in /bench since the GEMM reference
+BENCH_STEP_COLUMNS = (
+    ("step", "text"), ("step_index", "int64"), ("n", "int64"), ("d", "int64"), ("dtype", "text"),
+    ("threads", "int64"), ("landmarks", "int64"), ("seconds", "float64"), ("fraction", "float64"),
+    ("blas_core", "text"),
+)
+BENCH_GEMM_COLUMNS = (
+    ("device", "text"), ("dtype", "text"), ("threads", "int64"), ("n", "int64"), ("seconds", "float64"),
+    ("gflops", "float64"), ("blas_core", "text"),
+)
+BENCH_MATVEC_COLUMNS = (
+    ("device", "text"), ("dtype", "text"), ("threads", "int64"), ("n", "int64"), ("d", "int64"),
+    ("seconds", "float64"), ("gflops", "float64"), ("gemm_fraction", "float64"), ("blas_core", "text"),
+)
+STEPS = ("1 landmarks", "2 G_L", "3 G_A", "4 G_U", "5 pinv", "6 G_U V, G_U 1", "7 P, products, normalization")
+BENCH_SIZES = tuple(64 * 2**k for k in range(7))  # 64 … 4096
+MATVEC_SIZES = (1024, 2048, 4096)
+BENCH_LANDMARKS, BENCH_FEATURES, BENCH_DIM, GEMM_N = 16, 64, 64, 4096
+BLAS_CORE = "SkylakeX"
+
+
+def write_table(file: h5py.File, name: str, columns: tuple[tuple[str, str], ...], rows: list[dict]) -> None:
+    """A results table as `nystrom` writes it: group `name`, one extendable chunked 1-D dataset per column,
+    text as variable-length UTF-8, int64, float64."""
+    group = file.create_group(name)
+    types = {"text": h5py.string_dtype("utf-8"), "int64": np.int64, "float64": np.float64}
+    for column, kind in columns:
+        values = np.array([r[column] for r in rows], dtype=object if kind == "text" else types[kind])
+        group.create_dataset(column, data=values, dtype=types[kind], maxshape=(None,), chunks=(256,))
 
 
 def write_root(file: h5py.File, command: str) -> None:
@@ -95,14 +135,10 @@ def write_sweep(path: Path, methods: list[str], minimal: bool, rng: np.random.Ge
     rows = sweep_rows(methods, rng)
     with h5py.File(path, "w") as file:
         write_root(file, "nystrom sweep (fake)")
-        group = file.create_group("sweep")
+        columns = tuple((c, "text") for c in STRING_COLUMNS) + tuple((c, "int64") for c in INT_COLUMNS)
+        write_table(file, "sweep", columns + tuple((c, "float64") for c in FLOAT_COLUMNS), rows)
+        group = file["sweep"]
         text = h5py.string_dtype("utf-8")
-        for name in STRING_COLUMNS:
-            group.create_dataset(name, data=[r[name] for r in rows], dtype=text)
-        for name in INT_COLUMNS:
-            group.create_dataset(name, data=np.array([r[name] for r in rows], dtype=np.int64))
-        for name in FLOAT_COLUMNS:
-            group.create_dataset(name, data=np.array([r[name] for r in rows], dtype=np.float64))
         if not minimal:  # extra columns `nystrom sweep` writes besides the required ones
             group.create_dataset("stabilization", data=["row-max"] * len(rows), dtype=text)
             group.create_dataset("precision", data=["double"] * len(rows), dtype=text)
@@ -138,6 +174,71 @@ def write_spectrum(path: Path, minimal: bool, rng: np.random.Generator) -> None:
                 group.attrs["landmarks"] = np.int64(16)
 
 
+def bench_rows(methods: list[str], minimal: bool, rng: np.random.Generator) -> dict[str, list[dict]]:
+    """Rows of /bench, /bench_steps and (unless minimal) /bench_gemm and /bench_matvec, in bench's loop order
+    (dtype, threads; GEMM, then per N exact first, then the matvecs); exact attention is timed for the speedups even
+    without its own rows."""
+    dtypes, thread_counts = (["float32"], [1]) if minimal else (["float32", "float64"], [1, 2])
+    listed = methods if minimal else ["exact", *methods]
+    tables = {"bench": [], "bench_steps": [], "bench_gemm": [], "bench_matvec": []}
+    for dtype, threads in itertools.product(dtypes, thread_counts):
+        peak = 250e9 * threads * (1.0 if dtype == "float32" else 0.5)  # GEMM rate, flop/s
+        where = {"dtype": dtype, "threads": threads, "blas_core": BLAS_CORE}
+        if not minimal:
+            gemm_seconds = 2.0 * GEMM_N**3 / peak
+            tables["bench_gemm"].append({"device": "cpu", "n": GEMM_N, "seconds": gemm_seconds,
+                                         "gflops": 2.0 * GEMM_N**3 / gemm_seconds * 1e-9, **where})
+        for n in BENCH_SIZES:
+            exact_flops = 4.0 * n * n * BENCH_DIM
+            exact_seconds = exact_flops / (0.7 * peak) + 2e-6
+            for method in dict.fromkeys(["exact", *methods]):  # exact first, as bench orders them
+                if method not in listed:
+                    continue
+                size = {"exact": 0, "performer": BENCH_FEATURES, "linformer": BENCH_FEATURES}.get(method)
+                size = BENCH_LANDMARKS if size is None else size
+                flops = exact_flops if method == "exact" else 2.0 * n * size * (4 * BENCH_DIM + size)
+                seconds = exact_seconds if method == "exact" else flops / (0.2 * peak) + 2e-5 * rng.uniform(0.9, 1.1)
+                row = {"method": method, "n": n, "d": BENCH_DIM, "dv": BENCH_DIM, "landmarks": size,
+                       "seconds": seconds, "flops": flops, "gflops": flops / seconds * 1e-9,
+                       "speedup_vs_exact": exact_seconds / seconds,
+                       "output_relative_error": 0.0 if method == "exact" else 0.02 * (1 + METHODS.index(method))
+                       * rng.uniform(0.8, 1.2), **where}
+                if not minimal:
+                    row.update(gemm_fraction=row["gflops"] * 1e9 / peak, device="cpu")
+                tables["bench"].append(row)
+            if not minimal:
+                weights = rng.uniform(0.5, 1.5, len(STEPS)) * np.array([1, 3, 0.2, 3, 0.5, 2, 3])
+                seconds = weights * n * 1e-8
+                for index, (step, value) in enumerate(zip(STEPS, seconds)):
+                    tables["bench_steps"].append({"step": step, "step_index": index + 1, "n": n, "d": BENCH_DIM,
+                                                  "landmarks": BENCH_LANDMARKS, "seconds": value,
+                                                  "fraction": value / seconds.sum(), **where})
+        for n in MATVEC_SIZES if not minimal else ():
+            gflops = 0.3 * peak * 1e-9 * n / (n + 512) * rng.uniform(0.9, 1.1)
+            tables["bench_matvec"].append({"device": "cpu", "n": n, "d": BENCH_DIM,
+                                           "seconds": 2.0 * n * n * BENCH_DIM / (gflops * 1e9), "gflops": gflops,
+                                           "gemm_fraction": gflops * 1e9 / peak, **where})
+    return tables
+
+
+def write_bench(path: Path, methods: list[str], minimal: bool, rng: np.random.Generator) -> None:
+    tables = bench_rows(methods, minimal, rng)
+    with h5py.File(path, "w") as file:
+        write_root(file, "nystrom bench (fake)")
+        file.attrs["input"] = "synthetic:gaussian"
+        file.attrs["blas_core"] = BLAS_CORE
+        if not minimal:
+            file.attrs["device"] = "cpu"
+            file.attrs["device_description"] = "fake CPU"
+            file.attrs["timing"] = "one head on the host, minimum over repeats; threads = OpenMP and OpenBLAS threads"
+        columns = BENCH_COLUMNS if minimal else BENCH_COLUMNS + BENCH_DEVICE_COLUMNS
+        write_table(file, "bench", columns, tables["bench"])
+        write_table(file, "bench_steps", BENCH_STEP_COLUMNS, tables["bench_steps"])
+        if not minimal:
+            write_table(file, "bench_gemm", BENCH_GEMM_COLUMNS, tables["bench_gemm"])
+            write_table(file, "bench_matvec", BENCH_MATVEC_COLUMNS, tables["bench_matvec"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output_dir", type=Path)
@@ -153,6 +254,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     write_sweep(args.output_dir / "sweep.h5", methods, args.minimal, rng)
     write_spectrum(args.output_dir / "spectrum.h5", args.minimal, rng)
+    write_bench(args.output_dir / "bench.h5", methods, args.minimal, rng)
 
 
 if __name__ == "__main__":

@@ -90,3 +90,103 @@ def test_median_and_quartiles_skip_nan():
     np.testing.assert_allclose(median, [2.0, 5.0])
     np.testing.assert_allclose(low, [1.5, 5.0])
     np.testing.assert_allclose(high, [2.5, 5.0])
+
+
+def write_results_file(path, tables):
+    """A results file holding `tables` ({group: {column: values}}), strings as variable-length UTF-8 like `nystrom`."""
+    with h5py.File(path, "w") as file:
+        file.attrs["format"] = "nystrom-results"
+        file.attrs["format_version"] = np.int64(1)
+        for name, columns in tables.items():
+            group = file.create_group(name)
+            for column, values in columns.items():
+                values = np.asarray(values)
+                if values.dtype.kind in "OU":
+                    group.create_dataset(column, data=values.astype(object), dtype=h5py.string_dtype("utf-8"))
+                else:
+                    group.create_dataset(column, data=values)
+
+
+BENCH_ROWS = {
+    "method": ["exact", "pnp-nystra", "exact"], "n": [256, 256, 512], "d": [64, 64, 64], "dv": [64, 64, 64],
+    "dtype": ["float32", "float32", "float64"], "threads": [1, 1, 2], "landmarks": [0, 16, 0],
+    "seconds": [1e-3, 2e-5, 8e-3], "flops": [1.6e7, 4.0e5, 6.7e7], "gflops": [16.0, 20.0, 8.4],
+    "speedup_vs_exact": [1.0, 50.0, 1.0], "output_relative_error": [0.0, 0.03, 0.0],
+    "blas_core": ["SkylakeX"] * 3,
+}
+STEP_ROWS = {
+    "step": ["1 landmarks", "2 G_L"], "step_index": [1, 2], "n": [256, 256], "d": [64, 64],
+    "dtype": ["float32", "float32"], "threads": [1, 1], "landmarks": [16, 16], "seconds": [1e-6, 3e-6],
+    "fraction": [0.25, 0.75], "blas_core": ["SkylakeX"] * 2,
+}
+
+
+def test_read_bench_returns_the_rows_written(tmp_path):
+    path = tmp_path / "bench.h5"
+    write_results_file(path, {"bench": BENCH_ROWS, "bench_steps": STEP_ROWS})
+    bench, steps, gemm, matvec = nr.read_bench(str(path))
+    assert gemm is None and matvec is None  # optional tables absent: not required
+    assert bench.rows == 3 and steps.rows == 2
+    assert list(bench["method"]) == BENCH_ROWS["method"] and isinstance(bench["dtype"][0], str)
+    np.testing.assert_array_equal(bench["n"], [256, 256, 512])
+    np.testing.assert_array_equal(bench["speedup_vs_exact"], [1.0, 50.0, 1.0])
+    assert bench.where(method="pnp-nystra", dtype="float32")["output_relative_error"].tolist() == [0.03]
+    assert list(steps["step"]) == ["1 landmarks", "2 G_L"]
+    np.testing.assert_array_equal(steps["fraction"], [0.25, 0.75])
+
+
+def test_read_bench_reads_the_optional_gemm_tables_and_rejects_incomplete_files(tmp_path):
+    gemm_rows = {"device": ["cpu"], "dtype": ["float32"], "threads": [1], "n": [4096], "seconds": [0.5],
+                 "gflops": [275.0], "blas_core": ["SkylakeX"]}
+    matvec_rows = {**{k: v * 2 for k, v in gemm_rows.items()}, "n": [1024, 2048], "d": [64, 64],
+                   "gemm_fraction": [0.1, 0.2]}
+    path = tmp_path / "bench.h5"
+    write_results_file(path, {"bench": {**BENCH_ROWS, "gemm_fraction": [0.6, 0.1, 0.5]}, "bench_steps": STEP_ROWS,
+                              "bench_gemm": gemm_rows, "bench_matvec": matvec_rows})
+    results = nr.read_bench(path)
+    assert results.gemm.rows == 1 and results.gemm["gflops"][0] == 275.0 and results.gemm["device"][0] == "cpu"
+    np.testing.assert_array_equal(results.matvec["n"], [1024, 2048])
+    np.testing.assert_array_equal(results.bench["gemm_fraction"], [0.6, 0.1, 0.5])
+
+    without = {k: v for k, v in BENCH_ROWS.items() if k != "speedup_vs_exact"}
+    write_results_file(path, {"bench": without, "bench_steps": STEP_ROWS})
+    with pytest.raises(ValueError, match="speedup_vs_exact"):
+        nr.read_bench(path)
+    write_results_file(path, {"bench": BENCH_ROWS})
+    with pytest.raises(ValueError, match="no /bench_steps"):
+        nr.read_bench(path)
+    write_results_file(path, {"bench": {**BENCH_ROWS, "seconds": [1.0, 2.0]}, "bench_steps": STEP_ROWS})
+    with pytest.raises(ValueError, match="different lengths"):
+        nr.read_bench(path)
+    incomplete_matvec = {k: v for k, v in matvec_rows.items() if k != "gemm_fraction"}
+    write_results_file(path, {"bench": BENCH_ROWS, "bench_steps": STEP_ROWS, "bench_matvec": incomplete_matvec})
+    with pytest.raises(ValueError, match="bench_matvec lacks required columns"):
+        nr.read_bench(path)
+
+
+def test_fake_bench_files_hold_what_the_notebook_is_tested_on(fake_results, tmp_path):
+    bench, steps, gemm, matvec = nr.read_bench(fake_results / "bench.h5")
+    configurations, sizes = 2 * 2, 7  # float32/float64 × 1/2 threads; N = 64 … 4096
+    assert bench.values_of("method") == ["exact", "pnp-nystra", "performer"]
+    assert bench.rows == configurations * sizes * 3 and steps.rows == configurations * sizes * 7
+    assert gemm.rows == configurations and matvec.rows == configurations * 3
+    np.testing.assert_array_equal(bench.where(method="exact")["speedup_vs_exact"], 1.0)
+    for _, group in steps.group_by("dtype", "threads", "n"):
+        assert group["fraction"].sum() == pytest.approx(1.0)
+    subprocess.run([sys.executable, str(REPOSITORY / "tests/python/make_fake_results.py"), str(tmp_path),
+                    "--minimal"], check=True)
+    minimal = nr.read_bench(tmp_path / "bench.h5")
+    assert minimal.gemm is None and minimal.matvec is None and minimal.steps.rows == 0
+    assert "gemm_fraction" not in minimal.bench and "device" not in minimal.bench
+    assert minimal.bench.values_of("method") == ["pnp-nystra"]
+
+
+def test_group_by_keeps_first_seen_order_and_ignores_absent_columns():
+    table = nr.Table({"dtype": np.array(["f64", "f32", "f64", "f32"], dtype=object), "threads": np.array([1, 1, 2, 1]),
+                      "seconds": np.array([1.0, 2.0, 3.0, 4.0])})
+    groups = table.group_by("device", "dtype", "threads")
+    assert [key for key, _ in groups] == [("f64", 1), ("f32", 1), ("f64", 2)]
+    assert [rows["seconds"].tolist() for _, rows in groups] == [[1.0], [2.0, 4.0], [3.0]]
+    (key, everything), = table.group_by("device")
+    assert key == () and everything.rows == 4
+    assert table.where(table["seconds"] > 9).group_by("dtype") == []
