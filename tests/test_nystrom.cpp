@@ -46,6 +46,20 @@ double condition(const Matrix<double>& a) {
   return s(0) / s(s.size() - 1);
 }
 
+/// Algorithm 1's output from the factors against the dense oracle (Ĝ V) ⊘ (Ĝ 1) in double (the clamped
+/// variant adds its 1e-12 to the row sums), to n·m·eps times the core's condition number.
+template <class T>
+void check_algorithm1(const NystromFactors<T>& f, const Matrix<T>& V, Stabilization stabilization) {
+  const Index n = V.rows(), m = f.core.rows();
+  const Matrix<double> G = f.dense().template cast<double>();
+  Vector<double> rowsum = G.rowwise().sum();
+  if (stabilization == Stabilization::clamped) rowsum.array() += 1e-12;
+  const Matrix<double> expected =
+      ((G * V.template cast<double>()).array().colwise() / rowsum.array()).matrix();
+  CHECK(relative_difference(nystrom_attention<T>(f, V), expected) <=
+        tolerance<T>(n * m) * condition(f.core.template cast<double>()));
+}
+
 }  // namespace
 
 TEST_CASE("stabilization names round-trip and unknown names throw") {
@@ -134,13 +148,7 @@ TEST_CASE_TEMPLATE("nystrom_attention equals (Ĝ V) ⊘ (Ĝ 1) from the dense Ĝ
   for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
     CAPTURE(to_string(stabilization));
     const auto f = generalized_nystrom<T>(Q, K, options_for(Kernel::exponential(0.4), m, stabilization));
-    const Matrix<double> G = f.dense().template cast<double>();
-    Vector<double> rowsum = G.rowwise().sum();
-    if (stabilization == Stabilization::clamped) rowsum.array() += 1e-12;
-    const Matrix<double> expected =
-        ((G * V.template cast<double>()).array().colwise() / rowsum.array()).matrix();
-    CHECK(relative_difference(nystrom_attention<T>(f, V), expected) <=
-          tolerance<T>(n * m) * condition(f.core.template cast<double>()));
+    check_algorithm1(f, V, stabilization);
   }
 }
 
@@ -249,14 +257,8 @@ TEST_CASE_TEMPLATE("factors and outputs over many row panels and two threads equ
         CHECK(relative_difference(f.left, finished(phi_left, left_shift)) <= tol);
         CHECK(relative_difference(f.core, finished(phi_core, upper_shift)) <= tol);
         CHECK(relative_difference(f.upper, finished(phi_upper, upper_shift)) <= tol);
-        const Matrix<double> G = f.dense().template cast<double>();
-        Vector<double> rowsum = G.rowwise().sum();
-        if (stabilization == Stabilization::clamped) rowsum.array() += 1e-12;
-        const Matrix<double> expected =
-            ((G * V.template cast<double>()).array().colwise() / rowsum.array()).matrix();
         // The threads split the sum over N of G_U [V, 1] differently; each split must match the oracle.
-        CHECK(relative_difference(nystrom_attention<T>(f, V), expected) <=
-              tolerance<T>(n * m) * condition(f.core.template cast<double>()));
+        check_algorithm1(f, V, stabilization);
       }
     }
   }
