@@ -443,7 +443,8 @@ void validate(const BenchSettings& settings) {
 /// Attribute `timing` of the file: what the rows time on this device.
 std::string timing_note(Device device) {
   if (device == Device::cpu)
-    return "one head on the host, minimum over repeats; threads = OpenMP and OpenBLAS threads";
+    return "one head on the host, minimum over repeats; threads = OpenMP threads (BLAS single-threaded "
+           "inside; the GEMM reference uses OpenBLAS threads)";
   return "exact and pnp-nystra through the CUDA backend with host matrices in and out (timings include the "
          "host<->device copies); threads = 1 (the thread list applies to the CPU only); /bench_steps is "
          "CPU-only and has no rows; the GEMM reference by cuBLAS, the matvec by the backend's kernel "

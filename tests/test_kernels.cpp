@@ -70,6 +70,24 @@ TEST_CASE_TEMPLATE("kernel blocks equal the naive dense kernel", T, float, doubl
   }
 }
 
+TEST_CASE_TEMPLATE("large kernel blocks filled in row panels over two threads equal the naive kernel", T,
+                   float, double) {
+  // 700 × 900 × 8 = 5.0M multiply-adds: above detail::parallel_work, so the rows go out in 256-row panels.
+  const Matrix<T> Q = random_matrix<T>(700, 8, 21, 0.5);
+  const Matrix<T> K = random_matrix<T>(900, 8, 22, 0.5);
+  REQUIRE(700.0 * 900.0 * 8.0 > detail::parallel_work);
+  const int before = threads();
+  for (int count : {1, 2}) {
+    CAPTURE(count);
+    set_threads(count);
+    for (const Kernel& kernel : all_kernels) {
+      CAPTURE(kernel.label());
+      check_block_against_naive<T>(Q, K, kernel);
+    }
+  }
+  set_threads(before);
+}
+
 TEST_CASE_TEMPLATE("kernel sub-blocks and panels equal the same entries of the full block", T, float,
                    double) {
   const Index n = 130, d = 16;

@@ -35,6 +35,13 @@ void Kernel::validate() const {
   if (type != KernelType::exponential) require(param > 0, named(" must be > 0"));
 }
 
+void Kernel::require_block(Index n, Index p, Index d, Index e, Index out_rows, Index out_cols) const {
+  validate();
+  require(d == e, describe("kernel: token dimensions differ, d = ", d, " and ", e));
+  require(out_rows == n && out_cols == p,
+          describe("kernel: output block is ", out_rows, "x", out_cols, ", expected ", n, "x", p));
+}
+
 std::string Kernel::label() const {
   std::ostringstream out;
   out << to_string(type) << "(" << parameter_name(type) << "=" << param << ")";

@@ -18,7 +18,7 @@ void set_threads(int threads) {
   require(threads >= 1, describe("set_threads: threads = ", threads, " must be >= 1"));
   omp_set_num_threads(threads);
 #ifdef NYSTROM_WITH_OPENBLAS
-  openblas_set_num_threads(threads);
+  openblas_set_num_threads(1);
 #endif
 }
 
@@ -34,16 +34,17 @@ std::string blas_core() {
 #endif
 }
 
-SingleThreadedBlas::SingleThreadedBlas() {
+BlasThreads::BlasThreads(int count) {
+  require(count >= 1, describe("BlasThreads: count = ", count, " must be >= 1"));
 #ifdef NYSTROM_WITH_OPENBLAS
   previous_ = openblas_get_num_threads();
-  openblas_set_num_threads(1);
+  openblas_set_num_threads(count);
 #else
   previous_ = 1;
 #endif
 }
 
-SingleThreadedBlas::~SingleThreadedBlas() {
+BlasThreads::~BlasThreads() {
 #ifdef NYSTROM_WITH_OPENBLAS
   openblas_set_num_threads(previous_);
 #endif

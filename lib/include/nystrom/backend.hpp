@@ -65,8 +65,9 @@ template <class T>
 Matrix<T> kernel_block(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
                        const Kernel& kernel);
 
-/// Seconds of one n×n×n GEMM in T on `device` (best of three after a warm-up; Eigen through BLAS with the
-/// current threads on the CPU, cuBLAS on the GPU): the reference rate `nystrom bench` reports fractions of.
+/// Seconds of one n×n×n GEMM in T on `device` (best of three after a warm-up; on the CPU Eigen through
+/// OpenBLAS on as many OpenBLAS threads as OpenMP threads (BlasThreads), on the GPU cuBLAS): the reference
+/// rate `nystrom bench` reports fractions of.
 template <class T>
 double gemm_seconds(Device device, Index n);
 

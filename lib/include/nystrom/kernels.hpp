@@ -11,7 +11,10 @@
 #include <cmath>
 #include <string>
 
+#include <omp.h>
+
 #include "nystrom/error.hpp"
+#include "nystrom/threads.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -40,16 +43,18 @@ struct Kernel {
   /// "exp(s=0.125)", "laplacian(lambda=4)", ...
   std::string label() const;
 
+  /// Throws std::invalid_argument naming the value unless the parameter is valid, X (n×d) and Y (p×e) share
+  /// d = e, and the output block is n×p.
+  void require_block(Index n, Index p, Index d, Index e, Index out_rows, Index out_cols) const;
+
   /// out(i, j) = φ(X_i, Y_j) for the rows of X (n×d) and Y (p×d); out must be n×p. O(n·p·d).
   template <class T>
   void exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const;
 
-  /// out(i, j) = κ(X_i, Y_j); out must be n×p. O(n·p·d).
+  /// out(i, j) = κ(X_i, Y_j); out must be n×p. O(n·p·d). Blocks above detail::parallel_work multiply-adds
+  /// are filled in row panels over the OpenMP threads (threads.hpp).
   template <class T>
-  void evaluate(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const {
-    exponent<T>(X, Y, out);
-    out = out.array().exp().matrix();
-  }
+  void evaluate(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const;
 
   /// The block κ(X, Y) as a new n×p matrix.
   template <class T>
@@ -102,12 +107,7 @@ void distance_exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, M
 
 template <class T>
 void Kernel::exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const {
-  validate();
-  require(X.cols() == Y.cols(),
-          describe("kernel: token dimensions differ, d = ", X.cols(), " and ", Y.cols()));
-  require(out.rows() == X.rows() && out.cols() == Y.rows(),
-          describe("kernel: output block is ", out.rows(), "x", out.cols(), ", expected ", X.rows(), "x",
-                   Y.rows()));
+  require_block(X.rows(), Y.rows(), X.cols(), Y.cols(), out.rows(), out.cols());
   if (type == KernelType::exponential) {
     out.noalias() = (T(param) * X) * Y.transpose();
     return;
@@ -129,6 +129,26 @@ void Kernel::exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, Ma
     fill(Y, X, transposed);
     out = transposed.transpose();
   }
+}
+
+template <class T>
+void Kernel::evaluate(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const {
+  require_block(X.rows(), Y.rows(), X.cols(), Y.cols(), out.rows(), out.cols());
+  constexpr Index panel = 256;
+  const Index n = X.rows();
+  const double work = double(n) * double(Y.rows()) * double(std::max<Index>(X.cols(), 1));
+  const auto fill = [&](Index first, Index count) {
+    auto block = out.middleRows(first, count);
+    exponent<T>(X.middleRows(first, count), Y, block);
+    block = block.array().exp().matrix();
+  };
+  if (work < detail::parallel_work || n < 2 * panel || omp_get_max_threads() == 1) {
+    fill(0, n);
+    return;
+  }
+  const SingleThreadedBlas single_threaded_blas;
+#pragma omp parallel for schedule(static)
+  for (Index first = 0; first < n; first += panel) fill(first, std::min(panel, n - first));
 }
 
 }  // namespace nystrom

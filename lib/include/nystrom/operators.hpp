@@ -30,12 +30,6 @@ namespace nystrom {
 
 namespace detail {
 
-/// Products below this many multiply-adds (about half a millisecond on one core) run on one thread. A
-/// parallel region costs microseconds on an idle machine, but when another process holds a core its barrier
-/// waits for a scheduler time slice (milliseconds): Lanczos on a stored 1040×1040 matrix (1.1M multiply-adds
-/// per product, hundreds of products) measured 30 ms on one thread and 1.1 s on two with one busy core.
-constexpr double parallel_work = 1 << 22;
-
 /// Threads for `panels` panels of a product costing `work` multiply-adds.
 inline int workers_for(Index panels, double work) {
   if (work < parallel_work) return 1;

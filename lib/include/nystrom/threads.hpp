@@ -1,14 +1,28 @@
 #pragma once
 /// @file threads.hpp
-/// Thread control: OpenMP for the library's own loops, OpenBLAS kept single-threaded inside OpenMP regions
-/// (oversubscription measured 4x slower on the 2-core development machine).
+/// Thread control. OpenMP is the library's one thread pool: every parallel loop is an OpenMP region with
+/// single-threaded BLAS inside (large kernel blocks, exact and PnP-Nystra attention, matrix-free passes,
+/// large stored products). OpenBLAS's own pthread workers stay off: after each threaded call they spin for a
+/// long time and stall the next OpenMP region on a 2-core machine (one N = 1024 sweep point with 2 threads:
+/// head reference 9.5 ms and point 7.8 ms with 2 OpenBLAS threads, 5.6 ms and 3.0 ms with 1; oversubscription
+/// inside regions measured 4× slower).
 
 #include <string>
 
 namespace nystrom {
 
-/// Sets the number of OpenMP threads (and OpenBLAS threads for calls made outside OpenMP regions); throws
-/// std::invalid_argument naming `threads` when it is < 1 (callers map a CLI "0: the default" themselves).
+namespace detail {
+
+/// Products below this many multiply-adds (about half a millisecond on one core) run on one thread. A
+/// parallel region costs microseconds on an idle machine, but when another process holds a core its barrier
+/// waits for a scheduler time slice (milliseconds): Lanczos on a stored 1040×1040 matrix (1.1M multiply-adds
+/// per product, hundreds of products) measured 30 ms on one thread and 1.1 s on two with one busy core.
+constexpr double parallel_work = 1 << 22;
+
+}  // namespace detail
+
+/// Sets the number of OpenMP threads and keeps OpenBLAS single-threaded; throws std::invalid_argument naming
+/// `threads` when it is < 1 (callers map a CLI "0: the default" themselves).
 void set_threads(int threads);
 
 /// Number of OpenMP threads the library's parallel loops use.
@@ -17,19 +31,24 @@ int threads();
 /// Name of the OpenBLAS core kernel set in use (e.g. "SkylakeX", "Haswell"), or "Eigen" without OpenBLAS.
 std::string blas_core();
 
-/// RAII guard: while alive, OpenBLAS runs single-threaded (use around `#pragma omp parallel` regions that
-/// call BLAS). Cheap (a pair of openblas_set_num_threads calls measured 3 ns); what costs is waking the
-/// pthread OpenBLAS workers, which then spin for a while and take cores from the OpenMP threads, so a
-/// pipeline of short parallel steps should make every BLAS call under the guard.
-class SingleThreadedBlas {
+/// RAII guard: while alive, OpenBLAS runs on `count` threads (≥ 1), then returns to its previous count. For
+/// measurements that want BLAS's own threading (the GEMM reference rate of `nystrom bench`).
+class BlasThreads {
  public:
-  SingleThreadedBlas();
-  ~SingleThreadedBlas();
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+  explicit BlasThreads(int count);
+  ~BlasThreads();
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
 
  private:
   int previous_;
+};
+
+/// RAII guard: while alive, OpenBLAS runs single-threaded (use around `#pragma omp parallel` regions that
+/// call BLAS, so they stay safe for callers that did not go through set_threads).
+class SingleThreadedBlas : public BlasThreads {
+ public:
+  SingleThreadedBlas() : BlasThreads(1) {}
 };
 
 }  // namespace nystrom
