@@ -579,7 +579,8 @@ ResultsTable ResultsTable::open(hid_t file, const std::string& group_name, std::
   hsize_t rows = std::numeric_limits<hsize_t>::max();
   for (const auto& column : columns) {
     require(H5Lexists(group.get(), column.name.c_str(), H5P_DEFAULT) > 0,
-            describe(where_text, ": /", group_name, "/", column.name, ": missing column"));
+            describe(where_text, ": /", group_name, "/", column.name,
+                     ": missing column (the file has another version's columns: write to a new output)"));
     Handle dataset = open_dataset(group.get(), column.name);
     Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
     const auto dims = dataset_dims(dataset.get());

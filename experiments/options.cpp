@@ -52,7 +52,7 @@ bool parse_options(const Invocation& invocation, const std::string& synopsis,
 int apply_threads(const po::variables_map& values) {
   const int requested = values.count("threads") ? values["threads"].as<int>() : 0;
   require(requested >= 0, describe("option --threads: ", requested, " must be >= 0"));
-  if (requested > 0) set_threads(requested);
+  set_threads(requested > 0 ? requested : threads());  // also keeps OpenBLAS single-threaded (threads.hpp)
   return threads();
 }
 

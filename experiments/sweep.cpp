@@ -89,16 +89,17 @@ struct PointSpec {
   std::uint64_t seed = 0;
 };
 
-/// Wall times of the computations shared by several points (reported on each row that uses them).
-struct SharedSeconds {
-  double reference = 0;  ///< make_reference for this head and kernel
-  double landmarks = 0;  ///< landmark_terms for this strategy and landmark count
+/// Wall times on a row besides the point's own `seconds`.
+struct RowSeconds {
+  double reference = 0;  ///< make_reference for this head and kernel (on each row that uses it)
+  double landmarks = 0;  ///< landmark_terms for this strategy and landmark count (on each row that uses them)
+  double elapsed = 0;    ///< this row start to end, with the shared computations it built (overlapped or not)
 };
 
 /// One column of /sweep with how a row's cell is computed: the single source of the table's schema.
 struct SweepColumn {
   Column column;
-  std::function<Cell(const PointSpec&, const PointResult&, const SharedSeconds&)> cell;
+  std::function<Cell(const PointSpec&, const PointResult&, const RowSeconds&)> cell;
 };
 
 std::int64_t flag(bool value) {
@@ -108,7 +109,7 @@ std::int64_t flag(bool value) {
 const std::vector<SweepColumn>& sweep_columns() {
   using S = const PointSpec&;
   using R = const PointResult&;
-  using T = const SharedSeconds&;
+  using T = const RowSeconds&;
   static const std::vector<SweepColumn> columns = {
       {{"layer", ColumnType::text, true}, [](S s, R, T) { return s.layer; }},
       {{"batch", ColumnType::int64, true}, [](S s, R, T) { return std::int64_t(s.batch); }},
@@ -161,6 +162,7 @@ const std::vector<SweepColumn>& sweep_columns() {
       {{"seconds", ColumnType::float64, false}, [](S, R r, T) { return r.seconds; }},
       {{"reference_seconds", ColumnType::float64, false}, [](S, R, T t) { return t.reference; }},
       {{"landmark_seconds", ColumnType::float64, false}, [](S, R, T t) { return t.landmarks; }},
+      {{"elapsed_seconds", ColumnType::float64, false}, [](S, R, T t) { return t.elapsed; }},
   };
   return columns;
 }
@@ -171,7 +173,7 @@ std::vector<Column> schema() {
   return columns;
 }
 
-Row make_row(const PointSpec& spec, const PointResult& result, const SharedSeconds& seconds) {
+Row make_row(const PointSpec& spec, const PointResult& result, const RowSeconds& seconds) {
   Row row;
   for (const auto& c : sweep_columns()) row.push_back(c.cell(spec, result, seconds));
   return row;
@@ -750,37 +752,55 @@ struct PointCache {
   std::optional<HeadReference<T>> reference;
   std::optional<LandmarkTerms> terms;
   std::string reference_key, terms_key;
-  SharedSeconds shared;
+  RowSeconds shared;  ///< reference and landmarks: the times of the cached computations
 };
 
 /// Evaluates one point (any method) on `device`, reusing the cache when the head/kernel and landmarks match.
+/// New landmark terms of a pnp-nystra point are computed beside the head reference and the point
+/// (run_concurrently) when overlap_landmark_terms says so, else before them.
 template <class T>
 PointResult evaluate_point(const PointSpec& point, const Head<T>& head, const std::array<Index, 2>& window,
                            const SweepSettings& settings, PointCache<T>& cache) {
   const auto head_key = reference_key(point);
-  if (head_key != cache.reference_key) {
+  const bool new_reference = head_key != cache.reference_key;
+  if (new_reference) cache.terms_key.clear();
+  const auto build_reference = [&] {
     const auto start = std::chrono::steady_clock::now();
     cache.reference = make_reference(head, point.kernel, settings.evaluation);
     cache.shared.reference = seconds_since(start);
     cache.reference_key = head_key;
-    cache.terms_key.clear();
-  }
-  if (point.method != Method::pnp_nystra)
+  };
+  if (point.method != Method::pnp_nystra) {
+    if (new_reference) build_reference();
     return evaluate_method(point, head, *cache.reference, settings, window);
+  }
 
   const NystromOptions options = nystrom_options(point, window);
+  PointResult result;
+  const auto measure = [&] {
+    if (new_reference) build_reference();
+    result = measure_nystrom(head, *cache.reference, options, settings.evaluation);
+  };
   const auto landmark_key = describe(to_string(point.strategy), "/", point.landmarks);
-  if (landmark_key != cache.terms_key) {
-    const auto start = std::chrono::steady_clock::now();
-    NystromOptions exact = options;
-    exact.pinv = PinvOptions{};
-    exact.stabilization = Stabilization::none;
-    const auto factors = generalized_nystrom<T>(head.q, head.k, exact);
-    cache.terms = landmark_terms(head, *cache.reference, factors, settings.evaluation);
-    cache.shared.landmarks = seconds_since(start);
+  if (landmark_key == cache.terms_key) {
+    measure();
+  } else {
+    const auto build_terms = [&] {
+      const auto start = std::chrono::steady_clock::now();
+      cache.terms = landmark_terms(head, point.kernel, select_landmarks<T>(head.q, head.k, options.landmarks),
+                                   settings.evaluation);
+      cache.shared.landmarks = seconds_since(start);
+    };
+    if (overlap_landmark_terms<T>(head.q.rows(), point.landmarks, settings.evaluation)) {
+      run_concurrently(measure, build_terms);
+    } else {
+      build_terms();
+      measure();
+    }
     cache.terms_key = landmark_key;
   }
-  return evaluate_nystrom(head, *cache.reference, options, settings.evaluation, &*cache.terms);
+  apply_landmark_terms(*cache.terms, result);
+  return result;
 }
 
 /// Thrown by the writer to stop the distribution after a signal (or --stop-after).
@@ -871,10 +891,12 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
     const auto& layer =
         *std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l.name == point.layer; });
     const Head<T>& head = heads.at(point.layer)[point.batch * layer.heads + point.head];
+    const auto start = std::chrono::steady_clock::now();
     const PointResult result = evaluate_point(point, head, layer.window, settings, cache);
-    SharedSeconds shared = cache.shared;
-    if (point.method != Method::pnp_nystra) shared.landmarks = 0;  // no landmark terms
-    return {make_row(point, result, shared)};
+    RowSeconds seconds = cache.shared;
+    seconds.elapsed = seconds_since(start);
+    if (point.method != Method::pnp_nystra) seconds.landmarks = 0;  // no landmark terms
+    return {make_row(point, result, seconds)};
   };
   const auto on_done = [&](std::size_t index, const PointRows& rows) {
     for (const auto& row : rows) results->table->append(row);

@@ -55,6 +55,24 @@ double largest_singular_value(const Matrix<double>& a) {
   return Eigen::JacobiSVD<Matrix<double>>(a).singularValues()(0);
 }
 
+/// Every row of `a` and `b` is equal, bit for bit, in every column but the wall times.
+void check_same_results(const Table& a, const Table& b) {
+  REQUIRE(a.rows.size() == b.rows.size());
+  REQUIRE(a.columns.size() == b.columns.size());
+  for (std::size_t r = 0; r < a.rows.size(); ++r)
+    for (const auto& column : a.columns) {
+      if (column.name.ends_with("seconds")) continue;  // wall times differ; everything else is deterministic
+      CAPTURE(r);
+      CAPTURE(column.name);
+      const auto& x = a.rows[r][a.index(column.name)];
+      const auto& y = b.rows[r][b.index(column.name)];
+      if (const auto* d = std::get_if<double>(&x); d && std::isnan(*d))
+        CHECK(std::isnan(std::get<double>(y)));
+      else
+        CHECK(x == y);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("sweep: every row matches an independent dense recomputation, provenance attributes are present") {
@@ -96,7 +114,8 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
                              "theorem3_k",
                              "c_emp",
                              "pinv_residual",
-                             "seconds"})
+                             "seconds",
+                             "elapsed_seconds"})
     CHECK_NOTHROW(table.index(column));
 
   const auto dump = cli::inspect_dump(input);
@@ -171,6 +190,8 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
           doctest::Approx(factors.pinv.residual()).epsilon(1e-9).scale(1e-12));
     CHECK(table.text(r, "pinv_status") == to_string(factors.pinv.status));
     CHECK(table.number(r, "seconds") > 0);
+    // A row's elapsed time holds its own work and whatever shared computation it started.
+    CHECK(table.number(r, "elapsed_seconds") >= table.number(r, "seconds"));
   }
 
   cli::Handle file = cli::open_file(output, false);
@@ -203,6 +224,19 @@ TEST_CASE("sweep: block-constant tokens with aligned segment-means landmarks are
   }
 }
 
+TEST_CASE("sweep: one thread and two (landmark terms beside the point) give the same rows") {
+  TempDir dir("threads");
+  const auto input = make_dump(dir);
+  const auto one = dir / "one.h5", two = dir / "two.h5";
+  auto args = sweep_args(input, one);
+  args.insert(args.end(), {"--threads", "1"});
+  REQUIRE(run_cli(args).status == 0);
+  args = sweep_args(input, two);
+  args.insert(args.end(), {"--threads", "2"});
+  REQUIRE(run_cli(args).status == 0);
+  check_same_results(read_sweep(one), read_sweep(two));
+}
+
 TEST_CASE("sweep: interrupted (SIGINT after some points) and resumed gives the rows of one clean run") {
   TempDir dir("resume");
   const auto input = make_dump(dir);
@@ -221,20 +255,8 @@ TEST_CASE("sweep: interrupted (SIGINT after some points) and resumed gives the r
   REQUIRE(run_cli(sweep_args(input, resumed)).status == 0);
   CHECK_FALSE(fs::exists(resumed + ".partial"));
 
-  const Table a = read_sweep(clean), b = read_sweep(resumed);
-  REQUIRE(a.rows.size() == b.rows.size());
-  REQUIRE(a.columns.size() == b.columns.size());
-  for (std::size_t r = 0; r < a.rows.size(); ++r)
-    for (const auto& column : a.columns) {
-      if (column.name.ends_with("seconds")) continue;  // wall times differ; everything else is deterministic
-      CAPTURE(column.name);
-      const auto& x = a.rows[r][a.index(column.name)];
-      const auto& y = b.rows[r][b.index(column.name)];
-      if (const auto* d = std::get_if<double>(&x); d && std::isnan(*d))
-        CHECK(std::isnan(std::get<double>(y)));
-      else
-        CHECK(x == y);
-    }
+  const Table a = read_sweep(clean);
+  check_same_results(a, read_sweep(resumed));
 
   // A rerun of a finished sweep computes nothing and leaves the file byte-for-byte intact.
   const auto bytes = file_bytes(resumed);

@@ -4,6 +4,7 @@
 
 #include "nystrom/attention.hpp"
 #include "nystrom/evaluation.hpp"
+#include "nystrom/threads.hpp"
 #include "test_support.hpp"
 
 using namespace nystrom;
@@ -118,8 +119,8 @@ TEST_CASE("the matrix-free and Lanczos paths agree with the dense path") {
           1e-12 * expected.sigma1_ext * expected.sigma1_ext / expected.sigma_m1_ext);
   }
   // Precomputed landmark terms are used as given.
-  LandmarkTerms terms =
-      landmark_terms(head, reference, generalized_nystrom<double>(head.q, head.k, options), dense);
+  LandmarkTerms terms = landmark_terms(head, options.kernel,
+                                       select_landmarks<double>(head.q, head.k, options.landmarks), dense);
   terms.theorem3_k = 123;
   CHECK(evaluate_nystrom(head, reference, options, dense, &terms).theorem3_k == 123);
 }
@@ -140,9 +141,8 @@ TEST_CASE("landmark terms above the dense limit equal a full SVD of G̃, flat an
     options.landmarks.count = m;
     const EvaluationOptions evaluation;
     REQUIRE(n + m > evaluation.dense_svd_limit);
-    const auto reference = make_reference(*head, kernel, evaluation);
     const auto factors = generalized_nystrom<double>(head->q, head->k, options);
-    const LandmarkTerms terms = landmark_terms(*head, reference, factors, evaluation);
+    const LandmarkTerms terms = landmark_terms(*head, kernel, factors.landmarks, evaluation);
     Matrix<double> extended(n + m, n + m);
     extended << naive_kernel<double>(factors.landmarks.q, factors.landmarks.k, kernel),
         naive_kernel<double>(factors.landmarks.q, head->k, kernel),
@@ -169,6 +169,56 @@ TEST_CASE("float heads are evaluated to float accuracy") {
   const PointResult twice = evaluate_nystrom(h, make_reference(h, options.kernel, {}), options, {});
   CHECK(close(single.spectral_error, twice.spectral_error, 1e-3));
   CHECK(close(single.sigma_m_core, twice.sigma_m_core, 1e-4));
+  // G̃ of a float head is the float kernel block, exact in double from there on: float accuracy relative to
+  // σ₁.
+  CHECK(close(single.sigma1_ext, twice.sigma1_ext, 1e-5));
+  CHECK(std::abs(single.sigma_m1_ext - twice.sigma_m1_ext) <= 1e-5 * twice.sigma1_ext);
+}
+
+TEST_CASE("landmark terms beside the point give the values of one after the other, float and double") {
+  // n + m = 306: stored G̃ with single-threaded products, so evaluate_nystrom overlaps the terms.
+  const Head<double> h = small_head(300, 8, 4, 31);
+  const Head<float> f{h.q.cast<float>(), h.k.cast<float>(), h.v.cast<float>(), {}};
+  NystromOptions options;
+  options.kernel = Kernel::exponential(1 / std::sqrt(8.0));
+  options.landmarks.count = 6;
+  options.stabilization = Stabilization::row_max;
+  const EvaluationOptions evaluation;
+  CHECK(overlap_landmark_terms<double>(300, 6, evaluation));
+  const int before = threads();
+  const auto both_ways = [&](const auto& head) {
+    const auto reference = make_reference(head, options.kernel, evaluation);
+    set_threads(1);
+    const PointResult serial = evaluate_nystrom(head, reference, options, evaluation);
+    set_threads(2);
+    const PointResult overlapped = evaluate_nystrom(head, reference, options, evaluation);
+    set_threads(before);
+    // Each task runs on one thread either way, so the values agree to the last bit.
+    for (const auto column :
+         {&PointResult::spectral_error, &PointResult::frobenius_error, &PointResult::output_relative_error,
+          &PointResult::sigma1_ext, &PointResult::sigma_m1_ext, &PointResult::sigma_m_core,
+          &PointResult::theorem3_k, &PointResult::theorem2_bound, &PointResult::c_emp,
+          &PointResult::pinv_residual})
+      CHECK(overlapped.*column == serial.*column);
+    CHECK(overlapped.bounds_hold == serial.bounds_hold);
+    CHECK(std::isfinite(serial.sigma_m1_ext));
+  };
+  both_ways(h);
+  both_ways(f);
+}
+
+TEST_CASE("landmark terms overlap the point only where G̃ is stored and its products stay on one thread") {
+  const EvaluationOptions evaluation;
+  CHECK(overlap_landmark_terms<double>(1024, 16, evaluation));
+  CHECK(overlap_landmark_terms<float>(2000, 47, evaluation));  // (n + m)² just below detail::parallel_work
+  CHECK_FALSE(overlap_landmark_terms<float>(2000, 48, evaluation));  // 2048² = parallel_work
+  EvaluationOptions free = evaluation;
+  free.force_matrix_free = true;
+  CHECK_FALSE(overlap_landmark_terms<double>(1024, 16, free));
+  free.force_matrix_free = false;
+  free.memory_budget = 3.0 * 1024 * 1024 * 8 - 1;  // dense double 1024-token head no longer fits
+  CHECK_FALSE(overlap_landmark_terms<double>(1024, 16, free));
+  CHECK(overlap_landmark_terms<float>(1024, 16, free));
 }
 
 TEST_CASE("bad heads and options throw naming the value") {

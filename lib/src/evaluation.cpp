@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
@@ -35,6 +37,11 @@ void EvaluationOptions::validate() const {
   require(dense_svd_limit >= 0, describe("evaluation: dense_svd_limit = ", dense_svd_limit, " must be >= 0"));
   spectral.validate();
   require_device(device);
+}
+
+bool EvaluationOptions::matrix_free(Index n, std::size_t scalar_bytes) const {
+  const double tokens = static_cast<double>(n);
+  return force_matrix_free || 3.0 * tokens * tokens * double(scalar_bytes) > memory_budget;
 }
 
 namespace {
@@ -71,6 +78,15 @@ double difference_frobenius(const Head<T>& head, const Kernel& kernel, const Nys
   return std::sqrt(total(0));
 }
 
+/// `a` in double: moved when it is double already, else converted.
+template <class T>
+Matrix<double> in_double(Matrix<T>&& a) {
+  if constexpr (std::is_same_v<T, double>)
+    return std::move(a);
+  else
+    return a.template cast<double>();
+}
+
 bool same_kernel(const Kernel& a, const Kernel& b) {
   return a.type == b.type && a.param == b.param;
 }
@@ -84,8 +100,7 @@ HeadReference<T> make_reference(const Head<T>& head, const Kernel& kernel, const
   options.validate();
   HeadReference<T> reference;
   reference.kernel = kernel;
-  const double n = static_cast<double>(head.q.rows());
-  reference.matrix_free = options.force_matrix_free || 3.0 * n * n * sizeof(T) > options.memory_budget;
+  reference.matrix_free = options.matrix_free(head.q.rows(), sizeof(T));
   if (reference.matrix_free) {
     reference.g_norm2 =
         matrix_free_kernel_norm<T>(head.q, head.k, kernel, options.spectral, tiling(options)).values(0);
@@ -99,12 +114,13 @@ HeadReference<T> make_reference(const Head<T>& head, const Kernel& kernel, const
 }
 
 template <class T>
-LandmarkTerms landmark_terms(const Head<T>& head, const HeadReference<T>& reference,
-                             const NystromFactors<T>& factors, const EvaluationOptions& options) {
-  const Kernel& kernel = reference.kernel;
-  const Landmarks<T>& marks = factors.landmarks;
+LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const Landmarks<T>& marks,
+                             const EvaluationOptions& options) {
+  head.validate("landmark_terms");
+  kernel.validate();
+  options.validate();
   const Index m = marks.q.rows(), n = head.q.rows();
-  require(m >= 1 && marks.k.rows() == m && marks.q.cols() == head.q.cols(),
+  require(m >= 1 && marks.k.rows() == m && marks.q.cols() == head.q.cols() && marks.k.cols() == head.q.cols(),
           describe("landmark_terms: landmarks are ", marks.q.rows(), "x", marks.q.cols(), " and ",
                    marks.k.rows(), "x", marks.k.cols(), ", expected m x d with d = ", head.q.cols()));
   // Unstabilized blocks of G̃ = [[G_A, G_U], [G_L, G]] (MATH.md §2): the bounds are stated for the true
@@ -120,31 +136,25 @@ LandmarkTerms landmark_terms(const Head<T>& head, const HeadReference<T>& refere
   // is within 1e-10 relative or at the floor a full SVD has too, (n + m)·eps·σ₁; otherwise it goes to the
   // full SVD. The matrix-free path keeps the Gram form and its documented accuracy.
   SpectralResult top;
-  const auto extended_matrix = [&] {
-    Matrix<double> extended(n + m, n + m);
-    extended.topLeftCorner(m, m) = core.template cast<double>();
-    extended.topRightCorner(m, n) = upper.template cast<double>();
-    extended.bottomLeftCorner(n, m) = left.template cast<double>();
-    extended.bottomRightCorner(n, n) =
-        (reference.matrix_free ? kernel.block<T>(head.q, head.k) : reference.g).template cast<double>();
-    return extended;
-  };
   const auto full_svd = [&](const Matrix<double>& extended) {
     top.values = singular_values<double>(extended).head(m + 1);
     top.converged = true;
   };
-  if (n + m <= options.dense_svd_limit) {
-    full_svd(extended_matrix());
-  } else if (!reference.matrix_free) {
-    const Matrix<double> extended = extended_matrix();
-    top = top_singular_values(DenseOperator<double>(extended), m + 1, options.spectral);
-    const double svd_floor = double(n + m) * std::numeric_limits<double>::epsilon() * top.values(0);
-    if (!(top.converged && top.last_error_bound <= std::max(1e-10 * top.values(m), svd_floor)))
-      full_svd(extended);
-  } else {
+  if (options.matrix_free(n, sizeof(T)) && n + m > options.dense_svd_limit) {
     const KernelOperator<T> extended =
         extended_kernel_operator<T>(head.q, head.k, marks, kernel, options.panel_rows);
     top = top_singular_values(extended, m + 1, options.spectral);
+  } else {
+    const ExtendedTokens<T> tokens = extended_tokens<T>(head.q, head.k, marks);
+    const Matrix<double> extended = in_double<T>(kernel.block<T>(tokens.queries, tokens.keys));
+    if (n + m <= options.dense_svd_limit) {
+      full_svd(extended);
+    } else {
+      top = top_singular_values(DenseOperator<double>(extended), m + 1, options.spectral);
+      const double svd_floor = double(n + m) * std::numeric_limits<double>::epsilon() * top.values(0);
+      if (!(top.converged && top.last_error_bound <= std::max(1e-10 * top.values(m), svd_floor)))
+        full_svd(extended);
+    }
   }
   terms.sigma1_ext = top.values(0);
   terms.sigma_m1_ext = top.values(m);
@@ -153,9 +163,8 @@ LandmarkTerms landmark_terms(const Head<T>& head, const HeadReference<T>& refere
 }
 
 template <class T>
-PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& reference,
-                             const NystromOptions& options, const EvaluationOptions& evaluation,
-                             const LandmarkTerms* terms) {
+PointResult measure_nystrom(const Head<T>& head, const HeadReference<T>& reference,
+                            const NystromOptions& options, const EvaluationOptions& evaluation) {
   const auto start = std::chrono::steady_clock::now();
   head.validate("evaluate_nystrom");
   evaluation.validate();
@@ -190,14 +199,19 @@ PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& refere
     point.output_max_error = errors.max_abs;
     point.output_mean_abs_error = errors.mean_abs;
   }
-  const LandmarkTerms computed = terms ? *terms : landmark_terms(head, reference, factors, evaluation);
-  point.sigma1_ext = computed.sigma1_ext;
-  point.sigma_m1_ext = computed.sigma_m1_ext;
-  point.sigma_m_core = computed.sigma_m_core;
-  point.theorem3_k = computed.theorem3_k;
-  const BoundReport bounds =
-      evaluate_bounds({computed.sigma1_ext, computed.sigma_m1_ext, computed.sigma_m_core,
-                       point.spectral_error, computed.theorem3_k});
+  point.pinv_residual = factors.pinv.residual();
+  point.pinv_status = to_string(factors.pinv.status);
+  point.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return point;
+}
+
+void apply_landmark_terms(const LandmarkTerms& terms, PointResult& point) {
+  point.sigma1_ext = terms.sigma1_ext;
+  point.sigma_m1_ext = terms.sigma_m1_ext;
+  point.sigma_m_core = terms.sigma_m_core;
+  point.theorem3_k = terms.theorem3_k;
+  const BoundReport bounds = evaluate_bounds(
+      {terms.sigma1_ext, terms.sigma_m1_ext, terms.sigma_m_core, point.spectral_error, terms.theorem3_k});
   point.bound_ratio = bounds.ratio;
   point.theorem1_bound = bounds.theorem1;
   point.theorem2_bound = bounds.theorem2;
@@ -205,17 +219,41 @@ PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& refere
   point.c_emp = bounds.c_emp;
   point.c_emp_normalized = bounds.c_emp_normalized;
   point.bounds_hold = bounds.holds();
-  point.pinv_residual = factors.pinv.residual();
-  point.pinv_status = to_string(factors.pinv.status);
-  point.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <class T>
+PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& reference,
+                             const NystromOptions& options, const EvaluationOptions& evaluation,
+                             const LandmarkTerms* terms) {
+  PointResult point;
+  LandmarkTerms computed;
+  const auto measure = [&] { point = measure_nystrom(head, reference, options, evaluation); };
+  if (terms) {
+    measure();
+    computed = *terms;
+  } else {
+    const auto compute_terms = [&] {
+      computed = landmark_terms(head, reference.kernel,
+                                select_landmarks<T>(head.q, head.k, options.landmarks), evaluation);
+    };
+    if (overlap_landmark_terms<T>(head.q.rows(), options.landmarks.count, evaluation))
+      run_concurrently(measure, compute_terms);
+    else {
+      measure();
+      compute_terms();
+    }
+  }
+  apply_landmark_terms(computed, point);
   return point;
 }
 
 #define NYSTROM_INSTANTIATE(T)                                                                             \
   template struct Head<T>;                                                                                 \
   template HeadReference<T> make_reference<T>(const Head<T>&, const Kernel&, const EvaluationOptions&);    \
-  template LandmarkTerms landmark_terms<T>(const Head<T>&, const HeadReference<T>&,                        \
-                                           const NystromFactors<T>&, const EvaluationOptions&);            \
+  template LandmarkTerms landmark_terms<T>(const Head<T>&, const Kernel&, const Landmarks<T>&,             \
+                                           const EvaluationOptions&);                                      \
+  template PointResult measure_nystrom<T>(const Head<T>&, const HeadReference<T>&, const NystromOptions&,  \
+                                          const EvaluationOptions&);                                       \
   template PointResult evaluate_nystrom<T>(const Head<T>&, const HeadReference<T>&, const NystromOptions&, \
                                            const EvaluationOptions&, const LandmarkTerms*);
 NYSTROM_INSTANTIATE(float)

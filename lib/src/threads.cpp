@@ -2,6 +2,9 @@
 
 #include <omp.h>
 
+#include <exception>
+#include <thread>
+
 #include "nystrom/error.hpp"
 
 #ifdef NYSTROM_WITH_OPENBLAS
@@ -9,21 +12,65 @@ extern "C" {
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 char* openblas_get_corename(void);
+int blas_thread_shutdown_(void);
 }
 #endif
 
 namespace nystrom {
 
+namespace {
+
+/// OpenBLAS on one thread, with its worker pool stopped. The pthread build starts the pool when the library
+/// loads, and an idle worker busy-waits about 2^28 cycles (~0.1 s) before it sleeps: the whole of a small
+/// sweep, on the core the library's own threads need (one N = 1024 sweep point on two threads measured 42 ms
+/// instead of 22 ms in 5 runs of 8 while it spun). OpenBLAS starts the pool again when BlasThreads asks for
+/// more threads.
+void single_threaded_blas() {
+#ifdef NYSTROM_WITH_OPENBLAS
+  openblas_set_num_threads(1);
+  blas_thread_shutdown_();
+#endif
+}
+
+}  // namespace
+
 void set_threads(int threads) {
   require(threads >= 1, describe("set_threads: threads = ", threads, " must be >= 1"));
   omp_set_num_threads(threads);
-#ifdef NYSTROM_WITH_OPENBLAS
-  openblas_set_num_threads(1);
-#endif
+  single_threaded_blas();
 }
 
 int threads() {
   return omp_get_max_threads();
+}
+
+void run_concurrently(const std::function<void()>& main_task, const std::function<void()>& side_task) {
+  const int total = threads();
+  if (total < 2) {
+    main_task();
+    side_task();
+    return;
+  }
+  std::exception_ptr side_error;
+  std::thread side([&] {
+    try {
+      omp_set_num_threads(1);  // a new thread starts from OpenMP's default count, not the caller's
+      side_task();
+    } catch (...) {
+      side_error = std::current_exception();
+    }
+  });
+  std::exception_ptr main_error;
+  omp_set_num_threads(total - 1);
+  try {
+    main_task();
+  } catch (...) {
+    main_error = std::current_exception();
+  }
+  omp_set_num_threads(total);
+  side.join();
+  if (main_error) std::rethrow_exception(main_error);
+  if (side_error) std::rethrow_exception(side_error);
 }
 
 std::string blas_core() {
@@ -46,7 +93,10 @@ BlasThreads::BlasThreads(int count) {
 
 BlasThreads::~BlasThreads() {
 #ifdef NYSTROM_WITH_OPENBLAS
-  openblas_set_num_threads(previous_);
+  if (previous_ == 1)
+    single_threaded_blas();
+  else
+    openblas_set_num_threads(previous_);
 #endif
 }
 

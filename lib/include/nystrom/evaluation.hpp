@@ -7,6 +7,7 @@
 /// on the GPU (backend.hpp); the dense path and every SVD stay on the CPU.
 
 #include <array>
+#include <cstddef>
 #include <limits>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "nystrom/kernels.hpp"
 #include "nystrom/nystrom.hpp"
 #include "nystrom/spectral.hpp"
+#include "nystrom/threads.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -43,6 +45,9 @@ struct EvaluationOptions {
   /// Throws std::invalid_argument naming the bad value (budget ≤ 0, panel_rows < 1, dense_svd_limit < 0,
   /// spectral).
   void validate() const;
+  /// True when a head of n tokens in a scalar of `scalar_bytes` is analysed matrix-free: forced, or the dense
+  /// analysis (3 N×N matrices) does not fit memory_budget.
+  bool matrix_free(Index n, std::size_t scalar_bytes) const;
 };
 
 /// Quantities of one head and kernel, shared by all its points.
@@ -55,7 +60,7 @@ struct HeadReference {
   Matrix<T> output;    ///< exact attention O (empty without V)
 };
 
-/// Builds the head reference (dense G when N²·sizeof(T)·3 fits the budget, else matrix-free).
+/// Builds the head reference (dense G unless options.matrix_free(N, sizeof(T))).
 template <class T>
 HeadReference<T> make_reference(const Head<T>& head, const Kernel& kernel, const EvaluationOptions& options);
 
@@ -68,10 +73,21 @@ struct LandmarkTerms {
   bool converged = true;    ///< false when the Lanczos run for σ(G̃) did not reach its tolerance
 };
 
-/// σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K for the landmarks in `factors` (computed on the unstabilized blocks).
+/// σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K for `landmarks` (computed on the unstabilized blocks of
+/// G̃ = κ([Q̄; Q], [K̄; K]), MATH.md §2). G̃ is stored in double or matrix-free by the rule of make_reference,
+/// and built here, so the terms need no head reference and can be computed beside it.
 template <class T>
-LandmarkTerms landmark_terms(const Head<T>& head, const HeadReference<T>& reference,
-                             const NystromFactors<T>& factors, const EvaluationOptions& options);
+LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const Landmarks<T>& landmarks,
+                             const EvaluationOptions& options);
+
+/// True when landmark_terms for n tokens and m landmarks is best run beside the rest of a point
+/// (run_concurrently): G̃ is stored and small enough that its Lanczos products run on one thread
+/// ((n + m)² < detail::parallel_work), so the other cores would otherwise idle through them.
+template <class T>
+bool overlap_landmark_terms(Index n, Index m, const EvaluationOptions& options) {
+  const double extended = double(n + m);
+  return !options.matrix_free(n, sizeof(T)) && extended * extended < detail::parallel_work;
+}
 
 /// Every column of one sweep point (FORMATS.md §2). NaN marks what does not apply.
 struct PointResult {
@@ -89,8 +105,20 @@ struct PointResult {
   double seconds = 0;
 };
 
-/// Evaluates one generalized Nyström configuration on a head. `terms` may come from landmark_terms for the
-/// same landmarks (pass nullptr to compute them here).
+/// Every column of one generalized Nyström configuration on a head except those of the landmark terms
+/// (σ(G̃), σ_m(G_A), K and the bounds built on them stay NaN): errors of Ĝ and of the attention output, the
+/// pseudoinverse diagnostics, `seconds`.
+template <class T>
+PointResult measure_nystrom(const Head<T>& head, const HeadReference<T>& reference,
+                            const NystromOptions& options, const EvaluationOptions& evaluation);
+
+/// Completes a measured point with its landmark terms: σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K, the theorem bounds,
+/// c_emp and bounds_hold (bounds.hpp).
+void apply_landmark_terms(const LandmarkTerms& terms, PointResult& point);
+
+/// Evaluates one generalized Nyström configuration on a head: measure_nystrom completed by
+/// apply_landmark_terms. `terms` may come from landmark_terms for the same landmarks; with nullptr they are
+/// computed here, beside the measurement when overlap_landmark_terms says so.
 template <class T>
 PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& reference,
                              const NystromOptions& options, const EvaluationOptions& evaluation,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "nystrom/error.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -59,6 +60,27 @@ struct Landmarks {
   std::vector<Index> q_indices;  ///< rows of Q behind Q̄ (empty for pooling strategies)
   std::vector<Index> k_indices;  ///< rows of K behind K̄ (empty for pooling strategies)
 };
+
+/// The tokens of the extended matrix G̃ = κ([Q̄; Q], [K̄; K]) (MATH.md §2): landmarks first.
+template <class T>
+struct ExtendedTokens {
+  Matrix<T> queries;  ///< [Q̄; Q], (m+N)×d
+  Matrix<T> keys;     ///< [K̄; K], (m+N)×d
+};
+
+/// [Q̄; Q] and [K̄; K]; throws std::invalid_argument when the landmarks' dimension differs from d.
+template <class T>
+ExtendedTokens<T> extended_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                  const Landmarks<T>& landmarks) {
+  require(
+      landmarks.q.cols() == Q.cols() && landmarks.k.cols() == K.cols(),
+      describe("extended tokens: landmark dimension ", landmarks.q.cols(), " differs from d = ", Q.cols()));
+  ExtendedTokens<T> tokens{Matrix<T>(landmarks.q.rows() + Q.rows(), Q.cols()),
+                           Matrix<T>(landmarks.k.rows() + K.rows(), K.cols())};
+  tokens.queries << landmarks.q, Q;
+  tokens.keys << landmarks.k, K;
+  return tokens;
+}
 
 /// Landmarks of Q and K (both N×d) by `options`. Deterministic for a given seed.
 template <class T>

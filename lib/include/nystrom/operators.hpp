@@ -259,14 +259,8 @@ template <class T>
 KernelOperator<T> extended_kernel_operator(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                            const Landmarks<T>& landmarks, const Kernel& kernel,
                                            Index panel_rows) {
-  require(landmarks.q.cols() == Q.cols() && landmarks.k.cols() == K.cols(),
-          describe("extended_kernel_operator: landmark dimension ", landmarks.q.cols(),
-                   " differs from d = ", Q.cols()));
-  Matrix<T> X(landmarks.q.rows() + Q.rows(), Q.cols());
-  X << landmarks.q, Q;
-  Matrix<T> Y(landmarks.k.rows() + K.rows(), K.cols());
-  Y << landmarks.k, K;
-  return KernelOperator<T>(X, Y, kernel, panel_rows);
+  const ExtendedTokens<T> tokens = extended_tokens<T>(Q, K, landmarks);
+  return KernelOperator<T>(tokens.queries, tokens.keys, kernel, panel_rows);
 }
 
 }  // namespace nystrom

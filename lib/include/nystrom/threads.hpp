@@ -7,6 +7,7 @@
 /// head reference 9.5 ms and point 7.8 ms with 2 OpenBLAS threads, 5.6 ms and 3.0 ms with 1; oversubscription
 /// inside regions measured 4× slower).
 
+#include <functional>
 #include <string>
 
 namespace nystrom {
@@ -21,12 +22,20 @@ constexpr double parallel_work = 1 << 22;
 
 }  // namespace detail
 
-/// Sets the number of OpenMP threads and keeps OpenBLAS single-threaded; throws std::invalid_argument naming
-/// `threads` when it is < 1 (callers map a CLI "0: the default" themselves).
+/// Sets the number of OpenMP threads and keeps OpenBLAS single-threaded, stopping the worker pool OpenBLAS
+/// starts when it loads (its idle workers busy-wait ~0.1 s first, beside our threads); throws
+/// std::invalid_argument naming `threads` when it is < 1 (callers map a CLI "0: the default" themselves).
 void set_threads(int threads);
 
 /// Number of OpenMP threads the library's parallel loops use.
 int threads();
+
+/// Runs `main_task` on the calling thread and `side_task` on a thread of its own at the same time, then
+/// returns; with threads() == 1 it runs main_task, then side_task. The side task is meant to be
+/// single-threaded work (it gets one OpenMP thread), the main task keeps threads() − 1; coarse tasks like
+/// these never leave OpenMP workers spinning beside serial code. If a task throws, the exception is rethrown
+/// (main_task's first) after both have finished.
+void run_concurrently(const std::function<void()>& main_task, const std::function<void()>& side_task);
 
 /// Name of the OpenBLAS core kernel set in use (e.g. "SkylakeX", "Haswell"), or "Eigen" without OpenBLAS.
 std::string blas_core();
