@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -87,6 +88,28 @@ TEST_SUITE("backend") {
     CHECK(describe_device(Device::cpu) == "cpu");
     CHECK_NOTHROW(require_device(Device::cpu));
     CHECK(!(cuda_available() && !cuda_compiled()));
+  }
+
+  TEST_CASE(
+      "CPU work never loads the CUDA libraries, the first request for the GPU loads the backend module") {
+    const auto mapped = [](const std::string& library) {
+      std::ifstream maps("/proc/self/maps");
+      std::string line;
+      while (std::getline(maps, line))
+        if (line.find(library) != std::string::npos) return true;
+      return false;
+    };
+    const Matrix<double> Q = random_matrix<double>(64, 4, 1), K = random_matrix<double>(64, 4, 2);
+    const NystromOptions options =
+        nystrom_options(Kernel::exponential(0.5), 8, Stabilization::row_max, PinvMethod::exact);
+    CHECK(generalized_nystrom<double>(Device::cpu, Q, K, options).dense().allFinite());
+    CHECK(exact_attention<double>(Device::cpu, Q, K, Q, options.kernel).allFinite());
+    CHECK_FALSE(mapped("libcublas"));
+    CHECK_FALSE(mapped("libnystrom_cuda"));
+    const bool available = cuda_available();
+    CHECK(mapped("libnystrom_cuda") == cuda_compiled());
+    CHECK(mapped("libcublas") == cuda_compiled());
+    CHECK(!(available && !cuda_compiled()));
   }
 
   TEST_CASE("asking for Device::cuda where it cannot run throws std::invalid_argument saying why") {

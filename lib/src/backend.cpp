@@ -12,12 +12,11 @@
 #include "nystrom/operators.hpp"
 
 // The one file that tests NYSTROM_WITH_CUDA (STYLE.md pattern 7): each factory below checks the device, then
-// takes the CUDA branch only when the backend is compiled in.
+// takes the CUDA branch only when the backend is compiled in. The backend is a module loaded on first use.
 #ifdef NYSTROM_WITH_CUDA
-#include "nystrom/cuda/attention.hpp"
-#include "nystrom/cuda/kernels.hpp"
-#include "nystrom/cuda/operators.hpp"
-#include "nystrom/cuda/runtime.hpp"
+#include <dlfcn.h>
+
+#include "nystrom/cuda/module.hpp"
 #endif
 
 namespace nystrom {
@@ -53,6 +52,39 @@ Device device_from_string(const std::string& name) {
   return parse(name, device_names, "device");
 }
 
+#ifdef NYSTROM_WITH_CUDA
+namespace {
+
+/// The CUDA module, loaded (once, on first call) from the path CMake built it at.
+struct LoadedModule {
+  const cuda::Module* module = nullptr;
+  std::string error;  ///< why loading failed
+};
+
+const LoadedModule& cuda_module() {
+  static const LoadedModule loaded = [] {
+    LoadedModule result;
+    void* handle = dlopen(NYSTROM_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
+    const auto entry =
+        handle ? reinterpret_cast<const cuda::Module* (*)()>(dlsym(handle, "nystrom_cuda_module")) : nullptr;
+    if (entry)
+      result.module = entry();
+    else
+      result.error = dlerror();
+    return result;
+  }();
+  return loaded;
+}
+
+/// The module's operations in T; only after require_device(Device::cuda).
+template <class T>
+const cuda::Operations<T>& gpu() {
+  return cuda_module().module->operations<T>();
+}
+
+}  // namespace
+#endif
+
 bool cuda_compiled() {
 #ifdef NYSTROM_WITH_CUDA
   return true;
@@ -63,7 +95,8 @@ bool cuda_compiled() {
 
 bool cuda_available() {
 #ifdef NYSTROM_WITH_CUDA
-  return cuda::device_count() > 0;
+  const cuda::Module* module = cuda_module().module;
+  return module && module->device_count() > 0;
 #else
   return false;
 #endif
@@ -74,6 +107,10 @@ void require_device(Device device) {
   require(cuda_compiled(),
           "--device cuda: this build has no CUDA backend (configure with -DNYSTROM_WITH_CUDA=ON "
           "and the CUDA Toolkit's nvcc)");
+#ifdef NYSTROM_WITH_CUDA
+  require(cuda_module().module != nullptr,
+          describe("--device cuda: cannot load the CUDA backend module: ", cuda_module().error));
+#endif
   require(cuda_available(),
           "--device cuda: no CUDA device found (the CUDA backend is built, but the driver reports "
           "no GPU on this machine)");
@@ -82,7 +119,7 @@ void require_device(Device device) {
 std::string describe_device(Device device) {
   require_device(device);
 #ifdef NYSTROM_WITH_CUDA
-  if (device == Device::cuda) return cuda::device_description();
+  if (device == Device::cuda) return cuda_module().module->device_description();
 #endif
   return "cpu";
 }
@@ -96,7 +133,7 @@ Matrix<T> exact_attention(Device device, const ConstMatrixRef<T>& Q, const Const
     kernel.validate();
     detail::require_tokens<T>(Q, K, "exact_attention");
     require_finite(V, "exact_attention: V");
-    return cuda::exact_attention<T>(Q, K, V, kernel);
+    return gpu<T>().exact_attention(Q, K, V, kernel);
   }
 #endif
   return exact_attention<T>(Q, K, V, kernel);
@@ -108,7 +145,7 @@ PinvResult<T> pseudoinverse(Device device, const ConstMatrixRef<T>& A, const Pin
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) {
     options.validate();
-    return cuda::pseudoinverse<T>(A, options);
+    return gpu<T>().pseudoinverse(A, options);
   }
 #endif
   return pseudoinverse<T>(A, options);
@@ -121,7 +158,7 @@ NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q,
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) {
     detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
-    return cuda::generalized_nystrom<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+    return gpu<T>().generalized_nystrom(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
   }
 #endif
   return generalized_nystrom<T>(Q, K, options);
@@ -135,7 +172,7 @@ Matrix<T> nystrom_attention(Device device, const ConstMatrixRef<T>& Q, const Con
   if (device == Device::cuda) {
     detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
     require_finite(V, "nystrom_attention: V");
-    return cuda::nystrom_attention<T>(Q, K, V, select_landmarks<T>(Q, K, options.landmarks), options);
+    return gpu<T>().nystrom_attention(Q, K, V, select_landmarks<T>(Q, K, options.landmarks), options);
   }
 #endif
   return nystrom_attention<T>(generalized_nystrom<T>(Q, K, options), V);
@@ -147,7 +184,7 @@ Matrix<T> kernel_block(Device device, const ConstMatrixRef<T>& X, const ConstMat
   require_device(device);
   kernel.validate();
 #ifdef NYSTROM_WITH_CUDA
-  if (device == Device::cuda) return cuda::kernel_block<T>(X, Y, kernel);
+  if (device == Device::cuda) return gpu<T>().kernel_block(X, Y, kernel);
 #endif
   return kernel.block<T>(X, Y);
 }
@@ -158,7 +195,7 @@ AnyOperator<T> kernel_operator(Device device, const ConstMatrixRef<T>& X, const 
   require_device(device);
   kernel.validate();
 #ifdef NYSTROM_WITH_CUDA
-  if (device == Device::cuda) return AnyOperator<T>(std::make_shared<cuda::KernelOperator<T>>(X, Y, kernel));
+  if (device == Device::cuda) return gpu<T>().kernel_operator(X, Y, kernel);
 #endif
   return AnyOperator<T>(std::make_shared<KernelOperator<T>>(X, Y, kernel));
 }
@@ -168,8 +205,7 @@ AnyOperator<T> error_operator(Device device, const ConstMatrixRef<T>& Q, const C
                               const NystromFactors<T>& factors) {
   require_device(device);
 #ifdef NYSTROM_WITH_CUDA
-  if (device == Device::cuda)
-    return AnyOperator<T>(std::make_shared<cuda::DifferenceOperator<T>>(Q, K, factors));
+  if (device == Device::cuda) return gpu<T>().error_operator(Q, K, factors);
 #endif
   return AnyOperator<T>(std::make_shared<CpuErrorOperator<T>>(Q, K, factors));
 }
@@ -179,7 +215,7 @@ double gemm_seconds(Device device, Index n) {
   require_device(device);
   require(n >= 1, describe("gemm_seconds: n = ", n, " must be >= 1"));
 #ifdef NYSTROM_WITH_CUDA
-  if (device == Device::cuda) return cuda::gemm_seconds<T>(n);
+  if (device == Device::cuda) return gpu<T>().gemm_seconds(n);
 #endif
   const Matrix<T> a = Matrix<T>::Random(n, n), b = Matrix<T>::Random(n, n);
   Matrix<T> c(n, n);

@@ -1,10 +1,11 @@
 #pragma once
 /// @file backend.hpp
 /// Choosing where the work runs (STYLE.md pattern 7): the CPU code or the CUDA backend (lib/cuda/, built when
-/// NYSTROM_WITH_CUDA is ON), behind the same signatures. The implementation (src/backend.cpp) is the only
-/// place that tests NYSTROM_WITH_CUDA. Asking for Device::cuda in a build without the backend, or on a
-/// machine without a GPU, throws std::invalid_argument with a message saying which (drivers turn that into
-/// exit status 2).
+/// NYSTROM_WITH_CUDA is ON as the module libnystrom_cuda.so, loaded on the first request for Device::cuda so
+/// CPU runs never load the CUDA libraries), behind the same signatures. The implementation (src/backend.cpp)
+/// is the only place that tests NYSTROM_WITH_CUDA. Asking for Device::cuda in a build without the backend, or
+/// on a machine without a GPU, throws std::invalid_argument with a message saying which (drivers turn that
+/// into exit status 2).
 
 #include <functional>
 #include <memory>
