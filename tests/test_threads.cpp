@@ -88,6 +88,20 @@ TEST_CASE("run_concurrently runs both tasks at once, splits the threads and reth
       });
   CHECK(order == std::vector<std::thread::id>(2, std::this_thread::get_id()));
   CHECK(counts == std::vector<int>{1, 1});
+
+  set_threads(2);  // inside a parallel region: one after the other on the region's own thread
+  std::vector<std::thread::id> inside(2);
+  std::thread::id region_thread;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    {
+      region_thread = std::this_thread::get_id();
+      run_concurrently([&] { inside[0] = std::this_thread::get_id(); },
+                       [&] { inside[1] = std::this_thread::get_id(); });
+    }
+  }
+  CHECK(inside == std::vector<std::thread::id>(2, region_thread));
   set_threads(before);
 }
 

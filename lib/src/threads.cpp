@@ -46,7 +46,7 @@ int threads() {
 
 void run_concurrently(const std::function<void()>& main_task, const std::function<void()>& side_task) {
   const int total = threads();
-  if (total < 2) {
+  if (total < 2 || omp_in_parallel()) {  // inside a caller's parallel region its threads are already busy
     main_task();
     side_task();
     return;

@@ -31,10 +31,10 @@ void set_threads(int threads);
 int threads();
 
 /// Runs `main_task` on the calling thread and `side_task` on a thread of its own at the same time, then
-/// returns; with threads() == 1 it runs main_task, then side_task. The side task is meant to be
-/// single-threaded work (it gets one OpenMP thread), the main task keeps threads() − 1; coarse tasks like
-/// these never leave OpenMP workers spinning beside serial code. If a task throws, the exception is rethrown
-/// (main_task's first) after both have finished.
+/// returns; with threads() == 1, or inside an OpenMP parallel region, it runs main_task, then side_task. The
+/// side task is meant to be single-threaded work (it gets one OpenMP thread), the main task keeps threads() −
+/// 1; coarse tasks like these never leave OpenMP workers spinning beside serial code. If a task throws, the
+/// exception is rethrown (main_task's first) after both have finished.
 void run_concurrently(const std::function<void()>& main_task, const std::function<void()>& side_task);
 
 /// Name of the OpenBLAS core kernel set in use (e.g. "SkylakeX", "Haswell"), or "Eigen" without OpenBLAS.
