@@ -756,8 +756,8 @@ struct PointCache {
 };
 
 /// Evaluates one point (any method) on `device`, reusing the cache when the head/kernel and landmarks match.
-/// New landmark terms of a pnp-nystra point are computed beside the head reference and the point
-/// (run_concurrently) when overlap_landmark_terms says so, else before them.
+/// New landmark terms of a pnp-nystra point are computed beside the head reference and the point where
+/// run_with_landmark_terms overlaps them.
 template <class T>
 PointResult evaluate_point(const PointSpec& point, const Head<T>& head, const std::array<Index, 2>& window,
                            const SweepSettings& settings, PointCache<T>& cache) {
@@ -791,12 +791,7 @@ PointResult evaluate_point(const PointSpec& point, const Head<T>& head, const st
                                    settings.evaluation);
       cache.shared.landmarks = seconds_since(start);
     };
-    if (overlap_landmark_terms<T>(head.q.rows(), point.landmarks, settings.evaluation)) {
-      run_concurrently(measure, build_terms);
-    } else {
-      build_terms();
-      measure();
-    }
+    run_with_landmark_terms<T>(head.q.rows(), point.landmarks, settings.evaluation, measure, build_terms);
     cache.terms_key = landmark_key;
   }
   apply_landmark_terms(*cache.terms, result);

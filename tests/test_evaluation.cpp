@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "nystrom/attention.hpp"
 #include "nystrom/evaluation.hpp"
@@ -169,10 +170,12 @@ TEST_CASE("float heads are evaluated to float accuracy") {
   const PointResult twice = evaluate_nystrom(h, make_reference(h, options.kernel, {}), options, {});
   CHECK(close(single.spectral_error, twice.spectral_error, 1e-3));
   CHECK(close(single.sigma_m_core, twice.sigma_m_core, 1e-4));
-  // G̃ of a float head is the float kernel block, exact in double from there on: float accuracy relative to
-  // σ₁.
-  CHECK(close(single.sigma1_ext, twice.sigma1_ext, 1e-5));
-  CHECK(std::abs(single.sigma_m1_ext - twice.sigma_m1_ext) <= 1e-5 * twice.sigma1_ext);
+  // G̃ of a float head is the float kernel block, exact in double from there on. Each entry carries a relative
+  // error of a few eps_f (token rounding times |exponent| ≤ 2 here, and exp), and G̃ is entrywise positive, so
+  // ‖ΔG̃‖₂ ≤ c·eps_f·‖G̃‖₂ and by Weyl every σ_i moves by at most c·eps_f·σ₁.
+  const double float_bound = 8 * std::numeric_limits<float>::epsilon() * twice.sigma1_ext;
+  CHECK(std::abs(single.sigma1_ext - twice.sigma1_ext) <= float_bound);
+  CHECK(std::abs(single.sigma_m1_ext - twice.sigma_m1_ext) <= float_bound);
 }
 
 TEST_CASE("landmark terms beside the point give the values of one after the other, float and double") {

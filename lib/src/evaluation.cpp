@@ -236,12 +236,7 @@ PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& refere
       computed = landmark_terms(head, reference.kernel,
                                 select_landmarks<T>(head.q, head.k, options.landmarks), evaluation);
     };
-    if (overlap_landmark_terms<T>(head.q.rows(), options.landmarks.count, evaluation))
-      run_concurrently(measure, compute_terms);
-    else {
-      measure();
-      compute_terms();
-    }
+    run_with_landmark_terms<T>(head.q.rows(), options.landmarks.count, evaluation, measure, compute_terms);
   }
   apply_landmark_terms(computed, point);
   return point;

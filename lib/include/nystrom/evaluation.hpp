@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -87,6 +88,20 @@ template <class T>
 bool overlap_landmark_terms(Index n, Index m, const EvaluationOptions& options) {
   const double extended = double(n + m);
   return !options.matrix_free(n, sizeof(T)) && extended * extended < detail::parallel_work;
+}
+
+/// Runs `point_task` and `terms_task` (landmark_terms for n tokens and m landmarks) beside each other when
+/// overlap_landmark_terms says so (run_concurrently), else the terms first.
+template <class T>
+void run_with_landmark_terms(Index n, Index m, const EvaluationOptions& options,
+                             const std::function<void()>& point_task,
+                             const std::function<void()>& terms_task) {
+  if (overlap_landmark_terms<T>(n, m, options)) {
+    run_concurrently(point_task, terms_task);
+  } else {
+    terms_task();
+    point_task();
+  }
 }
 
 /// Every column of one sweep point (FORMATS.md §2). NaN marks what does not apply.
