@@ -2,25 +2,18 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <limits>
-#include <memory>
 #include <stdexcept>
 
 #include <unistd.h>
 
 #include "nystrom/error.hpp"
+#include "nystrom_git_revision.hpp"
 
-#ifndef NYSTROM_SOURCE_DIR
-#define NYSTROM_SOURCE_DIR ""
-#endif
-#ifndef NYSTROM_GIT_REVISION
-#define NYSTROM_GIT_REVISION "unknown"
-#endif
 #ifndef NYSTROM_VERSION
 #define NYSTROM_VERSION "unknown"
 #endif
@@ -491,19 +484,6 @@ template void write_dump_layer(hid_t, const std::string&, const DumpLayerData<do
 // Results files
 
 std::string git_revision() {
-  const std::string source = NYSTROM_SOURCE_DIR;
-  if (!source.empty() && std::filesystem::exists(source + "/.git")) {
-    const std::string command = "git -C " + source + " describe --always --dirty --abbrev=12 2>/dev/null";
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-    if (pipe) {
-      std::array<char, 128> buffer{};
-      std::string revision;
-      while (fgets(buffer.data(), int(buffer.size()), pipe.get())) revision += buffer.data();
-      while (!revision.empty() && std::isspace(static_cast<unsigned char>(revision.back())))
-        revision.pop_back();
-      if (!revision.empty()) return revision;
-    }
-  }
   return NYSTROM_GIT_REVISION;
 }
 

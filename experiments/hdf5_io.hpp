@@ -168,8 +168,8 @@ struct Provenance {
 
 /// Provenance for this run: version, git revision (see git_revision), the command line, now, threads, input.
 Provenance make_provenance(const std::string& command_line, int threads, const std::string& input);
-/// `git describe --always --dirty` of the source tree at run time, else the revision seen at configure time,
-/// else "unknown".
+/// `git describe --always --dirty` of the source tree when the program was built (cmake/GitRevision.cmake),
+/// or "unknown" where it was built without git.
 std::string git_revision();
 /// The current time as ISO 8601 UTC, e.g. "2026-11-21T21:07:19Z".
 std::string utc_timestamp();

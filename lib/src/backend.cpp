@@ -15,6 +15,10 @@
 // takes the CUDA branch only when the backend is compiled in. The backend is a module loaded on first use.
 #ifdef NYSTROM_WITH_CUDA
 #include <dlfcn.h>
+#include <link.h>
+
+#include <cstdlib>
+#include <filesystem>
 
 #include "nystrom/cuda/module.hpp"
 #endif
@@ -55,22 +59,48 @@ Device device_from_string(const std::string& name) {
 #ifdef NYSTROM_WITH_CUDA
 namespace {
 
-/// The CUDA module, loaded (once, on first call) from the path CMake built it at.
+/// The CUDA module, loaded (once, on first call) by cuda_module_paths.
 struct LoadedModule {
   const cuda::Module* module = nullptr;
   std::string error;  ///< why loading failed
 };
 
+/// Where the module is looked for, in order: $NYSTROM_CUDA_MODULE alone when it is set; else
+/// NYSTROM_CUDA_MODULE_RELATIVE from the directory of the file holding this code (the program, or
+/// libnystrom.so), so an installed or moved tree finds its own module; then the path the module was built at.
+std::vector<std::string> cuda_module_paths() {
+  if (const char* path = std::getenv("NYSTROM_CUDA_MODULE"); path && *path) return {path};
+  std::vector<std::string> paths;
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (dladdr1(&device_names, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) && map) {
+    std::error_code error;  // the program's own link map has an empty name
+    const std::filesystem::path file = *map->l_name ? std::filesystem::path(map->l_name)
+                                                    : std::filesystem::read_symlink("/proc/self/exe", error);
+    if (!error)
+      paths.push_back((file.parent_path() / NYSTROM_CUDA_MODULE_RELATIVE).lexically_normal().string());
+  }
+  if (paths.empty() || paths.back() != NYSTROM_CUDA_MODULE_BUILT)
+    paths.emplace_back(NYSTROM_CUDA_MODULE_BUILT);
+  return paths;
+}
+
 const LoadedModule& cuda_module() {
   static const LoadedModule loaded = [] {
     LoadedModule result;
-    void* handle = dlopen(NYSTROM_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
-    const auto entry =
-        handle ? reinterpret_cast<const cuda::Module* (*)()>(dlsym(handle, "nystrom_cuda_module")) : nullptr;
-    if (entry)
-      result.module = entry();
-    else
-      result.error = dlerror();
+    for (const auto& path : cuda_module_paths()) {
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      const auto entry =
+          handle ? reinterpret_cast<const cuda::Module* (*)()>(dlsym(handle, "nystrom_cuda_module"))
+                 : nullptr;
+      if (entry) {
+        result.module = entry();
+        return result;
+      }
+      const char* why = dlerror();
+      result.error += describe(result.error.empty() ? "" : "; ", why ? why : path);
+    }
+    result.error += " (NYSTROM_CUDA_MODULE may name the module's path)";
     return result;
   }();
   return loaded;
