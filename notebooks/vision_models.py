@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--sizes", default="64,128", help="input sizes (square, low resolution) to time")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per measurement (best is reported)")
-    parser.add_argument("--images", default="astronaut,camera", help="images for PSNR / SSIM (whole images)")
+    parser.add_argument("--images", default="astronaut,camera",
+                        help="images for PSNR / SSIM (whole images; '' for none)")
     args = parser.parse_args(argv)
     from PIL import Image
 
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{torch.get_num_threads()} threads, DAT-light x{args.scale} weights {weights_sha256(args.scale)}")
     print(f"{'model':>12} {'input':>8} {'forward s':>10} {'attention s':>12} {'share':>7} {'per call ms':>12}")
     source = load_image("astronaut")
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in (int(s) for s in filter(None, args.sizes.split(","))):
         low = low_resolution(crop(source, 0, 0, size * args.scale, size * args.scale), args.scale)
         for name, model in models.items():
             timing = time_forward(model, low, args.repeats)
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{timing.attention_seconds / timing.forward_seconds:>7.1%} "
                   f"{1e3 * timing.attention_seconds / timing.calls:>12.2f}")
     print(f"{'image':>12} {'model':>12} {'PSNR dB':>8} {'SSIM':>7}   (Y channel, border {args.scale})")
-    for image_name in args.images.split(","):
+    for image_name in filter(None, args.images.split(",")):
         high = load_image(image_name)
         high = high[:high.shape[0] - high.shape[0] % args.scale, :high.shape[1] - high.shape[1] % args.scale]
         low = low_resolution(high, args.scale)
