@@ -168,14 +168,16 @@ def luminance(image: np.ndarray) -> np.ndarray:
 
 
 def psnr_ssim(output: np.ndarray, reference: np.ndarray, scale: int) -> tuple[float, float]:
-    """PSNR (dB) and SSIM of two H×W×3 uint8 images on the Y channel, `scale` border pixels removed (the protocol
-    of SwinIR / DAT and PnP-Nystra's SR tables); SSIM is skimage's with Gaussian weights (Wang et al. 2004)."""
+    """PSNR (dB; inf for identical images) and SSIM of two H×W×3 uint8 images on the Y channel, `scale` border
+    pixels removed (the protocol of SwinIR / DAT and PnP-Nystra's SR tables); SSIM is skimage's with Gaussian
+    weights (Wang et al. 2004)."""
     from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
     if output.shape != reference.shape:
         raise ValueError(f"images of different shapes {output.shape} and {reference.shape}")
     y_out, y_ref = (luminance(image)[scale:-scale, scale:-scale] for image in (output, reference))
-    psnr = peak_signal_noise_ratio(y_ref, y_out, data_range=255)
+    with np.errstate(divide="ignore"):  # identical images: PSNR = inf
+        psnr = peak_signal_noise_ratio(y_ref, y_out, data_range=255)
     ssim = structural_similarity(y_ref, y_out, data_range=255, gaussian_weights=True, sigma=1.5,
                                  use_sample_covariance=False)
     return float(psnr), float(ssim)
