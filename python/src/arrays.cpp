@@ -64,6 +64,13 @@ void transpose_rows_to_columns(const T* src, std::int64_t src_stride, Index rows
 
 #pragma GCC diagnostic pop
 
+/// The calling thread's free scratch buffers of T.
+template <class T>
+std::vector<std::vector<T>>& scratch_pool() {
+  thread_local std::vector<std::vector<T>> pool;
+  return pool;
+}
+
 }  // namespace
 
 Precision precision_of(const Array& array, const std::string& name) {
@@ -112,30 +119,53 @@ void require_scalar(const Array& array, const std::string& name) {
 }  // namespace
 
 template <class T>
+ScratchBuffer<T>::ScratchBuffer(std::size_t size) {
+  auto& pool = scratch_pool<T>();
+  if (!pool.empty()) {
+    buffer_ = std::move(pool.back());
+    pool.pop_back();
+  }
+  buffer_.resize(size);
+}
+
+template <class T>
+ScratchBuffer<T>::~ScratchBuffer() {
+  if (buffer_.capacity() > 0) scratch_pool<T>().push_back(std::move(buffer_));
+}
+
+template <class T>
 MatrixArgument<T>::MatrixArgument(const Array& array, const std::string& name) {
   require(array.ndim() == 2,
           describe(name, " has shape ", shape_text(shape_of(array)), "; expected a matrix (2-D)"));
   require_scalar<T>(array, name);
-  *this = MatrixArgument(static_cast<const T*>(array.data()), Index(array.shape(0)), Index(array.shape(1)),
-                         array.stride(0), array.stride(1));
+  rows_ = Index(array.shape(0));
+  cols_ = Index(array.shape(1));
+  read(static_cast<const T*>(array.data()), array.stride(0), array.stride(1));
 }
 
 template <class T>
 MatrixArgument<T>::MatrixArgument(const T* data, Index rows, Index cols, std::int64_t row_stride,
                                   std::int64_t col_stride)
     : rows_(rows), cols_(cols) {
-  if (row_stride == 1 && col_stride >= rows) {  // column-major: a view
-    view_ = data;
+  read(data, row_stride, col_stride);
+}
+
+template <class T>
+void MatrixArgument<T>::read(const T* data, std::int64_t row_stride, std::int64_t col_stride) {
+  if (row_stride == 1 && col_stride >= rows_) {  // column-major: a view
+    data_ = data;
     outer_ = std::max<std::int64_t>(col_stride, 1);
     return;
   }
-  owned_.resize(rows, cols);
+  T* copy = copy_.emplace(std::size_t(rows_ * cols_)).data();
   if (col_stride == 1 && row_stride >= 0) {
-    transpose_rows_to_columns(data, row_stride, rows, cols, owned_.data());
+    transpose_rows_to_columns(data, row_stride, rows_, cols_, copy);
   } else {
-    for (Index c = 0; c < cols; ++c)
-      for (Index r = 0; r < rows; ++r) owned_(r, c) = data[r * row_stride + c * col_stride];
+    for (Index c = 0; c < cols_; ++c)
+      for (Index r = 0; r < rows_; ++r) copy[c * rows_ + r] = data[r * row_stride + c * col_stride];
   }
+  data_ = copy;
+  outer_ = std::max<Index>(rows_, 1);
 }
 
 template <class T>
@@ -217,6 +247,8 @@ nb::object index_array(const std::vector<Index>& indices) {
   return nb::cast(std::move(out), nb::rv_policy::move);
 }
 
+template class ScratchBuffer<float>;
+template class ScratchBuffer<double>;
 template class MatrixArgument<float>;
 template class MatrixArgument<double>;
 template class MatrixStack<float>;

@@ -12,8 +12,10 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -49,9 +51,27 @@ decltype(auto) with_scalar(Precision precision, F&& f) {
 /// The shape of `array` as a vector.
 std::vector<Index> shape_of(const Array& array);
 
+/// A buffer of the calling thread, reused across calls: taken from a per-thread pool and given back on
+/// destruction, keeping its capacity. A copy of a large input then costs no page faults: a fresh 256 KiB
+/// block per call is returned to the system when freed and faulted in again by the next call, which measured
+/// 70–130 µs per 1024×64 float32 input (against 11 µs for the copy itself). A thread keeps as many buffers as
+/// it ever had in use at once, each as large as the largest it held.
+template <class T>
+class ScratchBuffer {
+ public:
+  explicit ScratchBuffer(std::size_t size);
+  ~ScratchBuffer();
+  ScratchBuffer(ScratchBuffer&& other) noexcept : buffer_(std::exchange(other.buffer_, {})) {}
+  ScratchBuffer& operator=(ScratchBuffer&&) = delete;
+  T* data() { return buffer_.data(); }
+
+ private:
+  std::vector<T> buffer_;
+};
+
 /// A 2-D array as a column-major matrix: a view of the caller's memory when the array is column-major with
-/// unit row stride, else an owned copy. The array must outlive this object. Construction does not touch
-/// Python, so it may run with the GIL released.
+/// unit row stride, else a copy in a ScratchBuffer. The array must outlive this object. Construction does not
+/// touch Python, so it may run with the GIL released; destruction must happen on the constructing thread.
 template <class T>
 class MatrixArgument {
  public:
@@ -61,18 +81,18 @@ class MatrixArgument {
   /// row_stride is 1.
   MatrixArgument(const T* data, Index rows, Index cols, std::int64_t row_stride, std::int64_t col_stride);
   MatrixArgument(MatrixArgument&&) = default;
-  MatrixArgument& operator=(MatrixArgument&&) = default;
   ConstMatrixRef<T> ref() const {
-    if (owned_.size()) return owned_;
-    return Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>(view_, rows_, cols_,
+    return Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>(data_, rows_, cols_,
                                                                 Eigen::OuterStride<>(outer_));
   }
   Index rows() const { return rows_; }
   Index cols() const { return cols_; }
 
  private:
-  Matrix<T> owned_;          ///< the copy, when the layout needs one
-  const T* view_ = nullptr;  ///< else the caller's column-major data
+  void read(const T* data, std::int64_t row_stride, std::int64_t col_stride);
+
+  std::optional<ScratchBuffer<T>> copy_;  ///< the copy, when the layout needs one
+  const T* data_ = nullptr;               ///< the caller's column-major data or the copy
   Index rows_ = 0, cols_ = 0, outer_ = 1;
 };
 
