@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Generates the figure notebooks (*.ipynb, without outputs) from the cell sources below, so that they can be
-reviewed and diffed as Python. Run after editing:  .venv/bin/python notebooks/make_notebooks.py
+"""Generates the notebooks (*.ipynb, without outputs) from the cell sources below, so that they can be reviewed and
+diffed as Python. Run after editing:  .venv/bin/python notebooks/make_notebooks.py
 (tests/python/test_notebooks.py fails when a committed notebook differs from what this writes).
 
-The notebooks read only HDF5 written by `nystrom` (FORMATS.md §2) through nystrom_results.py, never recompute the
-numerics, and write PNGs to $NYSTROM_FIGURES (default results/figures/). Execute headless with
-scripts/make-figures.sh or `jupyter nbconvert --to notebook --execute`.
+The figure notebooks read only HDF5 written by `nystrom` (FORMATS.md §2) through nystrom_results.py, never recompute
+the numerics, and write PNGs to $NYSTROM_FIGURES (default results/figures/). Execute headless with
+scripts/make-figures.sh or `jupyter nbconvert --to notebook --execute`. python_module.ipynb instead shows the Python
+module `nystrom` computing on the bundled dump (the test suite executes it).
 """
 
 from __future__ import annotations
@@ -612,12 +613,100 @@ for i in range(largest.rows):
           f"{largest['output_relative_error'][i]:11.2e}" + "".join(f" {largest[c][i]:14.2f}" for c in extra))"""),
 ]
 
+PYTHON_MODULE = [
+    ("md", """\
+# The Python module on a real dump
+
+`import nystrom` runs the C++ library in-process on numpy arrays (or torch tensors). This notebook reads the queries,
+keys and values of one layer of the bundled dump (all-MiniLM-L6-v2 on the Gettysburg Address, `data/`) with h5py,
+runs every method on all its heads in one call, measures the kernel approximation of PnP-Nystra against the Lemma 2.1
+terms (docs/mathematics.md §3), and computes the singular-value decay of G and S. Everything stays float32, as the
+dump is."""),
+    ("code", """\
+%matplotlib inline
+import h5py
+import numpy as np
+import matplotlib.pyplot as plt
+import nystrom
+import nystrom_results as nr
+
+dump = nr.REPOSITORY / "data" / "minilm-gettysburg.h5"
+with h5py.File(dump, "r") as file:
+    layer = file["layers/03"]
+    q, k, v = (layer[name][0] for name in ("q", "k", "v"))  # one batch entry: [heads, N, d]
+    scale = float(layer.attrs["scale"])
+heads, n, d = q.shape
+print(f"{dump.name}: layer 03, {heads} heads, N = {n}, d = {d}, {q.dtype}, scale {scale:.4f}; "
+      f"{nystrom.threads()} threads")"""),
+    ("md", """\
+## Every method on all heads at once
+
+`nystrom.attention` takes `[..., N, d]` arrays and loops over the heads in C++; keyword arguments are named as on the
+command line (`nystrom sweep --help`). Errors are against exact softmax attention, averaged over heads. On real
+attention the exact pseudoinverse of the m×m core does far worse than six Razavi iterations (in float64 too): the
+truncated iteration is a spectral filter that barely inverts the core's small singular values (docs/mathematics.md
+§4), while the exact inverse amplifies them."""),
+    ("code", """\
+exact = nystrom.attention(q, k, v, method="exact", scale=scale)
+runs = [
+    ("pnp-nystra, row-max, exact pinv", dict(method="pnp-nystra", stabilization="row-max", pinv="exact")),
+    ("pnp-nystra, clamped, razavi x6", dict(method="pnp-nystra", stabilization="clamped", pinv="razavi", iterations=6)),
+    ("nystromformer", dict(method="nystromformer")),
+    ("cur, top-sum rows", dict(method="cur", strategy="top-sum")),
+    ("symmetric-nystrom", dict(method="symmetric-nystrom")),
+    ("performer", dict(method="performer", features=64)),
+    ("linformer", dict(method="linformer", projected=64)),
+]
+print(f"{'method (m = 32)':>34} {'relative error':>15} {'max error':>10}")
+for label, options in runs:
+    out = nystrom.attention(q, k, v, landmarks=32, scale=scale, **options)
+    errors = [nystrom.output_errors(exact[h], out[h]) for h in range(heads)]
+    print(f"{label:>34} {np.mean([e.relative_frobenius for e in errors]):15.3e} "
+          f"{np.mean([e.max_abs for e in errors]):10.3e}")"""),
+    ("md", """\
+## ‖G − Ĝ‖₂ against the landmark count, with the Lemma 2.1 terms
+
+For head 0: the spectral error of the generalized Nyström approximation (exact pseudoinverse, row-max scaling), the
+paper's ratio σ_{m+1}(G̃)/σ_m(G_A), and theorem 2's bound 2σ₁²σ_{m+1}/σ_m², which always applies but is loose."""),
+    ("code", """\
+h = 0
+g_norm = nystrom.kernel_norm(q[h], k[h], scale=scale, solver="dense")
+print(f"{'m':>4} {'|G - G^|/|G|':>14} {'ratio':>10} {'theorem 2':>10} {'theorem 1 applies':>18}")
+for m in (4, 8, 16, 32, 64):
+    factors = nystrom.nystrom_factors(q[h], k[h], landmarks=m, scale=scale)
+    error = nystrom.error_norm(q[h], k[h], factors, solver="dense")
+    bounds = nystrom.evaluate_bounds(nystrom.landmark_terms(q[h], k[h], factors), error)
+    print(f"{m:4d} {error / g_norm:14.3e} {bounds.ratio:10.3e} {bounds.theorem2:10.3e} "
+          f"{bounds.theorem1_applies!s:>18}")"""),
+    ("md", """\
+## Singular-value decay of G and S
+
+Full SVDs of the dense matrices (`nystrom.singular_values`), and the top 20 of G again matrix-free by Lanczos
+(`nystrom.kernel_singular_values`), which never stores the N×N matrix."""),
+    ("code", """\
+g_values = nystrom.singular_values(nystrom.kernel_matrix(q[h], k[h], scale=scale))
+s_values = nystrom.singular_values(nystrom.attention_matrix(q[h], k[h], scale=scale))
+lanczos = nystrom.kernel_singular_values(q[h], k[h], 20, scale=scale)
+print(f"matrix-free top 20 of G: {lanczos.matvecs} products, largest relative difference to the SVD "
+      f"{np.max(np.abs(lanczos.values - g_values[:20]) / g_values[:20]):.1e}")
+fig, ax = plt.subplots(figsize=(5.5, 3.6))
+ax.semilogy(g_values / g_values[0], label="G = exp(s QKᵀ)")
+ax.semilogy(s_values / s_values[0], label="S = D⁻¹G")
+ax.semilogy(lanczos.values / lanczos.values[0], "k.", label="G, matrix-free top 20")
+ax.set_xlabel("index i")
+ax.set_ylabel("σᵢ / σ₁")
+ax.set_title(f"layer 03, head {h}")
+ax.legend()
+plt.show()"""),
+]
+
 NOTEBOOKS = {
     "spectrum_decay.ipynb": SPECTRUM,
     "error_vs_landmarks.ipynb": ERRORS,
     "bound_validation.ipynb": BOUNDS,
     "method_comparison.ipynb": METHODS,
     "bench_timings.ipynb": BENCH,
+    "python_module.ipynb": PYTHON_MODULE,
 }
 
 

@@ -1,6 +1,7 @@
-"""Reading `nystrom` results files (shared FORMATS.md §2) for the notebooks: the /sweep table, the /spectra groups,
-the /bench tables, where the files are (environment variables) and where figures go. Nothing here recomputes the
-numerics; it only selects rows and summarizes them over heads for plotting.
+"""The notebooks' side of reading `nystrom` results files (docs/formats.md §2): where the files are (environment
+variables), where figures go, and plotting helpers. The readers themselves are the package's (nystrom.results,
+installed by scripts/setup-python.sh); here they get the default paths and print what they read. Nothing here
+recomputes the numerics; it only selects rows and summarizes them over heads for plotting.
 
 Environment:
   NYSTROM_RESULTS   folder holding sweep.h5, spectrum.h5 and bench.h5 (default: <repository>/results); a relative
@@ -11,32 +12,13 @@ Environment:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
-import h5py
 import numpy as np
+from nystrom import results as _results
+from nystrom.results import REQUIRED_COLUMNS, BenchResults, LayerSpectra, Table, provenance  # noqa: F401
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-RESULTS_FORMAT = "nystrom-results"
-RESULTS_FORMAT_VERSION = 1
-STRING_COLUMNS = ("layer", "kernel", "strategy", "pinv", "method")
-INT_COLUMNS = ("batch", "head", "n", "d", "landmarks", "pinv_iters", "seed")
-FLOAT_COLUMNS = (
-    "kernel_param", "spectral_error", "relative_spectral_error", "frobenius_error", "output_relative_error",
-    "output_max_error", "output_mean_abs_error", "sigma1_ext", "sigma_m1_ext", "sigma_m_core", "bound_ratio",
-    "theorem1_bound", "theorem2_bound", "theorem3_bound", "theorem3_k", "c_emp", "pinv_residual", "seconds",
-)
-REQUIRED_COLUMNS = STRING_COLUMNS + INT_COLUMNS + FLOAT_COLUMNS
-# `nystrom bench` (experiments/bench.cpp): the columns the bench notebook reads; gemm_fraction, /bench_gemm and
-# /bench_matvec are optional (GEMM reference rates, written by newer versions).
-BENCH_COLUMNS = ("method", "n", "d", "dtype", "threads", "landmarks", "seconds", "flops", "gflops",
-                 "speedup_vs_exact", "output_relative_error", "blas_core")
-BENCH_STEP_COLUMNS = ("step", "step_index", "n", "d", "dtype", "threads", "landmarks", "seconds", "fraction",
-                      "blas_core")
-BENCH_GEMM_COLUMNS = ("device", "dtype", "threads", "n", "seconds", "gflops", "blas_core")
-BENCH_MATVEC_COLUMNS = ("device", "dtype", "threads", "n", "d", "seconds", "gflops", "gemm_fraction", "blas_core")
 
 
 def _from_repository(value: str) -> Path:
@@ -63,160 +45,31 @@ def save_figure(figure, name: str) -> Path:
     return path
 
 
-def _open_results(path: Path) -> h5py.File:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such results file (set NYSTROM_RESULTS, or run `nystrom` first)")
-    file = h5py.File(path, "r")
-    kind = file.attrs.get("format")
-    kind = kind.decode() if isinstance(kind, bytes) else kind
-    version = file.attrs.get("format_version")
-    if kind != RESULTS_FORMAT:
-        file.close()
-        raise ValueError(f"{path}: attribute format is {kind!r}, expected {RESULTS_FORMAT!r}")
-    if version is None or int(np.asarray(version).ravel()[0]) != RESULTS_FORMAT_VERSION:
-        file.close()
-        raise ValueError(f"{path}: unknown format_version {version!r} (this notebook reads {RESULTS_FORMAT_VERSION})")
-    return file
-
-
-def provenance(path: Path) -> dict[str, str]:
-    """The root attributes of a results file, as text."""
-    with _open_results(path) as file:
-        return {k: v.decode() if isinstance(v, bytes) else str(v) for k, v in file.attrs.items()}
-
-
-class Table(dict):
-    """Columns of a results table (/sweep, /bench, ...) as numpy arrays (strings decoded), all of one length, with
-    row selection."""
-
-    @property
-    def rows(self) -> int:
-        return len(next(iter(self.values()))) if self else 0
-
-    def where(self, mask: np.ndarray | None = None, **equal) -> "Table":
-        """Rows where `mask` holds and every column named in `equal` has the given value."""
-        keep = np.ones(self.rows, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).copy()
-        for column, value in equal.items():
-            keep &= self[column] == value
-        return Table({name: values[keep] for name, values in self.items()})
-
-    def values_of(self, column: str) -> list:
-        """Distinct values of a column in first-seen order."""
-        _, first = np.unique(self[column], return_index=True)
-        return [self[column][i] for i in sorted(first)]
-
-    def group_by(self, *columns: str) -> list[tuple[tuple, "Table"]]:
-        """(values, rows) for each distinct combination of the named columns, in first-seen order; columns the
-        table lacks are left out of the grouping (and out of the values)."""
-        present = [c for c in columns if c in self]
-        if not present:
-            return [((), self)] if self.rows else []
-        keys = list(zip(*(self[c].tolist() for c in present)))
-        distinct = list(dict.fromkeys(keys))
-        return [(key, self.where(np.array([k == key for k in keys], dtype=bool))) for key in distinct]
-
-
-def _read_table(file: h5py.File, path: Path, name: str, required: tuple[str, ...]) -> Table:
-    """The 1-D column datasets of group `name` as a Table; checks the required columns and equal lengths."""
-    if name not in file:
-        raise ValueError(f"{path}: no /{name} group")
-    group = file[name]
-    missing = [c for c in required if c not in group]
-    if missing:
-        raise ValueError(f"{path}: /{name} lacks required columns {missing}")
-    table = Table()
-    for column, dataset in group.items():
-        if not isinstance(dataset, h5py.Dataset) or dataset.ndim != 1:
-            continue
-        if h5py.check_string_dtype(dataset.dtype) is not None:
-            table[column] = np.asarray(dataset.asstr()[...], dtype=object)
-        else:
-            table[column] = dataset[...]
-    lengths = {column: len(values) for column, values in table.items()}
-    if len(set(lengths.values())) > 1:
-        raise ValueError(f"{path}: /{name} columns have different lengths {lengths}")
-    return table
-
-
 def read_sweep(path: Path | str | None = None) -> Table:
-    """The /sweep table of a results file; checks the format attributes and the required columns."""
+    """The /sweep table of a results file (default $NYSTROM_RESULTS/sweep.h5); checks the format attributes and the
+    required columns."""
     path = Path(path) if path else results_dir() / "sweep.h5"
-    with _open_results(path) as file:
-        table = _read_table(file, path, "sweep", REQUIRED_COLUMNS)
+    table = _results.read_sweep(path)
     print(f"{path}: {table.rows} rows, {len(table)} columns")
     return table
-
-
-class BenchResults(NamedTuple):
-    """The tables of a `nystrom bench` file: /bench (one row per method, N, dtype, thread count), /bench_steps
-    (PnP-Nystra Algorithm 1 step timings, paper Table 1; no rows with --steps 0) and, when the file has them, the
-    GEMM reference rates /bench_gemm and the matrix-free matvec rates /bench_matvec (None otherwise)."""
-
-    bench: Table
-    steps: Table
-    gemm: Table | None
-    matvec: Table | None
 
 
 def read_bench(path: Path | str | None = None) -> BenchResults:
     """The tables of a bench results file (default $NYSTROM_RESULTS/bench.h5); checks the format attributes and
     the columns the bench notebook reads."""
     path = Path(path) if path else results_dir() / "bench.h5"
-    with _open_results(path) as file:
-        bench = _read_table(file, path, "bench", BENCH_COLUMNS)
-        steps = _read_table(file, path, "bench_steps", BENCH_STEP_COLUMNS)
-        gemm = _read_table(file, path, "bench_gemm", BENCH_GEMM_COLUMNS) if "bench_gemm" in file else None
-        matvec = _read_table(file, path, "bench_matvec", BENCH_MATVEC_COLUMNS) if "bench_matvec" in file else None
-    optional = [f", /{name}: {table.rows} rows" for name, table in (("bench_gemm", gemm), ("bench_matvec", matvec))
+    bench = _results.read_bench(path)
+    optional = [f", /{name}: {table.rows} rows" for name, table in (("bench_gemm", bench.gemm),
+                                                                    ("bench_matvec", bench.matvec))
                 if table is not None]
-    print(f"{path}: /bench: {bench.rows} rows, /bench_steps: {steps.rows} rows" + "".join(optional))
-    return BenchResults(bench, steps, gemm, matvec)
-
-
-@dataclass
-class LayerSpectra:
-    """One /spectra/<layer> group: singular values [B, H, k] per matrix (G, S, Gext, attn), ranks if written."""
-
-    layer: str
-    singular_values: dict[str, np.ndarray]
-    ranks: dict[str, np.ndarray]
-    attrs: dict[str, object]
-
-    def normalized(self, matrix: str) -> np.ndarray:
-        """σ_i/σ₁ per head, [B·H, k] (NaN where the file has NaN padding)."""
-        sv = self.singular_values[matrix]
-        flat = sv.reshape(-1, sv.shape[-1])
-        return flat / flat[:, :1]
-
-    def numerical_rank(self, matrix: str) -> tuple[float, bool]:
-        """Mean numerical rank over heads, and whether it is only a lower bound (k values kept, all above tol).
-        Uses the file's rank_<matrix> when written; otherwise counts the kept σ_i/σ₁ above the rank_tol attribute."""
-        k = self.singular_values[matrix].shape[-1]
-        if matrix in self.ranks and (self.ranks[matrix] >= 0).all():
-            ranks = self.ranks[matrix].astype(float)
-            return float(ranks.mean()), False
-        tol = float(self.attrs.get("rank_tol", 1e-6))
-        counts = (np.nan_to_num(self.normalized(matrix), nan=0.0) > tol).sum(axis=1)
-        return float(counts.mean()), bool((counts == k).any())
+    print(f"{path}: /bench: {bench.bench.rows} rows, /bench_steps: {bench.steps.rows} rows" + "".join(optional))
+    return bench
 
 
 def read_spectra(path: Path | str | None = None) -> list[LayerSpectra]:
-    """Every /spectra/<layer> group of a results file, in file order."""
+    """Every /spectra/<layer> group of a results file (default $NYSTROM_RESULTS/spectrum.h5), in file order."""
     path = Path(path) if path else results_dir() / "spectrum.h5"
-    layers = []
-    with _open_results(path) as file:
-        if "spectra" not in file:
-            raise ValueError(f"{path}: no /spectra group")
-        for name, group in file["spectra"].items():
-            values = {key[3:]: group[key][...] for key in group if key.startswith("sv_")}
-            ranks = {key[5:]: group[key][...] for key in group if key.startswith("rank_")}
-            if not values:
-                raise ValueError(f"{path}: /spectra/{name} has no sv_* dataset")
-            for key, array in values.items():
-                if array.ndim != 3:
-                    raise ValueError(f"{path}: /spectra/{name}/sv_{key} has shape {array.shape}, expected [B, H, k]")
-            attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in group.attrs.items()}
-            layers.append(LayerSpectra(name, values, ranks, attrs))
+    layers = _results.read_spectra(path)
     print(f"{path}: {len(layers)} layers, matrices {sorted(layers[0].singular_values) if layers else []}")
     return layers
 

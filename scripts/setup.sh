@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every dependency of nystrom on a bare Debian 12 machine: Debian packages (apt) for the C++ stack,
-# and a Python virtual environment inside the clone (.venv) from PyPI for the notebooks and the model-dump tool.
+# and a Python virtual environment inside the clone (.venv) from PyPI for the notebooks and the model-dump tool,
+# with the Python module nystrom built into it (python3-dev: the headers it compiles against).
 # Safe to run twice: it installs only what is missing.
 #   scripts/setup.sh           C++ stack and Python environment
 #   scripts/setup.sh --cpp     C++ stack only
@@ -16,6 +17,7 @@ apt_packages=(
   libhdf5-dev hdf5-tools doctest-dev
   libopenblas-dev liblapacke-dev libomp-dev
   libopenmpi-dev openmpi-bin
+  python3-dev python3-venv
 )
 
 missing=()

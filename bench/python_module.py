@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Benchmark of the Python module `nystrom` (run with .venv/bin/python after scripts/setup-python.sh):
+
+1. Python overhead of one PnP-Nystra attention call (default N = 1024, d = 64, m = 16, float32): the best time of
+   nystrom.attention() called from Python (timeit, best of --repeat) minus the best time of the same library call
+   repeated in C++ through the same binding (nystrom.time_attention, inputs converted once), for C-ordered arrays
+   (numpy's default: the binding copies them to column-major) and Fortran-ordered ones (read in place).
+2. The module's PnP-Nystra against the same formulation written in torch on the CPU (default N = 4096, d = 64,
+   m = 16, float32, the same thread count): the authors' code (Srinivas-512/PnP_Nystra), i.e. landmarks by adaptive
+   average pooling (segment means), the clamped exp exp(min(x, 5)) + max(x − 5, 0) in all three blocks, Razavi's
+   iteration from Z₀ = Aᵀ/(max column sum · max row sum), output P(G_U V) / (P(G_U 1) + 1e-12) with P = G_L Z,
+   written below. The module runs the same formulation (stabilization="clamped", pinv="razavi"); both outputs are
+   checked to agree before timing.
+
+    .venv/bin/python bench/python_module.py [--threads T] [--repeat R] [--quick]
+
+Timings are best-of, on whatever else the machine is doing; compare ratios measured in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import timeit
+
+import numpy as np
+import torch
+
+import nystrom
+
+
+def pnp_nystra_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: int, iterations: int) -> torch.Tensor:
+    """PnP-Nystra attention as the authors' torch code computes it, for [..., N, d] tensors."""
+    scale = q.shape[-1] ** -0.5
+
+    def landmarks(x):
+        return torch.nn.functional.adaptive_avg_pool1d(x.transpose(-1, -2), m).transpose(-1, -2)
+
+    def clamped_kernel(a, b):
+        logits = scale * a @ b.transpose(-1, -2)
+        return torch.exp(torch.clamp(logits, max=5)) + torch.clamp(logits - 5, min=0)
+
+    def iterative_inverse(a):
+        eye = torch.eye(a.shape[-1], dtype=a.dtype)
+        alpha = 1 / (torch.max(torch.sum(torch.abs(a), dim=-2)) * torch.max(torch.sum(torch.abs(a), dim=-1)))
+        z = alpha * a.transpose(-1, -2)
+        for _ in range(iterations):
+            az = a @ z
+            z = (0.25 * z) @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+        return z
+
+    q_bar, k_bar = landmarks(q), landmarks(k)
+    left, core, upper = clamped_kernel(q, k_bar), clamped_kernel(q_bar, k_bar), clamped_kernel(q_bar, k)
+    p = left @ iterative_inverse(core)
+    return (p @ (upper @ v)) / (p @ upper.sum(dim=-1, keepdim=True) + 1e-12)
+
+
+def best(function, repeat: int) -> float:
+    function()  # warm-up
+    return min(timeit.repeat(function, number=1, repeat=repeat))
+
+
+def inputs(n: int, d: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((n, d), dtype=np.float32) for _ in range(3))
+
+
+def overhead(n: int, d: int, m: int, repeat: int) -> None:
+    options = dict(method="pnp-nystra", landmarks=m, strategy="segment-means", pinv="razavi", iterations=6,
+                   stabilization="row-max")
+    print(f"1. Python overhead of nystrom.attention, PnP-Nystra, N = {n}, d = {d}, m = {m}, float32, "
+          f"{nystrom.threads()} threads, best of {repeat}")
+    for layout, convert in (("C order", np.ascontiguousarray), ("Fortran order", np.asfortranarray)):
+        q, k, v = (convert(x) for x in inputs(n, d))
+        in_cpp = nystrom.time_attention(q, k, v, repeat=repeat, **options)
+        from_python = best(lambda: nystrom.attention(q, k, v, **options), repeat)
+        print(f"   {layout:>13}: C++ call {1e6 * in_cpp:8.1f} us, Python call {1e6 * from_python:8.1f} us, "
+              f"overhead {1e6 * (from_python - in_cpp):6.1f} us")
+
+
+def against_torch(n: int, d: int, m: int, repeat: int) -> None:
+    threads = nystrom.threads()
+    torch.set_num_threads(threads)
+    q, k, v = inputs(n, d, seed=1)
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    options = dict(method="pnp-nystra", landmarks=m, strategy="segment-means", pinv="razavi", iterations=6,
+                   stabilization="clamped")
+    with torch.inference_mode():
+        reference = pnp_nystra_torch(tq, tk, tv, m, 6).numpy()
+        ours = nystrom.attention(q, k, v, **options)
+        difference = np.linalg.norm(ours - reference) / np.linalg.norm(reference)
+        if not difference < 1e-4:
+            sys.exit(f"the module and the torch formulation disagree: relative difference {difference:.2e}")
+        seconds_torch = best(lambda: pnp_nystra_torch(tq, tk, tv, m, 6), repeat)
+    print(f"2. PnP-Nystra (clamped exp, Razavi x6), N = {n}, d = {d}, m = {m}, float32, {threads} threads "
+          f"(torch {torch.__version__}, {torch.get_num_threads()} threads), best of {repeat}; outputs agree to "
+          f"{difference:.1e}")
+    print(f"   torch {1e3 * seconds_torch:8.3f} ms")
+    for layout, convert in (("C order", np.ascontiguousarray), ("Fortran order", np.asfortranarray)):
+        q, k, v = (convert(x) for x in (q, k, v))
+        seconds_module = best(lambda: nystrom.attention(q, k, v, **options), repeat)
+        print(f"   nystrom module, {layout:>13} arrays {1e3 * seconds_module:8.3f} ms: "
+              f"{seconds_torch / seconds_module:.1f}x faster than torch")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=0, help="OpenMP (and torch) threads (0: the default)")
+    parser.add_argument("--repeat", type=int, default=200, help="timed calls; the best counts")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (a smoke run)")
+    arguments = parser.parse_args()
+    if arguments.threads:
+        nystrom.set_threads(arguments.threads)
+    print(f"nystrom {nystrom.__file__}, OpenBLAS core {nystrom.blas_core()}")
+    if arguments.quick:
+        overhead(128, 16, 8, 5)
+        against_torch(256, 16, 8, 5)
+    else:
+        overhead(1024, 64, 16, arguments.repeat)
+        against_torch(4096, 64, 16, arguments.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""nystrom: low-rank approximations of softmax attention and their errors, on numpy arrays and torch tensors.
+
+The C++ library in-process (the compiled extension nystrom._nystrom): kernels, landmarks, pseudoinverses, the
+generalized Nyström factors of PnP-Nystra, the attention output of every method the papers compare (exact,
+pnp-nystra, nystromformer, cur, symmetric-nystrom, performer, linformer), spectral errors (dense, Lanczos,
+matrix-free), the Lemma 2.1 terms and bounds, and the reader of `nystrom sweep` results.
+
+    import numpy as np, nystrom
+    q, k, v = (np.random.default_rng(0).standard_normal((1024, 64), dtype=np.float32) for _ in range(3))
+    out = nystrom.attention(q, k, v, method="pnp-nystra", landmarks=16, pinv="razavi", iterations=6)
+    exact = nystrom.attention(q, k, v, method="exact")
+    print(nystrom.output_errors(exact, out).relative_frobenius)
+
+Arrays: float32 or float64 (results keep the dtype), any layout (Fortran-ordered arrays are read without a copy),
+numpy arrays or CPU torch tensors. Keyword arguments are named as on the command line (`nystrom sweep --help`;
+`lambda_` for --lambda). Bad input raises ValueError naming the value; numerical outcomes (a diverged
+pseudoinverse) are statuses. Every computation releases the GIL; `set_threads` sets its OpenMP threads.
+`nystrom.torch` (imported on its own) adapts torch models for inference.
+"""
+
+from ._nystrom import (
+    KERNELS,
+    METHODS,
+    PINV_METHODS,
+    STABILIZATIONS,
+    STRATEGIES,
+    Approximation,
+    AttentionMatrixErrors,
+    BoundReport,
+    Landmarks,
+    LandmarkTerms,
+    NystromFactors,
+    OutputErrors,
+    PinvResult,
+    SpectralResult,
+    approximate,
+    attention,
+    attention_matrix,
+    attention_matrix_errors,
+    blas_core,
+    energy_fraction,
+    error_norm,
+    error_singular_values,
+    evaluate_bounds,
+    kernel_matrix,
+    kernel_norm,
+    kernel_singular_values,
+    landmark_terms,
+    numerical_rank,
+    nystrom_factors,
+    output_errors,
+    pseudoinverse,
+    safe_alpha,
+    select_landmarks,
+    set_threads,
+    singular_values,
+    theorem3_constant,
+    threads,
+    time_attention,
+    top_singular_values,
+)
+from .results import read_results
+
+__all__ = [
+    "KERNELS", "METHODS", "PINV_METHODS", "STABILIZATIONS", "STRATEGIES", "Approximation", "AttentionMatrixErrors",
+    "BoundReport", "Landmarks", "LandmarkTerms", "NystromFactors", "OutputErrors", "PinvResult", "SpectralResult",
+    "approximate", "attention", "attention_matrix", "attention_matrix_errors", "blas_core", "energy_fraction",
+    "error_norm", "error_singular_values", "evaluate_bounds", "kernel_matrix", "kernel_norm",
+    "kernel_singular_values", "landmark_terms", "numerical_rank", "nystrom_factors", "output_errors",
+    "pseudoinverse", "read_results", "safe_alpha", "select_landmarks", "set_threads", "singular_values",
+    "theorem3_constant", "threads", "time_attention", "top_singular_values",
+]

@@ -1,0 +1,222 @@
+"""Reading `nystrom` results files (docs/formats.md §2): the /sweep table, the /bench tables and the /spectra
+groups, each checked against the format attributes and the required columns. The notebooks (notebooks/
+nystrom_results.py) read through these functions too, so there is one reader.
+
+    df = nystrom.read_results("results/sweep.h5")     # /sweep as a pandas DataFrame, root attributes in df.attrs
+    table = nystrom.results.read_sweep(path)         # the same columns as numpy arrays (a Table)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import h5py
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas
+
+RESULTS_FORMAT = "nystrom-results"
+RESULTS_FORMAT_VERSION = 1
+STRING_COLUMNS = ("layer", "kernel", "strategy", "pinv", "method")
+INT_COLUMNS = ("batch", "head", "n", "d", "landmarks", "pinv_iters", "seed")
+FLOAT_COLUMNS = (
+    "kernel_param", "spectral_error", "relative_spectral_error", "frobenius_error", "output_relative_error",
+    "output_max_error", "output_mean_abs_error", "sigma1_ext", "sigma_m1_ext", "sigma_m_core", "bound_ratio",
+    "theorem1_bound", "theorem2_bound", "theorem3_bound", "theorem3_k", "c_emp", "pinv_residual", "seconds",
+)
+REQUIRED_COLUMNS = STRING_COLUMNS + INT_COLUMNS + FLOAT_COLUMNS
+# `nystrom bench` (experiments/bench.cpp): the columns the bench notebook reads; gemm_fraction, /bench_gemm and
+# /bench_matvec are optional (GEMM reference rates, written by newer versions).
+BENCH_COLUMNS = ("method", "n", "d", "dtype", "threads", "landmarks", "seconds", "flops", "gflops",
+                 "speedup_vs_exact", "output_relative_error", "blas_core")
+BENCH_STEP_COLUMNS = ("step", "step_index", "n", "d", "dtype", "threads", "landmarks", "seconds", "fraction",
+                      "blas_core")
+BENCH_GEMM_COLUMNS = ("device", "dtype", "threads", "n", "seconds", "gflops", "blas_core")
+BENCH_MATVEC_COLUMNS = ("device", "dtype", "threads", "n", "d", "seconds", "gflops", "gemm_fraction", "blas_core")
+
+
+def open_results(path: Path | str) -> h5py.File:
+    """Opens a results file for reading; raises FileNotFoundError when it is missing and ValueError unless its
+    `format` attribute is nystrom-results at a known format_version."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such results file (written by `nystrom sweep`, `spectrum` or `bench`)")
+    file = h5py.File(path, "r")
+    kind = file.attrs.get("format")
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    version = file.attrs.get("format_version")
+    if kind != RESULTS_FORMAT:
+        file.close()
+        raise ValueError(f"{path}: attribute format is {kind!r}, expected {RESULTS_FORMAT!r}")
+    if version is None or int(np.asarray(version).ravel()[0]) != RESULTS_FORMAT_VERSION:
+        file.close()
+        raise ValueError(f"{path}: unknown format_version {version!r} (this reader reads {RESULTS_FORMAT_VERSION})")
+    return file
+
+
+def _attribute_value(value):
+    """An HDF5 attribute as a Python value: text decoded, one-element arrays as scalars."""
+    if isinstance(value, bytes):
+        return value.decode()
+    array = np.asarray(value)
+    if array.dtype.kind in "SO" and array.size == 1:
+        item = array.ravel()[0]
+        return item.decode() if isinstance(item, bytes) else item
+    return array.ravel()[0].item() if array.size == 1 else array.tolist()
+
+
+def attributes(path: Path | str) -> dict[str, object]:
+    """The root attributes of a results file (format, program_version, git_revision, command_line, created,
+    threads, input, ...) as Python values."""
+    with open_results(path) as file:
+        return {key: _attribute_value(value) for key, value in file.attrs.items()}
+
+
+def provenance(path: Path | str) -> dict[str, str]:
+    """The root attributes of a results file, as text."""
+    with open_results(path) as file:
+        return {k: v.decode() if isinstance(v, bytes) else str(v) for k, v in file.attrs.items()}
+
+
+class Table(dict):
+    """Columns of a results table (/sweep, /bench, ...) as numpy arrays (strings decoded), all of one length, with
+    row selection."""
+
+    @property
+    def rows(self) -> int:
+        return len(next(iter(self.values()))) if self else 0
+
+    def where(self, mask: np.ndarray | None = None, **equal) -> "Table":
+        """Rows where `mask` holds and every column named in `equal` has the given value."""
+        keep = np.ones(self.rows, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).copy()
+        for column, value in equal.items():
+            keep &= self[column] == value
+        return Table({name: values[keep] for name, values in self.items()})
+
+    def values_of(self, column: str) -> list:
+        """Distinct values of a column in first-seen order."""
+        _, first = np.unique(self[column], return_index=True)
+        return [self[column][i] for i in sorted(first)]
+
+    def group_by(self, *columns: str) -> list[tuple[tuple, "Table"]]:
+        """(values, rows) for each distinct combination of the named columns, in first-seen order; columns the
+        table lacks are left out of the grouping (and out of the values)."""
+        present = [c for c in columns if c in self]
+        if not present:
+            return [((), self)] if self.rows else []
+        keys = list(zip(*(self[c].tolist() for c in present)))
+        distinct = list(dict.fromkeys(keys))
+        return [(key, self.where(np.array([k == key for k in keys], dtype=bool))) for key in distinct]
+
+
+def read_table(file: h5py.File, path: Path | str, name: str, required: tuple[str, ...]) -> Table:
+    """The 1-D column datasets of group `name` of an open results file as a Table; checks the required columns
+    and equal lengths."""
+    if name not in file:
+        raise ValueError(f"{path}: no /{name} group")
+    group = file[name]
+    missing = [c for c in required if c not in group]
+    if missing:
+        raise ValueError(f"{path}: /{name} lacks required columns {missing}")
+    table = Table()
+    for column, dataset in group.items():
+        if not isinstance(dataset, h5py.Dataset) or dataset.ndim != 1:
+            continue
+        if h5py.check_string_dtype(dataset.dtype) is not None:
+            table[column] = np.asarray(dataset.asstr()[...], dtype=object)
+        else:
+            table[column] = dataset[...]
+    lengths = {column: len(values) for column, values in table.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{path}: /{name} columns have different lengths {lengths}")
+    return table
+
+
+def read_sweep(path: Path | str) -> Table:
+    """The /sweep table of a results file; checks the format attributes and the required columns."""
+    with open_results(path) as file:
+        return read_table(file, path, "sweep", REQUIRED_COLUMNS)
+
+
+def read_results(path: Path | str) -> "pandas.DataFrame":
+    """The /sweep table of a results file as a pandas DataFrame, one row per evaluated point (strings decoded,
+    integers int64, the rest float64), with the file's root attributes (provenance: command_line, git_revision,
+    threads, input, ...) in `df.attrs`."""
+    import pandas
+
+    with open_results(path) as file:
+        table = read_table(file, path, "sweep", REQUIRED_COLUMNS)
+        attrs = {key: _attribute_value(value) for key, value in file.attrs.items()}
+    frame = pandas.DataFrame(dict(table))
+    frame.attrs.update(attrs)
+    return frame
+
+
+class BenchResults(NamedTuple):
+    """The tables of a `nystrom bench` file: /bench (one row per method, N, dtype, thread count), /bench_steps
+    (PnP-Nystra Algorithm 1 step timings, paper Table 1; no rows with --steps 0) and, when the file has them, the
+    GEMM reference rates /bench_gemm and the matrix-free matvec rates /bench_matvec (None otherwise)."""
+
+    bench: Table
+    steps: Table
+    gemm: Table | None
+    matvec: Table | None
+
+
+def read_bench(path: Path | str) -> BenchResults:
+    """The tables of a bench results file; checks the format attributes and the columns the bench notebook reads."""
+    with open_results(path) as file:
+        bench = read_table(file, path, "bench", BENCH_COLUMNS)
+        steps = read_table(file, path, "bench_steps", BENCH_STEP_COLUMNS)
+        gemm = read_table(file, path, "bench_gemm", BENCH_GEMM_COLUMNS) if "bench_gemm" in file else None
+        matvec = read_table(file, path, "bench_matvec", BENCH_MATVEC_COLUMNS) if "bench_matvec" in file else None
+    return BenchResults(bench, steps, gemm, matvec)
+
+
+@dataclass
+class LayerSpectra:
+    """One /spectra/<layer> group: singular values [B, H, k] per matrix (G, S, Gext, attn), ranks if written."""
+
+    layer: str
+    singular_values: dict[str, np.ndarray]
+    ranks: dict[str, np.ndarray]
+    attrs: dict[str, object]
+
+    def normalized(self, matrix: str) -> np.ndarray:
+        """σ_i/σ₁ per head, [B·H, k] (NaN where the file has NaN padding)."""
+        sv = self.singular_values[matrix]
+        flat = sv.reshape(-1, sv.shape[-1])
+        return flat / flat[:, :1]
+
+    def numerical_rank(self, matrix: str) -> tuple[float, bool]:
+        """Mean numerical rank over heads, and whether it is only a lower bound (k values kept, all above tol).
+        Uses the file's rank_<matrix> when written; otherwise counts the kept σ_i/σ₁ above the rank_tol attribute."""
+        k = self.singular_values[matrix].shape[-1]
+        if matrix in self.ranks and (self.ranks[matrix] >= 0).all():
+            ranks = self.ranks[matrix].astype(float)
+            return float(ranks.mean()), False
+        tol = float(self.attrs.get("rank_tol", 1e-6))
+        counts = (np.nan_to_num(self.normalized(matrix), nan=0.0) > tol).sum(axis=1)
+        return float(counts.mean()), bool((counts == k).any())
+
+
+def read_spectra(path: Path | str) -> list[LayerSpectra]:
+    """Every /spectra/<layer> group of a results file, in file order."""
+    layers = []
+    with open_results(path) as file:
+        if "spectra" not in file:
+            raise ValueError(f"{path}: no /spectra group")
+        for name, group in file["spectra"].items():
+            values = {key[3:]: group[key][...] for key in group if key.startswith("sv_")}
+            ranks = {key[5:]: group[key][...] for key in group if key.startswith("rank_")}
+            if not values:
+                raise ValueError(f"{path}: /spectra/{name} has no sv_* dataset")
+            for key, array in values.items():
+                if array.ndim != 3:
+                    raise ValueError(f"{path}: /spectra/{name}/sv_{key} has shape {array.shape}, expected [B, H, k]")
+            attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in group.attrs.items()}
+            layers.append(LayerSpectra(name, values, ranks, attrs))
+    return layers

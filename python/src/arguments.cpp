@@ -1,0 +1,350 @@
+#include "arguments.hpp"
+
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <deque>
+
+namespace nystrom::python {
+
+namespace {
+
+/// One keyword: its Python name, group, annotation and default as Python text, help line, and how it is read.
+struct Keyword {
+  std::string_view name;
+  unsigned group;
+  std::string_view annotation;
+  std::string_view default_value;
+  std::string_view help;
+  void (*set)(KeywordArguments&, nb::handle);
+};
+
+template <class T>
+std::optional<T> optional_cast(nb::handle value) {
+  if (value.is_none()) return std::nullopt;
+  return nb::cast<T>(value);
+}
+
+std::string text(nb::handle value) {
+  return nb::cast<std::string>(value);
+}
+
+Solver solver_from_string(const std::string& name) {
+  if (name == "dense") return Solver::dense;
+  if (name == "lanczos") return Solver::lanczos;
+  if (name == "matrix-free") return Solver::matrix_free;
+  throw std::invalid_argument("unknown solver '" + name + "' (expected dense, lanczos or matrix-free)");
+}
+
+// clang-format off
+const Keyword keywords[] = {
+    {"method", factor_keywords, "str", "'pnp-nystra'",
+     "pnp-nystra, nystromformer, cur, symmetric-nystrom, performer, linformer or exact (nystrom_factors: "
+     "pnp-nystra or symmetric-nystrom)",
+     [](KeywordArguments& a, nb::handle v) { a.method = method_from_string(text(v)); }},
+    {"kernel", kernel_keywords, "str", "'exp'",
+     "exp: exp(s qᵀk); laplacian: exp(−‖q − k‖₁/λ); gaussian: exp(−‖q − k‖₂²/(2h²)) (docs/mathematics.md §1)",
+     [](KeywordArguments& a, nb::handle v) { a.kernel = kernel_type_from_string(text(v)); }},
+    {"scale", kernel_keywords, "float | None", "None", "exp: the scale s (None: 1/√d)",
+     [](KeywordArguments& a, nb::handle v) { a.scale = optional_cast<double>(v); }},
+    {"lambda_", kernel_keywords, "float", "4.0", "laplacian: λ > 0 (--lambda on the command line)",
+     [](KeywordArguments& a, nb::handle v) { a.lambda = nb::cast<double>(v); }},
+    {"bandwidth", kernel_keywords, "float", "8.0", "gaussian: h > 0",
+     [](KeywordArguments& a, nb::handle v) { a.bandwidth = nb::cast<double>(v); }},
+    {"landmarks", landmark_keywords, "int", "16", "m, the number of landmarks or selected rows (1 ≤ m ≤ N)",
+     [](KeywordArguments& a, nb::handle v) { a.landmarks = nb::cast<Index>(v); }},
+    {"strategy", landmark_keywords, "str | None", "None",
+     "segment-means, window-pool, step, random, top-sum, top-abs, top-embed, kmeans or given (None: "
+     "segment-means; cur: step; nystromformer always takes segment means)",
+     [](KeywordArguments& a, nb::handle v) {
+       a.strategy = v.is_none() ? std::nullopt : std::optional(landmark_strategy_from_string(text(v)));
+     }},
+    {"seed", landmark_keywords, "int", "0",
+     "seed of random and k-means landmarks, Performer's features and Linformer's projections",
+     [](KeywordArguments& a, nb::handle v) { a.seed = nb::cast<std::uint64_t>(v); }},
+    {"window", landmark_keywords, "tuple[int, int] | None", "None",
+     "window-pool: the h×w token grid, h·w = N (None: a square grid)",
+     [](KeywordArguments& a, nb::handle v) {
+       a.window = v.is_none() ? std::array<Index, 2>{} : nb::cast<std::array<Index, 2>>(v);
+     }},
+    {"different_indices", landmark_keywords, "bool", "False",
+     "selection strategies (and cur): select the rows of Q and K separately instead of the same rows",
+     [](KeywordArguments& a, nb::handle v) { a.different_indices = nb::cast<bool>(v); }},
+    {"forced", landmark_keywords, "collections.abc.Sequence[int]", "()",
+     "selection strategies: token indices always selected (counted within m), e.g. a CLS token",
+     [](KeywordArguments& a, nb::handle v) { a.forced = nb::cast<std::vector<Index>>(v); }},
+    {"q_indices", landmark_keywords, "collections.abc.Sequence[int]", "()", "strategy 'given': the rows of Q",
+     [](KeywordArguments& a, nb::handle v) { a.q_indices = nb::cast<std::vector<Index>>(v); }},
+    {"k_indices", landmark_keywords, "collections.abc.Sequence[int]", "()",
+     "strategy 'given': the rows of K (empty: q_indices)",
+     [](KeywordArguments& a, nb::handle v) { a.k_indices = nb::cast<std::vector<Index>>(v); }},
+    {"embed_column", landmark_keywords, "int", "0", "top-embed: the embedding column scored",
+     [](KeywordArguments& a, nb::handle v) { a.embed_column = nb::cast<Index>(v); }},
+    {"kmeans_iterations", landmark_keywords, "int", "25", "kmeans: Lloyd iterations after k-means++ seeding",
+     [](KeywordArguments& a, nb::handle v) { a.kmeans_iterations = nb::cast<int>(v); }},
+    {"pinv", pinv_keywords, "str | None", "None",
+     "pseudoinverse: exact, razavi or newton-schulz (None: the method's own: exact for pnp-nystra and cur, "
+     "razavi for nystromformer, newton-schulz for symmetric-nystrom)",
+     [](KeywordArguments& a, nb::handle v) {
+       a.pinv = v.is_none() ? std::nullopt : std::optional(pinv_method_from_string(text(v)));
+     }},
+    {"iterations", pinv_keywords, "int | None", "None",
+     "iterations of razavi and newton-schulz (None: 6; symmetric-nystrom: 20)",
+     [](KeywordArguments& a, nb::handle v) { a.iterations = optional_cast<int>(v); }},
+    {"alpha", pinv_keywords, "float | None", "None",
+     "start Z₀ = αAᵀ of the iterations (None or 0: α = 1/(‖A‖₁‖A‖_∞) per matrix)",
+     [](KeywordArguments& a, nb::handle v) { a.alpha = optional_cast<double>(v); }},
+    {"tolerance", pinv_keywords, "float | None", "None",
+     "exact: relative singular-value cut (None or 0: m·eps); iterative: stop once ‖I − AZ‖_F is below it",
+     [](KeywordArguments& a, nb::handle v) { a.tolerance = optional_cast<double>(v); }},
+    {"tikhonov", pinv_keywords, "float | None", "None", "ε > 0: Z = (AᵀA + εI)⁻¹Aᵀ instead of A⁺",
+     [](KeywordArguments& a, nb::handle v) { a.tikhonov = optional_cast<double>(v); }},
+    {"shift", pinv_keywords, "float | None", "None",
+     "ε > 0: invert A + εI (None: 0; symmetric-nystrom: 1e-6 as LaplacianFormer)",
+     [](KeywordArguments& a, nb::handle v) { a.shift = optional_cast<double>(v); }},
+    {"stabilization", factor_keywords, "str | None", "None",
+     "pnp-nystra: none, row-max (PnP-Nystra eq. (8)) or clamped (the authors' clamped exp) (None: row-max; "
+     "symmetric-nystrom: none)",
+     [](KeywordArguments& a, nb::handle v) {
+       a.stabilization = v.is_none() ? std::nullopt : std::optional(stabilization_from_string(text(v)));
+     }},
+    {"features", other_method_keywords, "int | None", "None", "performer: random features r (None: landmarks)",
+     [](KeywordArguments& a, nb::handle v) { a.features = optional_cast<Index>(v); }},
+    {"projected", other_method_keywords, "int | None", "None", "linformer: projected length k (None: landmarks)",
+     [](KeywordArguments& a, nb::handle v) { a.projected = optional_cast<Index>(v); }},
+    {"share_projections", other_method_keywords, "bool", "False", "linformer: F = E (the package's share_kv)",
+     [](KeywordArguments& a, nb::handle v) { a.share_projections = nb::cast<bool>(v); }},
+    {"copy_rows", other_method_keywords, "bool", "False", "cur: copy the exact rows (R V) into the output",
+     [](KeywordArguments& a, nb::handle v) { a.copy_rows = nb::cast<bool>(v); }},
+    {"front_padding", other_method_keywords, "bool", "False",
+     "nystromformer: the package's front zero padding when N % m ≠ 0",
+     [](KeywordArguments& a, nb::handle v) { a.front_padding = nb::cast<bool>(v); }},
+    {"solver", solver_keywords, "str", "'lanczos'",
+     "dense (full SVD, the oracle), lanczos (Lanczos on the stored N×N matrix) or matrix-free (Lanczos on "
+     "kernel tiles evaluated on the fly, for large N)",
+     [](KeywordArguments& a, nb::handle v) { a.solver = solver_from_string(text(v)); }},
+    {"subspace", lanczos_keywords, "int", "0", "Lanczos basis size (0: max(2k + 1, 10))",
+     [](KeywordArguments& a, nb::handle v) { a.spectral.subspace = nb::cast<int>(v); }},
+    {"max_restarts", lanczos_keywords, "int", "1000", "Lanczos restarts at most",
+     [](KeywordArguments& a, nb::handle v) { a.spectral.max_restarts = nb::cast<int>(v); }},
+    {"spectral_tolerance", lanczos_keywords, "float", "1e-13", "Lanczos relative tolerance",
+     [](KeywordArguments& a, nb::handle v) { a.spectral.tolerance = nb::cast<double>(v); }},
+    {"augmented", top_keywords, "bool", "False",
+     "top singular values: Lanczos on [[0, A], [Aᵀ, 0]] (small values to about eps·σ₁) instead of AᵀA",
+     [](KeywordArguments& a, nb::handle v) { a.augmented = nb::cast<bool>(v); }},
+    {"panel_rows", tiling_keywords, "int", "128", "matrix-free: rows of G evaluated per panel",
+     [](KeywordArguments& a, nb::handle v) { a.panel_rows = nb::cast<Index>(v); }},
+    {"matrix_free", evaluation_keywords, "bool", "False", "force the matrix-free path (--matrix-free)",
+     [](KeywordArguments& a, nb::handle v) { a.matrix_free = nb::cast<bool>(v); }},
+    {"memory", evaluation_keywords, "float", "4e9",
+     "bytes a dense N×N analysis may use; above it the matrix-free path is taken (--memory)",
+     [](KeywordArguments& a, nb::handle v) { a.memory = nb::cast<double>(v); }},
+    {"dense_svd_limit", evaluation_keywords, "int", "256",
+     "full SVDs up to this size, Lanczos above (--dense-svd-limit)",
+     [](KeywordArguments& a, nb::handle v) { a.dense_svd_limit = nb::cast<Index>(v); }},
+    {"repeat", timing_keywords, "int", "100", "calls timed (the best is returned)",
+     [](KeywordArguments& a, nb::handle v) { a.repeat = nb::cast<int>(v); }},
+};
+// clang-format on
+
+const Keyword* find_keyword(std::string_view name) {
+  for (const auto& keyword : keywords)
+    if (keyword.name == name) return &keyword;
+  return nullptr;
+}
+
+template <class Enum, std::size_t N>
+std::vector<std::string> names_of(const std::array<Enum, N>& values) {
+  std::vector<std::string> names;
+  for (auto value : values) names.push_back(to_string(value));
+  return names;
+}
+
+}  // namespace
+
+KeywordArguments parse_arguments(const char* function, unsigned groups, const nb::kwargs& kwargs) {
+  KeywordArguments arguments;
+  for (auto [key, value] : kwargs) {
+    const std::string name = nb::cast<std::string>(key);
+    const Keyword* keyword = find_keyword(name);
+    if (!keyword || !(keyword->group & groups))
+      throw nb::type_error(describe(function, "() got an unexpected keyword argument '", name, "'").c_str());
+    try {
+      keyword->set(arguments, value);
+    } catch (const nb::cast_error&) {
+      throw nb::type_error(
+          describe(function, "(): ", name, " = ", nb::repr(value).c_str(), " is not ", keyword->annotation)
+              .c_str());
+    }
+  }
+  return arguments;
+}
+
+const char* kept(std::string text) {
+  static std::deque<std::string> texts;
+  return texts.emplace_back(std::move(text)).c_str();
+}
+
+const char* returns_array(const char* name) {
+  return kept(describe("def ", name, "(self, /) -> numpy.typing.NDArray"));
+}
+
+std::string array_parameters(std::initializer_list<std::string_view> names) {
+  std::string text;
+  for (auto name : names) text += describe(text.empty() ? "" : ", ", name, ": numpy.typing.ArrayLike");
+  return text;
+}
+
+const char* signature(const char* function, const std::string& positional, unsigned groups,
+                      const char* returns) {
+  std::string text = describe("def ", function, "(", positional, ", *");
+  for (const auto& keyword : keywords)
+    if (keyword.group & groups)
+      text += describe(", ", keyword.name, ": ", keyword.annotation, " = ", keyword.default_value);
+  return kept(text + ") -> " + returns);
+}
+
+const char* documentation(const char* doc, unsigned groups) {
+  std::string text = doc;
+  text +=
+      "\n\nKeyword arguments (named as on the command line, `nystrom sweep --help`, where it has them):\n";
+  for (const auto& keyword : keywords)
+    if (keyword.group & groups) text += describe("    ", keyword.name, ": ", keyword.help, "\n");
+  return kept(text);
+}
+
+Kernel kernel_of(const KeywordArguments& arguments, Index d) {
+  switch (arguments.kernel) {
+    case KernelType::exponential:
+      return Kernel::exponential(arguments.scale.value_or(1 / std::sqrt(double(d))));
+    case KernelType::laplacian:
+      return Kernel::laplacian(arguments.lambda);
+    case KernelType::gaussian:
+      return Kernel::gaussian(arguments.bandwidth);
+  }
+  return {};
+}
+
+LandmarkOptions landmark_options(const KeywordArguments& arguments, LandmarkStrategy default_strategy) {
+  LandmarkOptions options;
+  options.strategy = arguments.strategy.value_or(default_strategy);
+  options.count = arguments.landmarks;
+  options.seed = arguments.seed;
+  options.same_indices = !arguments.different_indices;
+  options.forced = arguments.forced;
+  options.q_indices = arguments.q_indices;
+  options.k_indices = arguments.k_indices;
+  options.window = arguments.window;
+  options.embed_column = arguments.embed_column;
+  options.kmeans_iterations = arguments.kmeans_iterations;
+  return options;
+}
+
+PinvOptions pinv_options(const KeywordArguments& arguments, PinvOptions base) {
+  if (arguments.pinv) base.method = *arguments.pinv;
+  if (arguments.iterations) base.iterations = *arguments.iterations;
+  if (arguments.alpha) base.alpha = *arguments.alpha;
+  if (arguments.tolerance) base.tolerance = *arguments.tolerance;
+  if (arguments.tikhonov) base.tikhonov = *arguments.tikhonov;
+  if (arguments.shift) base.shift = *arguments.shift;
+  return base;
+}
+
+NystromOptions nystrom_options(const KeywordArguments& arguments, Index d) {
+  const bool symmetric = arguments.method == Method::symmetric_nystrom;
+  require(symmetric || arguments.method == Method::pnp_nystra,
+          describe("method '", to_string(arguments.method),
+                   "' has no Nyström factors (expected pnp-nystra or symmetric-nystrom)"));
+  NystromOptions options = symmetric ? ApproximationOptions{}.symmetric : NystromOptions{};
+  options.kernel = kernel_of(arguments, d);
+  options.landmarks = landmark_options(arguments, LandmarkStrategy::segment_means);
+  options.pinv = pinv_options(arguments, options.pinv);
+  if (arguments.stabilization) options.stabilization = *arguments.stabilization;
+  return options;
+}
+
+ApproximationOptions approximation_options(const KeywordArguments& arguments, Index d) {
+  ApproximationOptions options;
+  options.kernel = kernel_of(arguments, d);
+  switch (arguments.method) {
+    case Method::pnp_nystra:
+      options.nystrom = nystrom_options(arguments, d);
+      break;
+    case Method::symmetric_nystrom:
+      options.symmetric = nystrom_options(arguments, d);
+      break;
+    case Method::nystromformer:
+      options.nystromformer.landmarks = arguments.landmarks;
+      options.nystromformer.pinv = pinv_options(arguments, options.nystromformer.pinv);
+      options.nystromformer.front_padding = arguments.front_padding;
+      break;
+    case Method::cur:
+      options.cur.selection = landmark_options(arguments, LandmarkStrategy::step);
+      options.cur.pinv = pinv_options(arguments, options.cur.pinv);
+      options.cur.copy_exact_rows = arguments.copy_rows;
+      break;
+    case Method::performer:
+      options.performer.features = arguments.features.value_or(arguments.landmarks);
+      options.performer.seed = arguments.seed;
+      break;
+    case Method::linformer:
+      options.linformer.projected = arguments.projected.value_or(arguments.landmarks);
+      options.linformer.seed = arguments.seed;
+      options.linformer.share = arguments.share_projections;
+      break;
+    case Method::exact:
+      break;
+  }
+  return options;
+}
+
+SpectralOptions spectral_options(const KeywordArguments& arguments) {
+  arguments.spectral.validate();
+  return arguments.spectral;
+}
+
+MatrixFreeOptions tiling_options(const KeywordArguments& arguments) {
+  MatrixFreeOptions tiling;
+  tiling.panel_rows = arguments.panel_rows;
+  tiling.validate();
+  return tiling;
+}
+
+EvaluationOptions evaluation_options(const KeywordArguments& arguments) {
+  EvaluationOptions options;
+  options.memory_budget = arguments.memory;
+  options.force_matrix_free = arguments.matrix_free;
+  options.spectral = arguments.spectral;
+  options.panel_rows = arguments.panel_rows;
+  options.dense_svd_limit = arguments.dense_svd_limit;
+  options.validate();
+  return options;
+}
+
+std::vector<std::string> method_names() {
+  return names_of(std::array{Method::pnp_nystra, Method::nystromformer, Method::cur,
+                             Method::symmetric_nystrom, Method::performer, Method::linformer, Method::exact});
+}
+
+std::vector<std::string> kernel_names() {
+  return names_of(std::array{KernelType::exponential, KernelType::laplacian, KernelType::gaussian});
+}
+
+std::vector<std::string> strategy_names() {
+  return names_of(std::array{LandmarkStrategy::segment_means, LandmarkStrategy::window_pool,
+                             LandmarkStrategy::step, LandmarkStrategy::random, LandmarkStrategy::top_sum,
+                             LandmarkStrategy::top_abs, LandmarkStrategy::top_embed, LandmarkStrategy::kmeans,
+                             LandmarkStrategy::given});
+}
+
+std::vector<std::string> pinv_names() {
+  return names_of(std::array{PinvMethod::exact, PinvMethod::razavi, PinvMethod::newton_schulz});
+}
+
+std::vector<std::string> stabilization_names() {
+  return names_of(std::array{Stabilization::none, Stabilization::row_max, Stabilization::clamped});
+}
+
+}  // namespace nystrom::python

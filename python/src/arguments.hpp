@@ -1,0 +1,138 @@
+#pragma once
+/// @file arguments.hpp
+/// The keyword arguments of the module's functions, named as on the command line (`nystrom sweep --help`,
+/// `nystrom bench --help`; `lambda_` for --lambda): one table gives each keyword its type, default and help
+/// text, parses it from Python, and writes the signatures and docstrings nanobind shows (and stubgen copies
+/// into _nystrom.pyi). Each function accepts the subset of the table it names; an unknown keyword is a
+/// TypeError, a bad value a ValueError naming it (the library's std::invalid_argument). Keywords that do not
+/// apply to the chosen method are ignored, as in a sweep.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "arrays.hpp"
+#include "nystrom/approximation.hpp"
+#include "nystrom/evaluation.hpp"
+#include "nystrom/kernel_passes.hpp"
+#include "nystrom/kernels.hpp"
+#include "nystrom/landmarks.hpp"
+#include "nystrom/nystrom.hpp"
+#include "nystrom/pinv.hpp"
+
+namespace nystrom::python {
+
+/// How a spectral norm is computed (docs/mathematics.md §7).
+enum class Solver {
+  dense,       ///< full SVD of the dense matrix (the oracle; O(N³))
+  lanczos,     ///< Lanczos (Spectra) on the stored N×N matrix
+  matrix_free  ///< Lanczos on operators that evaluate the kernel in tiles, never storing N×N
+};
+
+/// Every keyword's value; std::nullopt: the chosen method's own default.
+struct KeywordArguments {
+  Method method = Method::pnp_nystra;
+  KernelType kernel = KernelType::exponential;
+  std::optional<double> scale;  ///< exp: s (default 1/√d)
+  double lambda = 4;            ///< laplacian: λ
+  double bandwidth = 8;         ///< gaussian: h
+  Index landmarks = 16;         ///< m
+  std::optional<LandmarkStrategy> strategy;
+  std::optional<PinvMethod> pinv;
+  std::optional<int> iterations;
+  std::optional<double> alpha, tolerance, tikhonov, shift;
+  std::optional<Stabilization> stabilization;
+  std::optional<Index> features, projected;
+  bool share_projections = false, copy_rows = false, different_indices = false, front_padding = false;
+  std::uint64_t seed = 0;
+  std::array<Index, 2> window{};
+  std::vector<Index> forced, q_indices, k_indices;
+  Index embed_column = 0;
+  int kmeans_iterations = 25;
+  Solver solver = Solver::lanczos;
+  SpectralOptions spectral;
+  bool augmented = false;
+  Index panel_rows = MatrixFreeOptions{}.panel_rows;
+  bool matrix_free = false;
+  double memory = EvaluationOptions{}.memory_budget;
+  Index dense_svd_limit = EvaluationOptions{}.dense_svd_limit;
+  int repeat = 100;
+};
+
+/// Groups of keywords, combined per function.
+enum KeywordGroup : unsigned {
+  kernel_keywords = 1u << 0,        ///< kernel, scale, lambda_, bandwidth
+  landmark_keywords = 1u << 1,      ///< landmarks, strategy, seed, window, different_indices, forced, ...
+  pinv_keywords = 1u << 2,          ///< pinv, iterations, alpha, tolerance, tikhonov, shift
+  factor_keywords = 1u << 3,        ///< method, stabilization
+  other_method_keywords = 1u << 4,  ///< features, projected, share_projections, copy_rows, front_padding
+  lanczos_keywords = 1u << 5,       ///< subspace, max_restarts, spectral_tolerance
+  top_keywords = 1u << 6,           ///< augmented
+  tiling_keywords = 1u << 7,        ///< panel_rows
+  solver_keywords = 1u << 8,        ///< solver
+  evaluation_keywords = 1u << 9,    ///< matrix_free, memory, dense_svd_limit
+  timing_keywords = 1u << 10,       ///< repeat
+  /// Everything that defines Nyström factors.
+  nystrom_keywords = kernel_keywords | landmark_keywords | pinv_keywords | factor_keywords,
+  /// Everything that defines a method's output.
+  method_keywords = nystrom_keywords | other_method_keywords,
+};
+
+/// Parses `kwargs` for `function`, which accepts the keyword groups `groups`. Throws nb::type_error for an
+/// unknown keyword or a value of the wrong type, std::invalid_argument for a bad value.
+KeywordArguments parse_arguments(const char* function, unsigned groups, const nb::kwargs& kwargs);
+
+/// "def <function>(<positional>, *, <keywords of groups>) -> <returns>", kept alive for the module's
+/// lifetime.
+const char* signature(const char* function, const std::string& positional, unsigned groups,
+                      const char* returns);
+
+/// `text` kept alive for the module's lifetime (nanobind keeps pointers to signatures and docstrings).
+const char* kept(std::string text);
+
+/// The signature of a property or method `name` of a bound class that returns an array.
+const char* returns_array(const char* name);
+
+/// "q: numpy.typing.ArrayLike, k: numpy.typing.ArrayLike" for the names {"q", "k"}.
+std::string array_parameters(std::initializer_list<std::string_view> names);
+
+/// `doc` followed by a "Keyword arguments" section listing the groups' keywords, kept alive likewise.
+const char* documentation(const char* doc, unsigned groups);
+
+/// κ from the kernel keywords; the exponential scale defaults to 1/√d.
+Kernel kernel_of(const KeywordArguments& arguments, Index d);
+
+/// The landmark options of the landmark keywords, with `default_strategy` when `strategy` is not given.
+LandmarkOptions landmark_options(const KeywordArguments& arguments, LandmarkStrategy default_strategy);
+
+/// `base` with the pseudoinverse keywords that were given.
+PinvOptions pinv_options(const KeywordArguments& arguments, PinvOptions base);
+
+/// The Nyström options of pnp-nystra (or of symmetric-nystrom when method says so), for tokens of dimension
+/// d.
+NystromOptions nystrom_options(const KeywordArguments& arguments, Index d);
+
+/// The library options of `arguments.method` for tokens of dimension d (the mapping `nystrom sweep` makes
+/// from its options): features and projected default to `landmarks`, nystromformer always uses segment means.
+ApproximationOptions approximation_options(const KeywordArguments& arguments, Index d);
+
+/// The Lanczos options of the spectral keywords.
+SpectralOptions spectral_options(const KeywordArguments& arguments);
+
+/// The tiling of the matrix-free operators (panel_rows).
+MatrixFreeOptions tiling_options(const KeywordArguments& arguments);
+
+/// The evaluation options of the spectral and evaluation keywords (CPU).
+EvaluationOptions evaluation_options(const KeywordArguments& arguments);
+
+/// The names of an enum's values ("pnp-nystra", ...), for the module's constants.
+std::vector<std::string> method_names();
+std::vector<std::string> kernel_names();
+std::vector<std::string> strategy_names();
+std::vector<std::string> pinv_names();
+std::vector<std::string> stabilization_names();
+
+}  // namespace nystrom::python

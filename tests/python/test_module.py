@@ -1,0 +1,732 @@
+"""Tests of the Python module `nystrom` (python/, installed by scripts/setup-python.sh): every function against
+straightforward numpy references on small sizes in float32 and float64, dtypes kept, array layouts and batches,
+bad arguments (ValueError naming the value), the GIL released and calls from two threads at once. The comparison
+with the `nystrom` program on the same inputs is test_module_program.py; the torch adapters test_module_torch.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nystrom
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+DTYPES = (np.float32, np.float64)
+# Relative Frobenius tolerance of a result against a float64 numpy reference: rounding of the library's scalar
+# type, with headroom for the condition of the small pseudoinverses involved.
+TOLERANCE = {np.float32: 3e-4, np.float64: 1e-10}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# numpy references (docs/mathematics.md)
+
+def tokens(n, d, dtype=np.float64, seed=0, scale=1.0):
+    return (scale * np.random.default_rng(seed).standard_normal((n, d))).astype(dtype)
+
+
+def qkv(n=48, d=8, dv=6, dtype=np.float64, seed=0, scale=1.0):
+    return tokens(n, d, dtype, seed, scale), tokens(n, d, dtype, seed + 1, scale), tokens(n, dv, dtype, seed + 2)
+
+
+def relative(a, b):
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def kernel_ref(x, y, kernel="exp", scale=None, lambda_=4.0, bandwidth=8.0):
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if kernel == "exp":
+        return np.exp((1 / np.sqrt(x.shape[1]) if scale is None else scale) * x @ y.T)
+    difference = x[:, None, :] - y[None, :, :]
+    if kernel == "laplacian":
+        return np.exp(-np.abs(difference).sum(-1) / lambda_)
+    return np.exp(-(difference**2).sum(-1) / (2 * bandwidth**2))
+
+
+def softmax_ref(logits):
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def normalized_output(g_hat, v, epsilon=0.0):
+    return (g_hat @ np.asarray(v, dtype=float)) / (g_hat.sum(axis=1, keepdims=True) + epsilon)
+
+
+def segment_means_ref(x, m):
+    n = len(x)
+    s = n // m
+    lengths = [s] * ((s + 1) * m - n) + [s + 1] * (m - ((s + 1) * m - n))
+    bounds = np.cumsum([0] + lengths)
+    return np.stack([np.asarray(x[a:b], dtype=float).mean(axis=0) for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+def safe_alpha_ref(a):
+    return 1 / (np.abs(a).sum(axis=0).max() * np.abs(a).sum(axis=1).max())
+
+
+def razavi_ref(a, iterations):
+    a = np.asarray(a, dtype=float)
+    eye = np.eye(len(a))
+    z = safe_alpha_ref(a) * a.T
+    for _ in range(iterations):
+        az = a @ z
+        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+    return z
+
+
+def newton_schulz_ref(a, iterations):
+    a = np.asarray(a, dtype=float)
+    z = safe_alpha_ref(a) * a.T
+    for _ in range(iterations):
+        z = z @ (2 * np.eye(len(a)) - a @ z)
+    return z
+
+
+def step_indices(n, m):
+    return [r * (n // m) for r in range(m)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kernels and attention matrices
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel, parameters", [("exp", {}), ("exp", {"scale": 0.3}), ("laplacian", {"lambda_": 2.0}),
+                                                ("gaussian", {"bandwidth": 3.0})])
+def test_kernel_matrix_matches_its_formula(dtype, kernel, parameters):
+    x, y = tokens(20, 5, dtype, 1), tokens(13, 5, dtype, 2)
+    g = nystrom.kernel_matrix(x, y, kernel=kernel, **parameters)
+    assert g.dtype == dtype and g.shape == (20, 13)
+    assert relative(g, kernel_ref(x, y, kernel, **parameters)) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_matrix_is_the_row_softmax(dtype):
+    q, k = tokens(30, 6, dtype, 3, scale=3.0), tokens(30, 6, dtype, 4, scale=3.0)
+    s = nystrom.attention_matrix(q, k)
+    assert s.dtype == dtype
+    reference = softmax_ref(q.astype(float) @ k.astype(float).T / np.sqrt(6))
+    assert relative(s, reference) < TOLERANCE[dtype]
+    np.testing.assert_allclose(s.sum(axis=1), 1, rtol=10 * np.finfo(dtype).eps * 30)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# landmarks
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n, m", [(48, 8), (50, 8), (7, 7), (9, 1)])
+def test_segment_means_are_uneven_contiguous_means(dtype, n, m):
+    q, k = tokens(n, 4, dtype, 5), tokens(n, 4, dtype, 6)
+    marks = nystrom.select_landmarks(q, k, landmarks=m, strategy="segment-means")
+    assert marks.q.dtype == dtype and marks.q.shape == (m, 4)
+    assert relative(marks.q, segment_means_ref(q, m)) < TOLERANCE[dtype]
+    assert relative(marks.k, segment_means_ref(k, m)) < TOLERANCE[dtype]
+    assert marks.q_indices.size == 0 and marks.k_indices.size == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_window_pool_averages_blocks_of_the_token_grid(dtype):
+    q, k = tokens(64, 3, dtype, 7), tokens(64, 3, dtype, 8)
+    marks = nystrom.select_landmarks(q, k, landmarks=4, strategy="window-pool", window=(8, 8))
+    grid = q.astype(float).reshape(8, 8, 3)
+    reference = np.stack([grid[4 * i:4 * i + 4, 4 * j:4 * j + 4].mean(axis=(0, 1)) for i in range(2) for j in range(2)])
+    assert relative(marks.q, reference) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_selection_strategies_return_rows_and_their_indices(dtype):
+    q, k = tokens(40, 5, dtype, 9), tokens(40, 5, dtype, 10)
+    step = nystrom.select_landmarks(q, k, landmarks=8, strategy="step")
+    assert step.q_indices.tolist() == step_indices(40, 8) and step.q_indices.dtype == np.int64
+    top = nystrom.select_landmarks(q, k, landmarks=5, strategy="top-sum")
+    assert sorted(top.q_indices.tolist()) == sorted(np.argsort(-q.astype(float).sum(axis=1))[:5].tolist())
+    embed = nystrom.select_landmarks(q, k, landmarks=5, strategy="top-embed", embed_column=2)
+    assert sorted(embed.q_indices.tolist()) == sorted(np.argsort(-q[:, 2].astype(float))[:5].tolist())
+    different = nystrom.select_landmarks(q, k, landmarks=5, strategy="top-abs", different_indices=True)
+    assert sorted(different.k_indices.tolist()) == sorted(np.argsort(-np.abs(k.astype(float)).sum(axis=1))[:5].tolist())
+    forced = nystrom.select_landmarks(q, k, landmarks=6, strategy="random", seed=3, forced=[0, 39])
+    assert {0, 39} <= set(forced.q_indices.tolist()) and len(set(forced.q_indices.tolist())) == 6
+    again = nystrom.select_landmarks(q, k, landmarks=6, strategy="random", seed=3, forced=[0, 39])
+    assert forced.q_indices.tolist() == again.q_indices.tolist()
+    given = nystrom.select_landmarks(q, k, landmarks=3, strategy="given", q_indices=[4, 1, 30], k_indices=[2, 3, 5])
+    for marks in (step, top, embed, different, forced, given):
+        np.testing.assert_array_equal(marks.q, q[marks.q_indices])
+        np.testing.assert_array_equal(marks.k, k[marks.k_indices])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kmeans_centroids_are_deterministic_means(dtype):
+    # Four well-separated clusters: k-means with 4 centroids finds their means.
+    centers = np.array([[10.0, 0], [-10, 0], [0, 10], [0, -10]])
+    x = (np.repeat(centers, 10, axis=0) + 0.1 * tokens(40, 2, np.float64, 11)).astype(dtype)
+    marks = nystrom.select_landmarks(x, x, landmarks=4, strategy="kmeans", seed=1)
+    found = sorted(map(tuple, np.round(marks.q.astype(float), 0)))
+    expected = sorted(map(tuple, np.round(x.astype(float).reshape(4, 10, 2).mean(axis=1), 0)))
+    assert found == expected
+    np.testing.assert_array_equal(marks.q, nystrom.select_landmarks(x, x, landmarks=4, strategy="kmeans", seed=1).q)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pseudoinverses
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_exact_pseudoinverse_matches_numpy(dtype):
+    a = tokens(6, 6, dtype, 12) + 3 * np.eye(6, dtype=dtype)
+    result = nystrom.pseudoinverse(a)
+    assert result.z.dtype == dtype and result.status == "converged" and result.rank == 6
+    assert relative(result.z, np.linalg.pinv(a.astype(float))) < 10 * TOLERANCE[dtype]
+    singular = np.outer(np.arange(1.0, 5.0), np.arange(2.0, 6.0)).astype(dtype)  # rank 1
+    assert nystrom.pseudoinverse(singular).rank == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method, iterations, reference",
+                         [("razavi", 4, razavi_ref), ("newton-schulz", 6, newton_schulz_ref)])
+def test_iterative_pseudoinverses_follow_their_iteration(dtype, method, iterations, reference):
+    a = tokens(5, 5, dtype, 13) + 4 * np.eye(5, dtype=dtype)
+    result = nystrom.pseudoinverse(a, pinv=method, iterations=iterations)
+    assert result.iterations == iterations and result.status in ("completed", "converged")
+    assert result.alpha == pytest.approx(safe_alpha_ref(a.astype(float)), rel=1e-6)
+    assert relative(result.z, reference(a, iterations)) < 10 * TOLERANCE[dtype]
+    residuals = [np.linalg.norm(np.eye(5) - a.astype(float) @ reference(a, i)) for i in range(iterations + 1)]
+    assert result.residuals.dtype == np.float64 and len(result.residuals) == iterations + 1
+    np.testing.assert_allclose(result.residuals, residuals, rtol=1e-3 if dtype == np.float32 else 1e-8, atol=1e-5)
+    assert result.residual == result.residuals[-1]
+    assert nystrom.safe_alpha(a) == pytest.approx(safe_alpha_ref(a.astype(float)), rel=1e-6)
+
+
+def test_divergence_is_a_status_not_an_error():
+    a = tokens(5, 5, np.float64, 14) + 4 * np.eye(5)
+    sigma1 = np.linalg.norm(a, 2)
+    result = nystrom.pseudoinverse(a, pinv="newton-schulz", iterations=10, alpha=3 / sigma1**2)
+    assert result.status == "diverged"
+
+
+def test_regularized_pseudoinverses():
+    a = tokens(5, 5, np.float64, 15)
+    shifted = nystrom.pseudoinverse(a, shift=0.5)
+    assert relative(shifted.z, np.linalg.inv(a + 0.5 * np.eye(5))) < 1e-10
+    tikhonov = nystrom.pseudoinverse(a, tikhonov=0.1)
+    assert relative(tikhonov.z, np.linalg.solve(a.T @ a + 0.1 * np.eye(5), a.T)) < 1e-10
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Nyström factors and PnP-Nystra
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel", ["exp", "laplacian", "gaussian"])
+def test_generalized_nystrom_factors_and_output(dtype, kernel):
+    q, k, v = qkv(dtype=dtype)
+    factors = nystrom.nystrom_factors(q, k, kernel=kernel, landmarks=6, stabilization="none")
+    q_bar, k_bar = segment_means_ref(q, 6), segment_means_ref(k, 6)
+    left, core, upper = kernel_ref(q, k_bar, kernel), kernel_ref(q_bar, k_bar, kernel), kernel_ref(q_bar, k, kernel)
+    for block, reference in ((factors.left, left), (factors.core, core), (factors.upper, upper)):
+        assert block.dtype == dtype and relative(block, reference) < TOLERANCE[dtype]
+    g_hat = left @ np.linalg.pinv(core) @ upper
+    assert factors.shape == (48, 48)
+    assert relative(factors.dense(), g_hat) < 30 * TOLERANCE[dtype]
+    x = tokens(48, 1, dtype, 20)[:, 0]
+    assert factors.apply(x).dtype == dtype and factors.apply(x).shape == (48,)
+    assert relative(factors.apply(x), g_hat @ x) < 30 * TOLERANCE[dtype]
+    assert relative(factors.apply(v), g_hat @ v) < 30 * TOLERANCE[dtype]
+    out = nystrom.attention(q, k, v, kernel=kernel, landmarks=6, stabilization="none")
+    assert out.dtype == dtype and out.shape == (48, 6)
+    assert relative(out, normalized_output(g_hat, v)) < 30 * TOLERANCE[dtype]
+    np.testing.assert_allclose(factors.attention(v), out, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_max_stabilization_keeps_the_output_and_scales_the_rows(dtype):
+    q, k, v = qkv(dtype=dtype, scale=2.0)
+    plain = nystrom.attention(q, k, v, landmarks=6, stabilization="none")
+    scaled = nystrom.attention(q, k, v, landmarks=6, stabilization="row-max")
+    assert relative(scaled, plain) < 30 * TOLERANCE[dtype]
+    factors = nystrom.nystrom_factors(q, k, landmarks=6, stabilization="row-max")
+    logits = q.astype(float) @ segment_means_ref(k, 6).T / np.sqrt(8)
+    assert relative(factors.left_log_scale, logits.max(axis=1)) < TOLERANCE[dtype]
+    unscaled = np.exp(factors.left_log_scale)[:, None] * factors.left
+    assert relative(unscaled, kernel_ref(q, segment_means_ref(k, 6))) < 10 * TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_clamped_stabilization_is_the_authors_kernel(dtype):
+    q, k, v = qkv(dtype=dtype, scale=4.0)  # logits well above 5
+    q_bar, k_bar = segment_means_ref(q, 6), segment_means_ref(k, 6)
+
+    def clamped(x, y):
+        logits = np.asarray(x, dtype=float) @ np.asarray(y, dtype=float).T / np.sqrt(8)
+        return np.exp(np.minimum(logits, 5)) + np.maximum(logits - 5, 0)
+
+    g_hat = clamped(q, k_bar) @ np.linalg.pinv(clamped(q_bar, k_bar)) @ clamped(q_bar, k)
+    out = nystrom.attention(q, k, v, landmarks=6, stabilization="clamped")
+    assert relative(out, normalized_output(g_hat, v, 1e-12)) < 30 * TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_razavi_pnp_nystra_uses_the_iterated_core(dtype):
+    q, k, v = qkv(dtype=dtype)
+    q_bar, k_bar = segment_means_ref(q, 6), segment_means_ref(k, 6)
+    g_hat = kernel_ref(q, k_bar) @ razavi_ref(kernel_ref(q_bar, k_bar), 3) @ kernel_ref(q_bar, k)
+    out = nystrom.attention(q, k, v, landmarks=6, pinv="razavi", iterations=3, stabilization="none")
+    assert relative(out, normalized_output(g_hat, v)) < 30 * TOLERANCE[dtype]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the other methods
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_exact_attention(dtype):
+    q, k, v = qkv(dtype=dtype, scale=3.0)
+    out = nystrom.attention(q, k, v, method="exact")
+    reference = softmax_ref(q.astype(float) @ k.astype(float).T / np.sqrt(8)) @ v.astype(float)
+    assert out.dtype == dtype and relative(out, reference) < TOLERANCE[dtype]
+    laplacian = nystrom.attention(q, k, v, method="exact", kernel="laplacian", lambda_=3.0)
+    assert relative(laplacian, normalized_output(kernel_ref(q, k, "laplacian", lambda_=3.0), v)) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nystromformer(dtype):
+    q, k, v = qkv(dtype=dtype)
+    q_bar, k_bar = segment_means_ref(q, 6), segment_means_ref(k, 6)
+    s = 1 / np.sqrt(8)
+    f = softmax_ref(s * q.astype(float) @ k_bar.T)
+    a = softmax_ref(s * q_bar @ k_bar.T)
+    b = softmax_ref(s * q_bar @ k.astype(float).T)
+    reference = f @ razavi_ref(a, 6) @ (b @ v.astype(float))
+    out = nystrom.attention(q, k, v, method="nystromformer", landmarks=6)
+    assert out.dtype == dtype and relative(out, reference) < 30 * TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("copy_rows", [False, True])
+def test_cur(dtype, copy_rows):
+    q, k, v = qkv(dtype=dtype)
+    index = step_indices(48, 6)
+    s = 1 / np.sqrt(8)
+    c = softmax_ref(s * q.astype(float) @ k[index].astype(float).T)
+    r = softmax_ref(s * q[index].astype(float) @ k.astype(float).T)
+    reference = c @ np.linalg.pinv(c[index]) @ (r @ v.astype(float))
+    if copy_rows:
+        reference[index] = r @ v.astype(float)
+    out = nystrom.attention(q, k, v, method="cur", landmarks=6, copy_rows=copy_rows)
+    assert out.dtype == dtype and relative(out, reference) < 100 * TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_symmetric_nystrom(dtype):
+    q, k, v = qkv(dtype=dtype)
+    q_bar, k_bar = segment_means_ref(q, 6), segment_means_ref(k, 6)
+    c = kernel_ref(q, k_bar, "laplacian")
+    z = newton_schulz_ref(kernel_ref(q_bar, k_bar, "laplacian") + 1e-6 * np.eye(6), 20)
+    out = nystrom.attention(q, k, v, method="symmetric-nystrom", kernel="laplacian", landmarks=6)
+    assert out.dtype == dtype and relative(out, normalized_output(c @ z @ c.T, v)) < 100 * TOLERANCE[dtype]
+    factors = nystrom.nystrom_factors(q, k, method="symmetric-nystrom", kernel="laplacian", landmarks=6)
+    assert relative(factors.upper, c.T) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method, size", [("performer", "features"), ("linformer", "projected")])
+def test_random_feature_methods_are_their_implied_attention_times_v(dtype, method, size):
+    q, k, v = qkv(dtype=dtype)
+    approximation = nystrom.approximate(q, k, v, method=method, **{size: 16}, seed=4)
+    implied = approximation.implied_attention()
+    assert approximation.output.dtype == dtype and implied.dtype == dtype and implied.shape == (48, 48)
+    assert relative(approximation.output, implied.astype(float) @ v.astype(float)) < 10 * TOLERANCE[dtype]
+    np.testing.assert_array_equal(approximation.output, nystrom.attention(q, k, v, method=method, **{size: 16}, seed=4))
+    assert not np.array_equal(approximation.output, nystrom.attention(q, k, v, method=method, **{size: 16}, seed=5))
+    if method == "performer":
+        np.testing.assert_allclose(implied.sum(axis=1), 1, rtol=1e-4 if dtype == np.float32 else 1e-10)
+        exact = nystrom.attention(q, k, v, method="exact")
+        few, many = (nystrom.attention(q, k, v, method="performer", features=r, seed=4) for r in (2, 2048))
+        assert relative(many, exact) < relative(few, exact)
+    assert approximation.pinv_status is None and np.isnan(approximation.pinv_residual)
+
+
+def test_features_and_projected_default_to_landmarks():
+    q, k, v = qkv()
+    for method, size in (("performer", "features"), ("linformer", "projected")):
+        np.testing.assert_array_equal(nystrom.attention(q, k, v, method=method, landmarks=12),
+                                      nystrom.attention(q, k, v, method=method, **{size: 12}))
+
+
+def test_approximation_object():
+    q, k, v = qkv()
+    approximation = nystrom.approximate(q, k, v, landmarks=6, pinv="razavi", iterations=4)
+    assert approximation.method == "pnp-nystra" and approximation.pinv_status in ("completed", "converged")
+    assert approximation.factors.pinv.iterations == 4
+    assert approximation.pinv_residual == pytest.approx(approximation.factors.pinv.residual)
+    np.testing.assert_allclose(approximation.output, approximation.implied_attention() @ v, rtol=1e-10)
+    assert nystrom.approximate(q, k, v, method="exact").implied_attention() is None
+    assert nystrom.approximate(q, k, v, method="nystromformer", landmarks=6).factors is None
+    assert "Nystromformer" in nystrom.approximate(q, k, v, method="nystromformer", landmarks=6).implied_matrix
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# errors and spectra
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_output_errors(dtype):
+    exact, approximate = tokens(10, 4, dtype, 21), tokens(10, 4, dtype, 22)
+    errors = nystrom.output_errors(exact, approximate)
+    difference = exact.astype(float) - approximate.astype(float)
+    reference = np.linalg.norm(difference) / np.linalg.norm(exact.astype(float))
+    assert errors.relative_frobenius == pytest.approx(reference, rel=1e-6)
+    assert errors.max_abs == pytest.approx(np.abs(difference).max(), rel=1e-6)
+    assert errors.mean_abs == pytest.approx(np.abs(difference).mean(), rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_singular_values(dtype):
+    a = tokens(30, 20, dtype, 23)
+    reference = np.linalg.svd(a.astype(float), compute_uv=False)
+    values = nystrom.singular_values(a)
+    assert values.dtype == np.float64
+    np.testing.assert_allclose(values, reference, rtol=10 * np.finfo(dtype).eps * 30)
+    for augmented in (False, True):
+        top = nystrom.top_singular_values(a, 4, augmented=augmented)
+        assert top.converged and top.values.shape == (4,)
+        np.testing.assert_allclose(top.values, reference[:4], rtol=1e-5 if dtype == np.float32 else 1e-8)
+    assert nystrom.numerical_rank(reference, 1e-3) == np.sum(reference > 1e-3 * reference[0])
+    assert nystrom.energy_fraction(reference, 3) == pytest.approx((reference[:3] ** 2).sum() / (reference**2).sum())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel", ["exp", "laplacian"])
+def test_kernel_norm_and_spectrum_matrix_free(dtype, kernel):
+    q, k = tokens(40, 6, dtype, 24), tokens(40, 6, dtype, 25)
+    reference = np.linalg.svd(kernel_ref(q, k, kernel), compute_uv=False)
+    for solver in ("dense", "lanczos", "matrix-free"):
+        norm = nystrom.kernel_norm(q, k, kernel=kernel, solver=solver)
+        assert norm == pytest.approx(reference[0], rel=10 * TOLERANCE[dtype])
+    top = nystrom.kernel_singular_values(q, k, 5, kernel=kernel)
+    np.testing.assert_allclose(top.values, reference[:5], rtol=10 * TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_error_norm_by_every_solver(dtype):
+    q, k, _ = qkv(n=64, dtype=dtype)
+    factors = nystrom.nystrom_factors(q, k, landmarks=8)
+    error = kernel_ref(q, k) - factors.dense().astype(float)
+    reference = np.linalg.svd(error, compute_uv=False)
+    # The library forms G − Ĝ in the tokens' precision, so float32 differs from the float64 reference by
+    # rounding relative to ‖G‖, not to ‖G − Ĝ‖.
+    tolerance = 1e-6 * np.linalg.norm(kernel_ref(q, k), 2) if dtype == np.float32 else 1e-9 * reference[0]
+    for solver in ("dense", "lanczos", "matrix-free"):
+        assert abs(nystrom.error_norm(q, k, factors, solver=solver) - reference[0]) < tolerance
+    top = nystrom.error_singular_values(q, k, factors, 3)
+    np.testing.assert_allclose(top.values, reference[:3], atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_matrix_errors(dtype):
+    q, k, v = qkv(n=40, dtype=dtype)
+    approximation = nystrom.approximate(q, k, v, method="nystromformer", landmarks=5)
+    difference = nystrom.attention_matrix(q, k).astype(float) - approximation.implied_attention().astype(float)
+    dense = nystrom.attention_matrix_errors(q, k, approximation, dense=True)
+    assert dense.spectral == pytest.approx(np.linalg.norm(difference, 2), rel=10 * TOLERANCE[dtype])
+    assert dense.frobenius == pytest.approx(np.linalg.norm(difference), rel=10 * TOLERANCE[dtype])
+    assert not dense.matrix_free
+    free = nystrom.attention_matrix_errors(q, k, approximation)
+    assert free.matrix_free and np.isnan(free.frobenius)
+    assert free.spectral == pytest.approx(dense.spectral, rel=1e-4 if dtype == np.float32 else 1e-8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_landmark_terms_and_bounds(dtype):
+    q, k, _ = qkv(n=40, d=4, dtype=dtype)
+    factors = nystrom.nystrom_factors(q, k, landmarks=5, stabilization="none")
+    q_bar, k_bar = factors.landmarks.q.astype(float), factors.landmarks.k.astype(float)
+    extended = kernel_ref(np.vstack([q_bar, q]), np.vstack([k_bar, k]))
+    sigma = np.linalg.svd(extended, compute_uv=False)
+    core = kernel_ref(q_bar, k_bar)
+    left, upper = kernel_ref(q, k_bar), kernel_ref(q_bar, k)
+    inverse = np.linalg.inv(core)
+    k_reference = (1 + np.linalg.norm(left @ inverse, 2)) * (1 + np.linalg.norm(inverse @ upper, 2))
+    terms = nystrom.landmark_terms(q, k, factors)
+    # Singular values of matrices formed in the tokens' precision: errors of rounding relative to σ₁.
+    rounding = (1e-5 if dtype == np.float32 else 1e-12) * sigma[0]
+    assert abs(terms.sigma1_ext - sigma[0]) < rounding
+    assert abs(terms.sigma_m1_ext - sigma[5]) < rounding
+    assert abs(terms.sigma_m_core - np.linalg.svd(core, compute_uv=False)[4]) < rounding
+    assert terms.theorem3_k == pytest.approx(k_reference, rel=1e-2 if dtype == np.float32 else 1e-6)
+    assert nystrom.theorem3_constant(left, core, upper) == pytest.approx(k_reference, rel=1e-8)
+    error = nystrom.error_norm(q, k, factors, solver="dense")
+    report = nystrom.evaluate_bounds(terms, error)
+    s1, sm1, a = terms.sigma1_ext, terms.sigma_m1_ext, terms.sigma_m_core
+    assert report.ratio == pytest.approx(sm1 / a)
+    assert report.theorem2 == pytest.approx(2 * s1**2 * sm1 / a**2) and report.theorem2_applies
+    assert report.theorem1_applies == (a > sm1)
+    assert report.c_emp == pytest.approx(error * a / sm1)
+    assert report.holds()
+    explicit = nystrom.evaluate_bounds(sigma1_ext=s1, sigma_m1_ext=sm1, sigma_m_core=a, spectral_error=error,
+                                       theorem3_k=terms.theorem3_k)
+    assert explicit.theorem2 == report.theorem2
+    vacuous = nystrom.evaluate_bounds(sigma1_ext=10.0, sigma_m1_ext=2.0, sigma_m_core=1.0, spectral_error=1.0,
+                                      theorem3_k=5.0)
+    assert not vacuous.theorem1_applies and np.isnan(vacuous.theorem1) and not vacuous.theorem3_applies
+
+
+def test_exact_recovery_for_rank_m_kernels():
+    # Corollary 2.2: with m landmarks and rank(G̃) = m the approximation is exact. A Gaussian kernel of tokens
+    # that repeat m distinct rows has rank m.
+    distinct = tokens(4, 3, np.float64, 26)
+    q = np.repeat(distinct, 8, axis=0)
+    factors = nystrom.nystrom_factors(q, q, kernel="gaussian", bandwidth=2.0, landmarks=4, strategy="step",
+                                      stabilization="none")
+    g_norm = nystrom.kernel_norm(q, q, kernel="gaussian", bandwidth=2.0)
+    assert nystrom.error_norm(q, q, factors, solver="dense") < 1e-10 * g_norm
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# arrays: dtypes, layouts, batches, torch tensors
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layouts_give_identical_results(dtype):
+    q, k, v = qkv(dtype=dtype)
+    reference = nystrom.attention(q, k, v, landmarks=6)
+    fortran = [np.asfortranarray(x) for x in (q, k, v)]
+    np.testing.assert_array_equal(nystrom.attention(*fortran, landmarks=6), reference)
+    wide = [np.repeat(x, 2, axis=1) for x in (q, k, v)]  # every other column: strided views
+    strided = [x[:, ::2] for x in wide]
+    np.testing.assert_array_equal(nystrom.attention(*strided, landmarks=6), reference)
+    readonly = [x.copy() for x in (q, k, v)]
+    for x in readonly:
+        x.flags.writeable = False
+    np.testing.assert_array_equal(nystrom.attention(*readonly, landmarks=6), reference)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", nystrom.METHODS)
+def test_batches_loop_over_leading_dimensions(dtype, method):
+    rng = np.random.default_rng(27)
+    q, k = (rng.standard_normal((2, 3, 32, 8)).astype(dtype) for _ in range(2))
+    v = rng.standard_normal((2, 3, 32, 5)).astype(dtype)
+    options = {"method": method, "landmarks": 4, "seed": 1}
+    out = nystrom.attention(q, k, v, **options)
+    assert out.shape == (2, 3, 32, 5) and out.dtype == dtype
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    for b in range(2):
+        for h in range(3):
+            np.testing.assert_allclose(out[b, h], nystrom.attention(q[b, h], k[b, h], v[b, h], **options),
+                                       rtol=tolerance, atol=tolerance)
+    heads_last = np.moveaxis(q, 1, 0)  # a non-contiguous batch: [3, 2, N, d] view
+    np.testing.assert_allclose(nystrom.attention(heads_last, np.moveaxis(k, 1, 0), np.moveaxis(v, 1, 0), **options),
+                               np.moveaxis(out, 1, 0), rtol=tolerance, atol=tolerance)
+
+
+def test_an_empty_batch():
+    q = np.zeros((0, 16, 4))
+    assert nystrom.attention(q, q, q, landmarks=2).shape == (0, 16, 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_tensors_are_accepted(dtype):
+    torch = pytest.importorskip("torch")
+    q, k, v = qkv(dtype=dtype)
+    tensors = [torch.from_numpy(x) for x in (q, k, v)]
+    np.testing.assert_array_equal(nystrom.attention(*tensors, landmarks=6), nystrom.attention(q, k, v, landmarks=6))
+    transposed = [torch.from_numpy(np.ascontiguousarray(x.T)).T for x in (q, k, v)]  # column-major tensors
+    np.testing.assert_array_equal(nystrom.attention(*transposed, landmarks=6), nystrom.attention(q, k, v, landmarks=6))
+    assert nystrom.kernel_matrix(tensors[0], tensors[1]).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_float32_stays_float32_everywhere(dtype):
+    q, k, v = qkv(dtype=dtype)
+    factors = nystrom.nystrom_factors(q, k, landmarks=6)
+    arrays = [nystrom.kernel_matrix(q, k), nystrom.attention_matrix(q, k), nystrom.attention(q, k, v),
+              nystrom.attention(q[None], k[None], v[None]), nystrom.approximate(q, k, v).output, factors.left,
+              factors.core, factors.upper, factors.z, factors.left_log_scale, factors.dense(), factors.apply(v),
+              factors.attention(v), factors.pinv.z, factors.landmarks.q, nystrom.select_landmarks(q, k).k,
+              nystrom.pseudoinverse(factors.core).z, nystrom.approximate(q, k, v).implied_attention()]
+    assert all(array.dtype == dtype for array in arrays)
+
+
+def test_factor_views_keep_their_owner_alive():
+    q, k, _ = qkv()
+    left = nystrom.nystrom_factors(q, k, landmarks=6, stabilization="none").left
+    import gc
+    gc.collect()
+    assert relative(left, kernel_ref(q, segment_means_ref(k, 6))) < 1e-12
+    assert not left.flags.writeable
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bad arguments
+
+def test_bad_values_raise_value_error_naming_them():
+    q, k, v = qkv(n=16)
+    cases = [
+        (dict(landmarks=17), "m = 17 exceeds"),
+        (dict(landmarks=0), "m = 0"),
+        (dict(kernel="laplacian", lambda_=0.0), "lambda = 0 must be > 0"),
+        (dict(kernel="laplacian", lambda_=-2.0), "lambda = -2"),
+        (dict(method="fast"), "unknown method 'fast'"),
+        (dict(strategy="middle"), "unknown landmark strategy 'middle'"),
+        (dict(pinv="qr"), "unknown pseudoinverse method 'qr'"),
+        (dict(stabilization="max"), "unknown stabilization 'max'"),
+        (dict(kernel="cosine"), "unknown kernel 'cosine'"),
+        (dict(pinv="razavi", iterations=0), "iterations = 0"),
+        (dict(method="nystromformer", kernel="laplacian"), "softmax method"),
+        (dict(method="cur", strategy="segment-means"), "segment-means"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ValueError, match=message):
+            nystrom.attention(q, k, v, **options)
+    with pytest.raises(ValueError, match="method 'performer' has no Nyström factors"):
+        nystrom.nystrom_factors(q, k, method="performer")
+
+
+def test_bad_arrays_raise_value_error_naming_them():
+    q, k, v = qkv(n=16)
+    nan = q.copy()
+    nan[3, 2] = np.nan
+    infinite = v.copy()
+    infinite[0, 0] = np.inf
+    cases = [
+        ((nan, k, v), "Q contains non-finite"),
+        ((q, k, infinite), "V contains non-finite"),
+        ((q, k[:15], v), "k is 15x8 but q is 16x8"),
+        ((q, k[:, :5], v), "k is 16x5 but q is 16x8"),
+        ((q, k, v[:15]), "v has N = 15 rows but q has N = 16"),
+        ((q[0], k, v), r"q has shape \(8,\)"),
+        ((q[None], k, v[None]), "k has leading dimensions"),
+        ((q.astype(np.int64), k, v), "q has dtype int64"),
+        ((q, k.astype(np.float32), v), "k is float32 but q is float64"),
+        ((q.astype(np.float16), k, v), "q has dtype float16"),
+    ]
+    for arrays, message in cases:
+        with pytest.raises(ValueError, match=message):
+            nystrom.attention(*arrays, landmarks=4)
+    with pytest.raises(ValueError, match="non-finite"):
+        nystrom.kernel_matrix(nan, k)
+    with pytest.raises(ValueError, match="non-finite"):
+        nystrom.select_landmarks(nan, k)
+    factors = nystrom.nystrom_factors(q, k, landmarks=4)
+    with pytest.raises(ValueError, match="the factors are float64 but the arrays are float32"):
+        nystrom.error_norm(q.astype(np.float32), k.astype(np.float32), factors)
+    with pytest.raises(ValueError, match="16x16 kernel"):
+        nystrom.error_norm(q[:10], k[:10], factors)
+
+
+def test_bad_keywords_raise_type_error():
+    q, k, v = qkv(n=16)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'landmark'"):
+        nystrom.attention(q, k, v, landmark=4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'features'"):
+        nystrom.nystrom_factors(q, k, features=4)
+    with pytest.raises(TypeError, match="landmarks = '4' is not int"):
+        nystrom.attention(q, k, v, landmarks="4")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# threads and the GIL
+
+def test_two_python_threads_at_once_give_the_sequential_results():
+    inputs = [qkv(n=256, d=16, dv=16, seed=10 * i) for i in range(4)]
+    options = [dict(method="pnp-nystra", landmarks=16, pinv="razavi"), dict(method="exact"),
+               dict(method="nystromformer", landmarks=8), dict(method="cur", landmarks=8, strategy="random")]
+    sequential = [nystrom.attention(*x, **o) for x, o in zip(inputs, options)]
+    results, errors = {}, []
+
+    def work(worker):
+        try:
+            for repeat in range(5):
+                for index in range(worker, len(inputs), 2):
+                    results[(worker, repeat, index)] = nystrom.attention(*inputs[index], **options[index])
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=work, args=(w,)) for w in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors and len(results) == 2 * 5 * 2
+    for (_, _, index), out in results.items():
+        np.testing.assert_allclose(out, sequential[index], rtol=1e-12, atol=1e-14)
+
+
+def test_long_calls_release_the_gil():
+    q, k, v = qkv(n=3072, d=64, dv=64, seed=3)
+    done = threading.Event()
+
+    def compute():
+        for _ in range(3):
+            nystrom.attention(q, k, v, method="exact")
+        done.set()
+
+    worker = threading.Thread(target=compute)
+    start = time.perf_counter()
+    worker.start()
+    python_steps = 0
+    while not done.is_set():
+        python_steps += 1
+        time.sleep(0.0005)
+    worker.join()
+    elapsed = time.perf_counter() - start
+    # With the GIL held for the whole call this loop could not run at all while the worker computes.
+    assert python_steps > min(20, 0.1 * elapsed / 0.0005), (python_steps, elapsed)
+
+
+def test_set_threads():
+    before = nystrom.threads()
+    q, k, v = qkv(n=512, d=16, dv=16)
+    try:
+        reference = nystrom.attention(q, k, v, landmarks=16)
+        nystrom.set_threads(1)
+        assert nystrom.threads() == 1
+        results = []
+        worker = threading.Thread(target=lambda: results.append(nystrom.attention(q, k, v, landmarks=16)))
+        worker.start()
+        worker.join()
+        np.testing.assert_allclose(results[0], reference, rtol=1e-12)
+        with pytest.raises(ValueError, match="threads = 0"):
+            nystrom.set_threads(0)
+    finally:
+        nystrom.set_threads(before)
+    assert nystrom.blas_core()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the module itself
+
+def test_constants_name_every_choice():
+    assert nystrom.METHODS == ("pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer",
+                               "exact")
+    assert nystrom.KERNELS == ("exp", "laplacian", "gaussian")
+    assert "segment-means" in nystrom.STRATEGIES and "kmeans" in nystrom.STRATEGIES
+    assert nystrom.PINV_METHODS == ("exact", "razavi", "newton-schulz")
+    assert nystrom.STABILIZATIONS == ("none", "row-max", "clamped")
+
+
+def test_every_function_is_documented_and_typed():
+    stub = Path(nystrom._nystrom.__file__).with_name("_nystrom.pyi")  # beside the extension, also when editable
+    assert stub.is_file(), "the package ships the stub generated at build time"
+    text = stub.read_text()
+    for name in nystrom.__all__:
+        assert getattr(nystrom, name).__doc__ or name.isupper(), name
+        if name != "read_results" and not name.isupper():
+            assert f"def {name}(" in text or f"class {name}" in text, name
+    assert "landmarks: int = 16" in text and "lambda_: float = 4.0" in text
+    assert (Path(nystrom.__file__).parent / "py.typed").is_file()
+
+
+def test_read_results_returns_the_sweep_as_a_dataframe(tmp_path):
+    subprocess.run([sys.executable, str(REPOSITORY / "tests/python/make_fake_results.py"), str(tmp_path),
+                    "--methods", "pnp-nystra,performer"], check=True, capture_output=True)
+    frame = nystrom.read_results(tmp_path / "sweep.h5")
+    table = nystrom.results.read_sweep(tmp_path / "sweep.h5")
+    assert len(frame) == table.rows and set(frame.columns) == set(table)
+    assert frame["landmarks"].dtype == np.int64 and frame["spectral_error"].dtype == np.float64
+    assert isinstance(frame["method"].iloc[0], str) and set(frame["method"]) == {"pnp-nystra", "performer"}
+    assert frame.attrs["format"] == "nystrom-results" and frame.attrs["format_version"] == 1
+    with pytest.raises(FileNotFoundError, match="no such results file"):
+        nystrom.read_results(tmp_path / "absent.h5")
+    with pytest.raises(ValueError, match="expected 'nystrom-results'"):
+        nystrom.read_results(REPOSITORY / "data/minilm-gettysburg.h5")
