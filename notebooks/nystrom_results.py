@@ -20,7 +20,9 @@ import numpy as np
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 RESULTS_FORMAT = "nystrom-results"
-RESULTS_FORMAT_VERSION = 1
+# Version 2: `landmarks` holds m only (0 for methods without landmarks); performer's feature count r is in `features`,
+# linformer's projected length k in `projected`. Version 1 files (r and k in `landmarks`) are read as version 2.
+RESULTS_FORMAT_VERSIONS = (1, 2)
 STRING_COLUMNS = ("layer", "kernel", "strategy", "pinv", "method")
 INT_COLUMNS = ("batch", "head", "n", "d", "landmarks", "pinv_iters", "seed")
 FLOAT_COLUMNS = (
@@ -73,10 +75,15 @@ def _open_results(path: Path) -> h5py.File:
     if kind != RESULTS_FORMAT:
         file.close()
         raise ValueError(f"{path}: attribute format is {kind!r}, expected {RESULTS_FORMAT!r}")
-    if version is None or int(np.asarray(version).ravel()[0]) != RESULTS_FORMAT_VERSION:
+    if version is None or int(np.asarray(version).ravel()[0]) not in RESULTS_FORMAT_VERSIONS:
         file.close()
-        raise ValueError(f"{path}: unknown format_version {version!r} (this notebook reads {RESULTS_FORMAT_VERSION})")
+        raise ValueError(f"{path}: unknown format_version {version!r} (this notebook reads {RESULTS_FORMAT_VERSIONS})")
     return file
+
+
+def format_version(file: h5py.File) -> int:
+    """The format_version of an open results file."""
+    return int(np.asarray(file.attrs["format_version"]).ravel()[0])
 
 
 def provenance(path: Path) -> dict[str, str]:
@@ -138,13 +145,35 @@ def _read_table(file: h5py.File, path: Path, name: str, required: tuple[str, ...
     return table
 
 
+def _sizes_in_their_columns(table: Table) -> None:
+    """Reads a version 1 /sweep as version 2: performer's r and linformer's k move from `landmarks` to `features`
+    and `projected` (0 elsewhere), leaving `landmarks` = m."""
+    for method, column in (("performer", "features"), ("linformer", "projected")):
+        rows = table["method"] == method
+        table[column] = np.where(rows, table["landmarks"], 0).astype(np.int64)
+        table["landmarks"] = np.where(rows, 0, table["landmarks"]).astype(np.int64)
+
+
 def read_sweep(path: Path | str | None = None) -> Table:
-    """The /sweep table of a results file; checks the format attributes and the required columns."""
+    """The /sweep table of a results file (as format version 2); checks the format attributes and the required
+    columns."""
     path = Path(path) if path else results_dir() / "sweep.h5"
     with _open_results(path) as file:
         table = _read_table(file, path, "sweep", REQUIRED_COLUMNS)
+        if format_version(file) == 1:
+            _sizes_in_their_columns(table)
     print(f"{path}: {table.rows} rows, {len(table)} columns")
     return table
+
+
+def approximation_size(table: Table) -> np.ndarray:
+    """Per row, the size of the approximation: landmarks m, performer's features r or linformer's projected length
+    k (one of the three is set, the others are 0)."""
+    size = table["landmarks"].astype(np.int64)
+    for column in ("features", "projected"):
+        if column in table:
+            size = size + table[column]
+    return size
 
 
 class BenchResults(NamedTuple):
