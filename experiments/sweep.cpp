@@ -176,6 +176,7 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
   grid.strategies = parse_enum_list<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy",
                                                       landmark_strategy_from_string);
   grid.landmarks = parse_index_list(values["landmarks"].as<std::string>(), "landmarks", 1);
+  grid.default_landmarks = values["landmarks"].defaulted();
   grid.features = values.count("features")
                       ? parse_index_list(values["features"].as<std::string>(), "features", 1)
                       : grid.landmarks;

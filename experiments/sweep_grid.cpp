@@ -50,16 +50,11 @@ PinvOptions point_pinv(PinvMethod method, int iterations, PinvOptions base) {
 }
 
 /// The points of one method on one head and kernel, in grid order (strategy, m, stabilization, pinv), with
-/// `base` carrying the head, kernel and run fields.
-void add_method_points(const PointDescription& base, const DumpLayer& layer, const SweepGrid& grid,
-                       std::vector<PointDescription>& points, Skipped& skipped) {
+/// `base` carrying the head, kernel and run fields: every combination of the axes the method has.
+std::vector<PointDescription> method_points(const PointDescription& base, const SweepGrid& grid) {
   const Method method = base.method;
-  const Kernel& kernel = base.options.kernel;
-  if (error_matrix(method) == ErrorMatrix::attention && kernel.type != KernelType::exponential) {
-    skipped.add(describe(to_string(method), " is a softmax method; it has no ", kernel.label(), " version"));
-    return;
-  }
-  if (method == Method::exact) return points.push_back(base);
+  if (method == Method::exact) return {base};
+  std::vector<PointDescription> points;
   if (method == Method::performer || method == Method::linformer) {
     for (auto size : method == Method::performer ? grid.features : grid.projected) {
       PointDescription point = base;
@@ -70,23 +65,14 @@ void add_method_points(const PointDescription& base, const DumpLayer& layer, con
       point.options.linformer.share = grid.share_projections;
       points.push_back(point);
     }
-    return;
+    return points;
   }
-  std::vector<LandmarkStrategy> strategies = grid.strategies;
-  if (method == Method::nystromformer) strategies = {LandmarkStrategy::segment_means};
+  const std::vector<LandmarkStrategy> strategies =
+      method == Method::nystromformer ? std::vector{LandmarkStrategy::segment_means} : grid.strategies;
   const std::vector<Stabilization> stabilizations =
       method == Method::pnp_nystra ? grid.stabilizations : std::vector{Stabilization::none};
-  const std::string window_obstacle = window_pool_obstacle(layer);
-  for (auto strategy : strategies) {
-    const std::size_t per_strategy = grid.landmarks.size() * stabilizations.size() * grid.pinvs.size();
-    if (method == Method::cur && !is_selection(strategy)) {
-      skipped.add(describe("cur selects rows; ", to_string(strategy), " is a pooling strategy"));
-      continue;
-    }
-    if (strategy == LandmarkStrategy::window_pool && !window_obstacle.empty()) {
-      skipped.reasons[window_obstacle] += std::int64_t(per_strategy);
-      continue;
-    }
+  const Kernel& kernel = base.options.kernel;
+  for (auto strategy : strategies)
     for (auto m : grid.landmarks)
       for (auto stabilization : stabilizations)
         for (const auto& [pinv, iterations] : grid.pinvs) {
@@ -119,7 +105,35 @@ void add_method_points(const PointDescription& base, const DumpLayer& layer, con
           }
           points.push_back(point);
         }
-  }
+  return points;
+}
+
+/// Why a point of the grid cannot run on `layer` ("" when it can): a softmax method on another kernel than
+/// exp, cur with a pooling strategy, window-pool without a token window (`window_obstacle`), a default
+/// landmark count above N.
+std::string obstacle(const PointDescription& point, const DumpLayer& layer,
+                     const std::string& window_obstacle) {
+  const Method method = point.method;
+  const Kernel& kernel = point.options.kernel;
+  if (error_matrix(method) == ErrorMatrix::attention && kernel.type != KernelType::exponential)
+    return describe(to_string(method), " is a softmax method; it has no ", kernel.label(), " version");
+  if (method == Method::cur && !is_selection(point.options.cur.selection.strategy))
+    return describe("cur selects rows; ", to_string(point.options.cur.selection.strategy),
+                    " is a pooling strategy");
+  const LandmarkOptions* landmarks = method == Method::pnp_nystra ? &point.options.nystrom.landmarks
+                                     : method == Method::symmetric_nystrom
+                                         ? &point.options.symmetric.landmarks
+                                     : method == Method::cur ? &point.options.cur.selection
+                                                             : nullptr;
+  if (landmarks && landmarks->strategy == LandmarkStrategy::window_pool && !window_obstacle.empty())
+    return window_obstacle;
+  const Index m = landmarks                         ? landmarks->count
+                  : method == Method::nystromformer ? point.options.nystromformer.landmarks
+                                                    : 0;
+  if (m > layer.tokens)  // default counts only: enumerate_points rejects given ones
+    return describe("the default landmark count m = ", m, " exceeds N = ", layer.tokens, " of /layers/",
+                    layer.name);
+  return "";
 }
 
 }  // namespace
@@ -148,9 +162,11 @@ std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& lay
                                                const std::string& input, Skipped& skipped) {
   std::vector<PointDescription> points;
   for (const auto& layer : layers) {
+    const std::string window_obstacle = window_pool_obstacle(layer);
     for (auto m : grid.landmarks)
-      require(m <= layer.tokens, describe("option --landmarks: m = ", m, " exceeds N = ", layer.tokens,
-                                          " of /layers/", layer.name, " in ", input));
+      require(m <= layer.tokens || grid.default_landmarks,
+              describe("option --landmarks: m = ", m, " exceeds N = ", layer.tokens, " of /layers/",
+                       layer.name, " in ", input));
     for (auto b : select_indices(grid.batches, layer.batch, layer, "batch"))
       for (auto h : select_indices(grid.heads, layer.heads, layer, "heads"))
         for (const auto& kernel : grid.kernels)
@@ -167,7 +183,13 @@ std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& lay
             base.precision = grid.precision;
             base.seed = grid.seed;
             const auto first = points.size();
-            add_method_points(base, layer, grid, points, skipped);
+            for (auto& point : method_points(base, grid)) {
+              const std::string reason = obstacle(point, layer, window_obstacle);
+              if (reason.empty())
+                points.push_back(std::move(point));
+              else
+                skipped.add(reason);
+            }
             for (auto p = first; p < points.size(); ++p) {
               try {
                 on_token_grid(points[p].options, layer.window, layer.prefix_tokens)

@@ -7,7 +7,8 @@
 /// performer its feature counts (column `features`), linformer its projected lengths (column `projected`);
 /// exact one point. Points a method cannot run are left out and counted by reason (Skipped): softmax methods
 /// on other kernels than exp, cur with pooling strategies, window-pool on a layer without a token window
-/// (neither a `window` attribute nor N − prefix_tokens a square).
+/// (neither a `window` attribute nor N − prefix_tokens a square), default landmark counts above a layer's N;
+/// so the default grid runs on any valid dump.
 
 #include <cstdint>
 #include <map>
@@ -26,7 +27,10 @@ struct SweepGrid {
   std::vector<Index> batches, heads;  ///< empty: all
   std::vector<Kernel> kernels;        ///< exponential scale 0 means the layer's scale
   std::vector<LandmarkStrategy> strategies;
-  std::vector<Index> landmarks;                   ///< m
+  std::vector<Index> landmarks;  ///< m
+  /// The landmark counts are the default ones: counts above a layer's N are left out there (given counts
+  /// above N are an error).
+  bool default_landmarks = false;
   std::vector<Index> features;                    ///< performer's r
   std::vector<Index> projected;                   ///< linformer's k
   std::vector<std::pair<PinvMethod, int>> pinvs;  ///< method and iterations (0 for exact)

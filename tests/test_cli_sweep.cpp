@@ -332,7 +332,7 @@ TEST_CASE(
     for (const auto& output : {dir / "new.h5", existing}) {
       auto args = sweep_args(input, output, extra);
       args.push_back("-q");
-      // N = 40 is not a square, so the default window-pool strategy would fail first: choose another one.
+      // A small grid: one strategy, one landmark count.
       if (std::find(extra.begin(), extra.end(), "--landmarks") == extra.end())
         args.insert(args.end(), {"--landmarks", "4"});
       if (std::find(extra.begin(), extra.end(), "--strategy") == extra.end())
@@ -755,6 +755,15 @@ TEST_CASE("sweep: the default grid runs on a dump without a token window, leavin
   CHECK(table.rows.size() == 3 * 32);
   for (std::size_t r = 0; r < table.rows.size(); ++r) CHECK(table.text(r, "strategy") != "window-pool");
   CHECK(skipped_attribute(output).find("skipping 32 grid points: " + reason) != std::string::npos);
+  // Default landmark counts above N are left out too (given ones are an error, see the bad-options case).
+  const auto small = make_dump(dir);
+  const auto few = run_cli({"sweep", "-i", small, "-o", dir / "few.h5", "--kernel", "exp", "--strategy", "step",
+                            "--pinv", "exact"});
+  CAPTURE(few.err);
+  REQUIRE(few.status == 0);
+  CHECK(few.err.find("skipping 2 grid points: the default landmark count m = 64 exceeds N = 40") !=
+        std::string::npos);
+  CHECK(read_sweep(dir / "few.h5").rows.size() == 2 * 3);
 }
 
 TEST_CASE(
@@ -873,4 +882,39 @@ TEST_CASE("sweep: a run killed (SIGKILL) right after it starts leaves a readable
   CHECK(rerun.status == 0);
   CHECK(rerun.err.find("discarding") == std::string::npos);
   CHECK(read_sweep(output).rows.size() == 2 * 2 * 3 * 2 * 5);
+}
+
+TEST_CASE("spectrum: logits of a few hundred give the singular values of G itself, dense and matrix-free") {
+  TempDir dir("spectrum_logits");
+  const Index n = 60;
+  Matrix<double> q(n, 5);
+  q << random_matrix<double>(n, 4, 7, 0.5), Vector<double>::Constant(n, std::sqrt(400.0));
+  const auto input = dir / "large.h5";
+  write_head_dump(input, q, q, random_matrix<double>(n, 3, 9), 1.0);
+  // The oracle in long double: G = exp(QQᵀ) with entries near e^400, no shift, a full JacobiSVD.
+  using LongMatrix = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
+  const LongMatrix logits = q.cast<long double>() * q.cast<long double>().transpose();
+  const auto sigma = Eigen::JacobiSVD<LongMatrix>(logits.array().exp().matrix()).singularValues();
+  for (const char* memory : {"4G", "1K"}) {
+    CAPTURE(memory);
+    const auto output = dir / (std::string("spectrum") + memory + ".h5");
+    REQUIRE(run_cli({"spectrum", "-i", input, "-o", output, "--top", "6", "--memory", memory, "-q"}).status ==
+            0);
+    cli::Handle file = cli::open_file(output, false);
+    cli::Handle group = cli::open_group(file.get(), "spectra/00");
+    const auto read = [&](const std::string& name, std::size_t count) {
+      cli::Handle dataset = cli::open_dataset(group.get(), name);
+      std::vector<double> values(count);
+      H5Dread(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+      return values;
+    };
+    const auto sv = read("sv_G", 6), decay = read("decay_G", 6), shift = read("log_shift", 1);
+    CHECK(shift[0] == doctest::Approx(double(logits.maxCoeff())).epsilon(1e-12));
+    for (Index j = 0; j < 6; ++j) {
+      CAPTURE(j);
+      CHECK(std::isfinite(sv[j]));
+      CHECK(std::abs((long double)sv[j] - sigma(j)) <= 1e-9L * sigma(0));
+      CHECK(decay[j] == doctest::Approx(double(sigma(j) / sigma(0))).epsilon(1e-9).scale(1e-9));
+    }
+  }
 }
