@@ -63,6 +63,7 @@ struct SpectrumSettings {
   Index top = 50;
   double rank_tol = 1e-6;
   EvaluationOptions evaluation;  ///< memory budget (the dense-or-matrix-free rule) and device
+  std::string precision = "double";
   bool quiet = false;
 };
 
@@ -167,7 +168,9 @@ void compute_and_write(const DumpInfo& dump, const std::vector<DumpLayer>& layer
 
 }  // namespace
 
-int run_spectrum(const Invocation& invocation) {
+namespace {
+
+po::options_description spectrum_options() {
   po::options_description options("spectrum options");
   add_common_options(options, true);
   options.add_options()("input,i", po::value<std::string>()->value_name("FILE"),
@@ -185,13 +188,15 @@ int run_spectrum(const Invocation& invocation) {
       "rank-tol", po::value<double>()->default_value(1e-6),
       "numerical rank: singular values > tol * sigma_1")(
       "memory", po::value<std::string>()->default_value("4G")->value_name("BYTES"),
-      "bytes the dense path may use (suffixes K, M, G, T: powers of 1024); above it, matrix-free")(
+      "bytes a dense N x N analysis may use (suffixes K, M, G, T: powers of 1024); above it, matrix-free")(
       "device", po::value<std::string>()->default_value("cpu"),
       "cpu or cuda: kernel blocks and Lanczos products on the GPU (exit 2 where no CUDA device is usable)")(
       "precision", po::value<std::string>()->default_value("double"), "float or double arithmetic")(
       "quiet,q", po::bool_switch(), "no progress output");
-  po::variables_map values;
-  if (!parse_options(invocation, "[--input FILE] [options]", options, {}, values)) return 0;
+  return options;
+}
+
+SpectrumSettings parse_settings(const po::variables_map& values) {
   SpectrumSettings settings;
   settings.input = values.count("input") ? values["input"].as<std::string>() : default_dump_path();
   settings.output = values["output"].as<std::string>();
@@ -222,13 +227,17 @@ int run_spectrum(const Invocation& invocation) {
       parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
   require_device(settings.evaluation.device);
   settings.quiet = values["quiet"].as<bool>();
-  const auto precision = values["precision"].as<std::string>();
-  require(precision == "float" || precision == "double",
-          describe("option --precision: '", precision, "' (expected float or double)"));
+  settings.precision = values["precision"].as<std::string>();
+  require(settings.precision == "float" || settings.precision == "double",
+          describe("option --precision: '", settings.precision, "' (expected float or double)"));
   require(settings.top >= 1, describe("option --top: ", settings.top, " must be >= 1"));
   require(settings.rank_tol > 0 && settings.rank_tol < 1, "option --rank-tol: must lie in (0, 1)");
+  return settings;
+}
 
-  const DumpInfo dump = inspect_dump(settings.input);
+/// The selected layers of the dump, every name checked, with the landmark options valid on each; the
+/// exponential kernel's scale 0 becomes the layers' (which must agree: one file holds one kernel).
+std::vector<DumpLayer> select_layers(const DumpInfo& dump, SpectrumSettings& settings) {
   std::vector<DumpLayer> layers;
   for (const auto& layer : dump.layers)
     if (settings.layers.empty() ||
@@ -238,7 +247,6 @@ int run_spectrum(const Invocation& invocation) {
     require(std::any_of(layers.begin(), layers.end(), [&](const auto& l) { return l.name == name; }),
             describe("option --layers: ", settings.input, " has no layer /layers/", name));
   if (settings.kernel.type == KernelType::exponential && settings.kernel.param == 0) {
-    // The scale comes from the layers; one file holds one kernel, so the layers must agree.
     settings.kernel.param = layers.front().scale;
     for (const auto& layer : layers)
       require(layer.scale == settings.kernel.param,
@@ -251,6 +259,18 @@ int run_spectrum(const Invocation& invocation) {
       throw std::invalid_argument(describe(settings.input, ": /layers/", layer.name, ": ", error.what()));
     }
   }
+  return layers;
+}
+
+}  // namespace
+
+int run_spectrum(const Invocation& invocation) {
+  const auto options = spectrum_options();
+  po::variables_map values;
+  if (!parse_options(invocation, "[--input FILE] [options]", options, {}, values)) return 0;
+  SpectrumSettings settings = parse_settings(values);
+  const DumpInfo dump = inspect_dump(settings.input);
+  const std::vector<DumpLayer> layers = select_layers(dump, settings);
   const int threads = apply_threads(values);
 
   AtomicFile file(settings.output);
@@ -259,7 +279,7 @@ int run_spectrum(const Invocation& invocation) {
                                        std::filesystem::weakly_canonical(settings.input).string()));
   write_attribute(file.get(), "memory_budget", std::vector<double>{settings.evaluation.memory_budget});
   write_attribute(file.get(), "device", to_string(settings.evaluation.device));
-  if (precision == "float")
+  if (settings.precision == "float")
     compute_and_write<float>(dump, layers, settings, file);
   else
     compute_and_write<double>(dump, layers, settings, file);

@@ -237,24 +237,61 @@ void write_sweep_attributes(hid_t file, const SweepSettings& settings, const Ski
   write_attribute(file, "skipped", skipped_text);
 }
 
-/// Every head of the layers, by layer name, read (non-finite values rejected) and checked for kernels that
-/// overflow even in double, before any output exists (on every rank).
+/// The heads a sweep evaluates, read (non-finite values rejected) and checked for kernels that overflow even
+/// in double before any output exists (on every rank).
 template <class T>
-std::map<std::string, std::vector<Head<T>>> read_heads(const DumpInfo& dump,
-                                                       const std::vector<DumpLayer>& layers,
-                                                       const std::vector<PointDescription>& points) {
-  std::map<std::string, std::vector<Head<T>>> heads;
-  for (const auto& layer : layers) heads[layer.name] = read_layer_heads<T>(dump, layer);
-  std::map<std::string, const PointDescription*> checked;  // one point per head and kernel
-  for (const auto& point : points) checked.emplace(reference_group(point), &point);
-  for (const auto& [group, point] : checked) {
-    const auto& layer =
-        *std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l.name == point->layer; });
-    require_representable_kernel(
-        heads.at(point->layer)[point->batch * layer.heads + point->head], point->options.kernel,
-        describe(dump.path, ": /layers/", point->layer, " batch ", point->batch, " head ", point->head));
+class SweepHeads {
+ public:
+  SweepHeads(const DumpInfo& dump, const std::vector<DumpLayer>& layers,
+             const std::vector<PointDescription>& points)
+      : path_(dump.path) {
+    for (const auto& layer : layers) {
+      heads_[layer.name] = read_layer_heads<T>(dump, layer);
+      head_counts_[layer.name] = layer.heads;
+    }
+    std::map<std::string, const PointDescription*> checked;  // one point per head and kernel
+    for (const auto& point : points) checked.emplace(reference_group(point), &point);
+    for (const auto& [group, point] : checked)
+      require_representable_kernel(head(*point), point->options.kernel, where(*point));
   }
-  return heads;
+  const Head<T>& head(const PointDescription& point) const {
+    return heads_.at(point.layer)[point.batch * head_counts_.at(point.layer) + point.head];
+  }
+  /// "dump.h5: /layers/00 batch 0 head 3" for messages.
+  std::string where(const PointDescription& point) const {
+    return describe(path_, ": /layers/", point.layer, " batch ", point.batch, " head ", point.head);
+  }
+
+ private:
+  std::string path_;
+  std::map<std::string, std::vector<Head<T>>> heads_;
+  std::map<std::string, Index> head_counts_;
+};
+
+/// Rank 0 opens the results store and decides which points are pending (one byte per point, 1: pending, and a
+/// last byte: anything to do at all); every rank receives the bytes. Empty where rank 0 failed before the
+/// sweep (rank 0 rethrows).
+std::vector<char> pending_points(const SweepSettings& settings, const std::vector<PointDescription>& points,
+                                 const Skipped& skipped, std::optional<ResumeStore>& store) {
+  std::vector<char> pending;
+  if (mpi_rank() == 0) {
+    try {
+      store.emplace(settings.output, settings.input, "sweep", point_columns(),
+                    [&](hid_t file) { write_sweep_attributes(file, settings, skipped); });
+      bool any = store->unfinished();
+      for (const auto& point : points) {
+        pending.push_back(store->done().count(row_key(point_columns(), point_cells(point, {}))) ? 0 : 1);
+        any = any || pending.back();
+      }
+      pending.push_back(any ? 1 : 0);
+    } catch (...) {
+      std::vector<char> failed;
+      broadcast_from_root(failed);
+      throw;
+    }
+  }
+  broadcast_from_root(pending);
+  return pending;
 }
 
 /// Thrown by the writer to stop the distribution after a signal (or --stop-after).
@@ -266,35 +303,12 @@ struct SweepStopped : std::runtime_error {
 template <class T>
 int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector<DumpLayer>& layers,
           const std::vector<PointDescription>& points, const Skipped& skipped) {
-  const auto heads = read_heads<T>(dump, layers, points);
-  const auto columns = point_columns();
-  const auto key = [&](const PointDescription& point) { return row_key(columns, point_cells(point, {})); };
-
-  // Rank 0 decides what is pending (one byte per point, and a last byte: anything to do at all); every rank
-  // follows. An empty message means rank 0 failed before the sweep (it reports the error).
-  const bool writer = mpi_rank() == 0;
+  const SweepHeads<T> heads(dump, layers, points);
   std::optional<ResumeStore> store;
-  std::vector<char> pending;
-  if (writer) {
-    try {
-      store.emplace(settings.output, settings.input, "sweep", columns,
-                    [&](hid_t file) { write_sweep_attributes(file, settings, skipped); });
-      bool any = store->unfinished();
-      for (const auto& point : points) {
-        pending.push_back(store->done().count(key(point)) ? 0 : 1);
-        any = any || pending.back();
-      }
-      pending.push_back(any ? 1 : 0);
-    } catch (...) {
-      std::vector<char> failed;
-      broadcast_from_root(failed);
-      throw;
-    }
-  }
-  broadcast_from_root(pending);
+  const std::vector<char> pending = pending_points(settings, points, skipped, store);
   if (pending.empty()) return 2;
   if (!pending.back()) {
-    if (writer && !settings.quiet)
+    if (store && !settings.quiet)
       std::cerr << "nystrom sweep: all " << points.size() << " points are already in " << settings.output
                 << "\n";
     return 0;
@@ -303,13 +317,13 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
   for (std::size_t i = 0; i < points.size(); ++i)
     if (pending[i]) todo.push_back(i);
 
-  if (writer) store->open();
+  if (store) store->open();
   const StopOnSignals stop;
   Progress progress(std::int64_t(points.size()), std::int64_t(points.size() - todo.size()),
-                    settings.quiet || !writer, std::cerr);
+                    settings.quiet || !store, std::cerr);
   std::int64_t computed = 0;
   // Cache affinity: the points of one head and kernel form a group that one rank works through in grid
-  // order; groups go out largest first (each point costs about N²).
+  // order; groups go out largest first (each point costs about N²). A rank keeps the evaluator of its head.
   DistributionOptions distribution;
   distribution.group = [&](std::size_t index) { return reference_group(points[index]); };
   distribution.estimated_cost = [&](std::size_t index) { return double(points[index].n) * points[index].n; };
@@ -319,12 +333,8 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
     set_threads(settings.threads);
     const PointDescription& point = points[index];
     if (head_name(point) != evaluator_head) {
-      const auto& layer =
-          *std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l.name == point.layer; });
       evaluator.reset();
-      evaluator.emplace(
-          heads.at(point.layer)[point.batch * layer.heads + point.head], settings.evaluation,
-          describe(dump.path, ": /layers/", point.layer, " batch ", point.batch, " head ", point.head));
+      evaluator.emplace(heads.head(point), settings.evaluation, heads.where(point));
       evaluator_head = head_name(point);
     }
     return {point_cells(point, evaluator->evaluate(point.method, point.options))};
@@ -342,7 +352,7 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
   } catch (const SweepStopped&) {
     stopped = true;
   }
-  if (!writer) return 0;
+  if (!store) return 0;
   const auto rows = store->rows();
   if (stopped) {
     store->close();
@@ -352,7 +362,8 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
     return 128 + stop.received();
   }
   std::unordered_map<std::string, std::size_t> position;
-  for (std::size_t i = 0; i < points.size(); ++i) position.emplace(key(points[i]), i);
+  for (std::size_t i = 0; i < points.size(); ++i)
+    position.emplace(row_key(point_columns(), point_cells(points[i], {})), i);
   store->commit(position);
   progress.finish(describe("wrote ", settings.output, ": ", rows, " rows (", computed, " computed now)"));
   return 0;

@@ -757,8 +757,8 @@ TEST_CASE("sweep: the default grid runs on a dump without a token window, leavin
   CHECK(skipped_attribute(output).find("skipping 32 grid points: " + reason) != std::string::npos);
   // Default landmark counts above N are left out too (given ones are an error, see the bad-options case).
   const auto small = make_dump(dir);
-  const auto few = run_cli({"sweep", "-i", small, "-o", dir / "few.h5", "--kernel", "exp", "--strategy", "step",
-                            "--pinv", "exact"});
+  const auto few = run_cli({"sweep", "-i", small, "-o", dir / "few.h5", "--kernel", "exp", "--strategy",
+                            "step", "--pinv", "exact"});
   CAPTURE(few.err);
   REQUIRE(few.status == 0);
   CHECK(few.err.find("skipping 2 grid points: the default landmark count m = 64 exceeds N = 40") !=
