@@ -805,7 +805,7 @@ TEST_CASE(
   CHECK(throws_naming([&] { cli::inspect_dump(dir / "bad2.h5"); }, "prefix_tokens"));
 }
 
-TEST_CASE("sweep: heads with logits of a few hundred give finite rows; beyond double's exp range, exit 2") {
+TEST_CASE("sweep: heads with logits of a few hundred give finite rows, beyond double's exp range exit 2") {
   TempDir dir("logits");
   // Tokens with a common last coordinate: every logit is about `largest` (MATH.md §7: G = e^{L}·G̃).
   const auto dump_with_logits = [&](const std::string& name, double largest) {

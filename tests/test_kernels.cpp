@@ -145,7 +145,7 @@ TEST_CASE_TEMPLATE("bad kernel parameters and shapes throw naming the value", T,
   CHECK_NOTHROW(Kernel::exponential(-0.25).validate());  // a negative scale is a valid (if unusual) kernel
 }
 
-TEST_CASE_TEMPLATE("a log-shift c evaluates exp(φ − c); the largest exponent and the head's shift", T, float,
+TEST_CASE_TEMPLATE("a log-shift c evaluates exp(φ − c), the largest exponent and the head's shift", T, float,
                    double) {
   // 600×40 tokens against 500: above detail::parallel_work, so the panels go over the threads.
   const Matrix<T> X = random_matrix<T>(600, 16, 81, 0.4), Y = random_matrix<T>(500, 16, 82, 0.4);

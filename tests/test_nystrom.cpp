@@ -279,7 +279,7 @@ TEST_CASE_TEMPLATE("factors and outputs over many row panels and two threads equ
   set_threads(before);
 }
 
-TEST_CASE_TEMPLATE("given landmarks give the factors of selected ones; a log-shift c gives e^(-c) times Ĝ", T,
+TEST_CASE_TEMPLATE("given landmarks give the factors of selected ones, a log-shift c gives e^(-c) times Ĝ", T,
                    float, double) {
   // Ĝ_c = (e^{−c}G_L)(e^{−c}G_A)⁺(e^{−c}G_U) = e^{−c}Ĝ: every stabilization, every pseudoinverse (α per
   // matrix, and the εI of the symmetric form rescaled with the core), and the output does not change.
