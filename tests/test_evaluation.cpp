@@ -11,6 +11,7 @@
 
 #include "attention_oracles.hpp"
 #include "nystrom/attention.hpp"
+#include "nystrom/bounds.hpp"
 #include "nystrom/evaluation.hpp"
 #include "nystrom/linformer.hpp"
 #include "nystrom/performer.hpp"

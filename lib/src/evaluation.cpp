@@ -3,12 +3,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <utility>
 
 #include "matrix_errors.hpp"
 #include "nystrom/attention.hpp"
+#include "nystrom/bounds.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/operators.hpp"
 
@@ -177,8 +179,8 @@ LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const La
   require(m >= 1 && marks.k.rows() == m && marks.q.cols() == head.q.cols() && marks.k.cols() == head.q.cols(),
           describe("landmark_terms: landmarks are ", marks.q.rows(), "x", marks.q.cols(), " and ",
                    marks.k.rows(), "x", marks.k.cols(), ", expected m x d with d = ", head.q.cols()));
-  // Unstabilized blocks of G̃ = [[G_A, G_U], [G_L, G]] (MATH.md §2): the bounds are stated for the true
-  // kernel.
+  // Unstabilized blocks of G̃ = [[G_A, G_U], [G_L, G]] of the kernel as given (docs/mathematics.md §2, §3):
+  // the bounds are stated for the kernel itself, not for a row-scaled one.
   const Matrix<T> core = kernel.block<T>(marks.q, marks.k);
   const Matrix<T> upper = kernel.block<T>(marks.q, head.k);
   const Matrix<T> left = kernel.block<T>(head.q, marks.k);
@@ -341,7 +343,7 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
     const NystromFactors<T> factors =
         generalized ? generalized_nystrom<T>(options_.device, head_.q, head_.k, set.landmarks, nystrom)
                     : symmetric_nystrom<T>(head_.q, head_.k, set.landmarks, nystrom);
-    // ‖G − Ĝ‖₂ for the true Ĝ (row scales M_L included), MATH.md §7, of κ_c.
+    // ‖G − Ĝ‖₂ for the true Ĝ (row scales M_L included), docs/mathematics.md §7, of κ_c.
     detail::MatrixErrors errors;
     if (!detail::finite_factors(factors))
       errors = {};
@@ -393,7 +395,7 @@ PointResult HeadEvaluator<T>::attention_point(Method method, const Approximation
       approximate_attention<T>(method, head_.q, head_.k, head_.v.size() ? head_.v : no_values, options);
   PointResult point;
   set_output_errors<T>(reference.output, approximation.output, point);
-  // ‖S − Ŝ‖ with S = D⁻¹G (MATH.md §6, §7).
+  // ‖S − Ŝ‖ with S = D⁻¹G (docs/mathematics.md §6, §7).
   const FactoredOperator<T>& implied = *approximation.softmax_attention;
   detail::MatrixErrors errors;
   if (!detail::finite_factors(implied))

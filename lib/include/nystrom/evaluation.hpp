@@ -7,8 +7,7 @@
 /// reference (G or its matrix-free operator, ‖G‖₂, the exact attention output, and for the softmax methods S
 /// = D⁻¹G and ‖S‖₂), per landmark options the landmarks (selected once and used by the factors and the bound
 /// terms alike) and, per kernel and landmarks, the Lemma 2.1 terms. The rules:
-///   - dense or matrix-free: EvaluationOptions::matrix_free (a memory budget), the same for sweep and
-///   spectrum;
+///   - dense or matrix-free: EvaluationOptions::matrix_free (a memory budget), one rule for every subcommand;
 ///   - ‖·‖₂ of a stored matrix: full SVD up to dense_svd_limit, Lanczos on the stored matrix above it;
 ///     matrix-free: Lanczos on the operator of backend.hpp (CPU or GPU), products in double;
 ///   - ‖·‖_F: exact on the stored difference; matrix-free accumulated in row panels;
@@ -21,16 +20,14 @@
 
 #include <array>
 #include <cstddef>
-#include <functional>
 #include <limits>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "nystrom/approximation.hpp"
 #include "nystrom/backend.hpp"
-#include "nystrom/bounds.hpp"
 #include "nystrom/head.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/landmarks.hpp"
@@ -73,7 +70,7 @@ struct LandmarkTerms {
 };
 
 /// σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K for `landmarks` (computed on the unstabilized blocks of
-/// G̃ = κ([Q̄; Q], [K̄; K]), MATH.md §2). G̃ is stored in double or matrix-free (kernel_operator on
+/// G̃ = κ([Q̄; Q], [K̄; K]), docs/mathematics.md §2). G̃ is stored in double or matrix-free (kernel_operator on
 /// options.device, products in double) by EvaluationOptions::matrix_free, and built here, so the terms need
 /// no head reference and can be computed beside it.
 template <class T>
@@ -160,10 +157,11 @@ class HeadEvaluator {
   /// naming the option for bad evaluation options.
   HeadEvaluator(Head<T> head, const EvaluationOptions& options, std::string where = "head");
 
-  /// Every column of `method` with `options` on this head. New landmark terms of a pnp-nystra point are
-  /// computed beside the head reference and the point where overlap_landmark_terms says so. Throws
-  /// std::invalid_argument naming the value for options that do not fit the head, and naming `where` and the
-  /// largest logit where κ overflows even in double.
+  /// Every column of `method` with `options` on this head (landmark options without a window take the head's
+  /// token grid, on_token_grid; the kernel's own log_shift is replaced by the head's). New landmark terms of
+  /// a pnp-nystra point are computed beside the head reference and the point where overlap_landmark_terms
+  /// says so. Throws std::invalid_argument naming the value for options that do not fit the head, and naming
+  /// `where` and the largest logit where κ overflows even in double.
   PointResult evaluate(Method method, const ApproximationOptions& options);
 
   /// The log-shift c of `kernel` on this head (kernel_log_shift), computed once per kernel.
@@ -178,7 +176,7 @@ class HeadEvaluator {
   /// Landmarks selected once per landmark options, and their Lemma 2.1 terms per kernel.
   struct LandmarkSet {
     Landmarks<T> landmarks;
-    std::map<std::string, std::pair<LandmarkTerms, double>> terms;  ///< by kernel label: terms, seconds
+    std::map<std::string, std::pair<LandmarkTerms, double>> terms;  ///< by kernel: terms, seconds
   };
   /// The landmarks of `options`, selected on first use (`selected` says whether this call selected them).
   LandmarkSet& landmark_set(const LandmarkOptions& options, bool& selected);
@@ -194,7 +192,7 @@ class HeadEvaluator {
   Head<T> head_;
   EvaluationOptions options_;
   std::string where_;
-  std::map<std::string, double> shifts_;  ///< log-shift by kernel label
+  std::map<std::string, double> shifts_;  ///< log-shift by kernel (type and parameter)
   std::optional<HeadReference<T>> reference_;
   std::map<std::string, LandmarkSet> landmark_sets_;  ///< by landmark options
 };
