@@ -329,12 +329,20 @@ DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& 
     layer.scale = scale[0];
     layer.scale_given = true;
   }
+  if (has_attribute(group.get(), "prefix_tokens")) {
+    const auto prefix = read_numeric_attribute(group.get(), "prefix_tokens");
+    require(prefix.size() == 1 && prefix[0] >= 0 && prefix[0] < double(layer.tokens) &&
+                prefix[0] == std::floor(prefix[0]),
+            describe(where(path, name),
+                     ": attribute 'prefix_tokens' must be one integer in [0, N = ", layer.tokens, ")"));
+    layer.prefix_tokens = Index(prefix[0]);
+  }
   if (has_attribute(group.get(), "window")) {
     const auto window = read_numeric_attribute(group.get(), "window");
-    require(window.size() == 2 && window[0] >= 1 && window[1] >= 1 &&
-                window[0] * window[1] == double(layer.tokens),
-            describe(where(path, name),
-                     ": attribute 'window' must be two integers h, w with h·w = N = ", layer.tokens));
+    const Index grid = layer.tokens - layer.prefix_tokens;
+    require(window.size() == 2 && window[0] >= 1 && window[1] >= 1 && window[0] * window[1] == double(grid),
+            describe(where(path, name), ": attribute 'window' must be two integers h, w with h·w = N - ",
+                     "prefix_tokens = ", grid));
     layer.window = {Index(window[0]), Index(window[1])};
   }
   return layer;
@@ -434,6 +442,7 @@ std::vector<Head<T>> read_layer_heads(const DumpInfo& dump, const DumpLayer& lay
     heads[i].k = block_of(k, i, layer.tokens, layer.dim);
     if (layer.value_dim > 0) heads[i].v = block_of(v, i, layer.tokens, layer.value_dim);
     heads[i].window = layer.window;
+    heads[i].prefix_tokens = layer.prefix_tokens;
   }
   return heads;
 }
@@ -471,6 +480,8 @@ void write_dump_layer(hid_t file, const std::string& name, const DumpLayerData<T
   write_attribute(group.get(), "scale", std::vector<double>{data.scale});
   if (data.window[0] > 0)
     write_attribute(group.get(), "window", std::vector<std::int64_t>{data.window[0], data.window[1]});
+  if (data.prefix_tokens > 0)
+    write_attribute(group.get(), "prefix_tokens", std::vector<std::int64_t>{data.prefix_tokens});
 }
 
 template std::vector<Head<float>> read_layer_heads(const DumpInfo&, const DumpLayer&);
@@ -502,7 +513,7 @@ Provenance make_provenance(const std::string& command_line, int threads, const s
 
 void write_results_header(hid_t file, const Provenance& provenance) {
   write_attribute(file, "format", std::string("nystrom-results"));
-  write_attribute(file, "format_version", std::vector<std::int64_t>{1});
+  write_attribute(file, "format_version", std::vector<std::int64_t>{results_format_version});
   write_attribute(file, "program_version", provenance.program_version);
   write_attribute(file, "git_revision", provenance.git_revision);
   write_attribute(file, "command_line", provenance.command_line);

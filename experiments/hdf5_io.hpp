@@ -13,7 +13,8 @@
 #include <variant>
 #include <vector>
 
-#include "nystrom/evaluation.hpp"
+#include "nystrom/head.hpp"
+#include "nystrom/point_record.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom::cli {
@@ -110,7 +111,8 @@ struct DumpLayer {
   bool has_attention = false;  ///< an `attn` [B, H, N, N] dataset is present
   double scale = 0;            ///< the `scale` attribute, else 1/√d
   bool scale_given = false;
-  std::array<Index, 2> window{};  ///< the `window` attribute (h, w), {0, 0} without it
+  std::array<Index, 2> window{};  ///< the `window` attribute (h, w) of the grid tokens, {0, 0} without it
+  Index prefix_tokens = 0;        ///< the `prefix_tokens` attribute: leading tokens not on the window grid
   std::string dtype;              ///< storage type of q, e.g. "float32"
 };
 
@@ -124,8 +126,9 @@ struct DumpInfo {
 
 /// Opens and validates the structure of a dump; throws std::invalid_argument naming the file, group and
 /// dataset for a missing file, a file that is not HDF5, a wrong `format`, an unknown format_version, no
-/// layers, a missing q or k, a rank other than 3 or 4, a non-float type, mismatched shapes, N·d = 0, or a bad
-/// window attribute.
+/// layers, a missing q or k, a rank other than 3 or 4, a non-float type, mismatched shapes, N·d = 0, a
+/// prefix_tokens attribute outside [0, N), or a window attribute that does not hold the N − prefix_tokens
+/// grid tokens.
 DumpInfo inspect_dump(const std::string& path);
 
 /// Every head of one layer, index b·H + h, converted to T. Throws std::invalid_argument naming the file,
@@ -144,6 +147,7 @@ struct DumpLayerData {
   std::vector<T> q, k, v, attention;
   double scale = 0;                 ///< written as the `scale` attribute
   std::array<Index, 2> window{};    ///< written as the `window` attribute when nonzero
+  Index prefix_tokens = 0;          ///< written as the `prefix_tokens` attribute when nonzero
   bool without_batch_axis = false;  ///< write rank-3 [H, N, ·] datasets (requires batch = 1)
 };
 
@@ -173,21 +177,19 @@ Provenance make_provenance(const std::string& command_line, int threads, const s
 std::string git_revision();
 /// The current time as ISO 8601 UTC, e.g. "2026-11-21T21:07:19Z".
 std::string utc_timestamp();
-/// Writes format = "nystrom-results", format_version = 1 and the provenance attributes on the root group.
+/// The results format version this build writes (docs/formats.md §2). Version 2: `landmarks` holds m only
+/// (0 for methods without landmarks), performer's r is in `features`, linformer's k in `projected`.
+constexpr std::int64_t results_format_version = 2;
+
+/// Writes format = "nystrom-results", format_version = results_format_version and the provenance attributes
+/// on the root group.
 void write_results_header(hid_t file, const Provenance& provenance);
 
-/// Column types of a results table: variable-length UTF-8 strings, int64, float64.
-enum class ColumnType { text, int64, float64 };
-
-/// One column of a results table.
-struct Column {
-  std::string name;
-  ColumnType type;
-  bool parameter;  ///< part of the point's identity (the resume key)
-};
-
-/// One cell and one row (cells in column order).
-using Cell = std::variant<std::string, std::int64_t, double>;
+/// Column types, columns and cells of a results table: the library's (point_record.hpp).
+using nystrom::Cell;
+using nystrom::Column;
+using nystrom::ColumnType;
+/// One row (cells in column order).
 using Row = std::vector<Cell>;
 
 /// A group of equal-length, chunked, extendable 1-D column datasets, appended one row at a time.

@@ -27,6 +27,7 @@ void describe_dump(const std::string& path, std::ostream& out) {
         << layer.dtype << (layer.rank == 3 ? " (rank 3)" : "") << ", scale = " << layer.scale
         << (layer.scale_given ? "" : " (default 1/sqrt(d))");
     if (layer.window[0] > 0) out << ", window " << layer.window[0] << "x" << layer.window[1];
+    if (layer.prefix_tokens > 0) out << ", prefix_tokens " << layer.prefix_tokens;
     if (layer.has_attention) out << ", attn";
     out << "\n";
   }

@@ -1,10 +1,13 @@
 // `nystrom spectrum`: singular-value decay of G = κ(Q, K), S = D⁻¹G, the extended matrix G̃ = κ([Q̄;Q], [K̄;K])
 // and the model's own `attn` (when the dump has it), per layer and head (MATH.md §7; PnP-Nystra Fig. 1).
-// Small heads take the dense path (full SVD, so the energy fractions and ranks use every singular value);
-// heads beyond --memory-budget take the matrix-free Lanczos path for G and G̃ (energy over the top k, S not
-// computed). With --device cuda the kernel blocks (dense path) and the Lanczos products of G and G̃
-// (matrix-free path, cuda::KernelOperator through backend.hpp) run on the GPU; SVDs and Spectra's iterations
-// stay on the CPU.
+// Dense or matrix-free by the evaluation's one rule (EvaluationOptions::matrix_free, --memory): small heads
+// take the dense path (full SVD, so the energy fractions and ranks use every singular value), larger heads
+// the matrix-free Lanczos path for G and G̃ (energy over the top k, S not computed). The kernel blocks and the
+// Lanczos products run on --device (backend.hpp); SVDs and Spectra's iterations stay on the CPU.
+//
+// Large logits: G and G̃ are analysed as κ_c = e^{−c}κ with the head's log-shift c (kernel_log_shift), and
+// their singular values written multiplied back by e^{c} in double (finite wherever they are representable;
+// decay, energy and rank do not depend on c); /spectra/<layer>/log_shift [B, H] records c.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -13,8 +16,8 @@
 #include "hdf5_io.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
+#include "nystrom/evaluation.hpp"
 #include "nystrom/landmarks.hpp"
-#include "nystrom/matrix_free.hpp"
 #include "nystrom/spectral.hpp"
 #include "progress.hpp"
 #include "subcommands.hpp"
@@ -27,13 +30,15 @@ constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 
 /// The spectrum quantities of one matrix for one head.
 struct SpectrumSummary {
-  std::vector<double> values;  ///< top k singular values (NaN-padded)
+  std::vector<double> values;  ///< top k singular values (NaN-padded), of κ_c where log_shift is set
   std::vector<double> energy;  ///< energy fraction of the first i + 1 values
   std::int64_t rank = -1;      ///< numerical rank at the tolerance (-1: not computed)
+  double log_shift = 0;        ///< c: the singular values of κ are e^{c} times `values`
 };
 
 /// Summary from a singular-value vector (all of them on the dense path, the top k on the matrix-free path).
-SpectrumSummary summarize(const Vector<double>& singular_values, Index k, double rank_tol) {
+SpectrumSummary summarize(const Vector<double>& singular_values, Index k, double rank_tol,
+                          double log_shift = 0) {
   SpectrumSummary summary;
   summary.values.assign(k, nan);
   summary.energy.assign(k, nan);
@@ -42,6 +47,7 @@ SpectrumSummary summarize(const Vector<double>& singular_values, Index k, double
     summary.energy[i] = energy_fraction(singular_values, i + 1);
   }
   summary.rank = numerical_rank(singular_values, rank_tol);
+  summary.log_shift = log_shift;
   return summary;
 }
 
@@ -56,8 +62,8 @@ struct SpectrumSettings {
   LandmarkOptions landmarks;
   Index top = 50;
   double rank_tol = 1e-6;
-  double memory_budget = 4.0e9;
-  Device device = Device::cpu;
+  EvaluationOptions evaluation;  ///< memory budget (the dense-or-matrix-free rule) and device
+  std::string precision = "double";
   bool quiet = false;
 };
 
@@ -68,35 +74,30 @@ std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, con
                                                        const SpectrumSettings& settings, Index k,
                                                        bool dense) {
   std::array<SpectrumSummary, matrix_count> spectra;
-  const Kernel kernel = settings.kernel;
-  LandmarkOptions landmark_options = settings.landmarks;
-  landmark_options.window = layer.window;
-  const auto landmarks = select_landmarks<T>(head.q, head.k, landmark_options);
-  Matrix<T> q_ext(landmarks.q.rows() + head.q.rows(), head.q.cols()), k_ext(q_ext.rows(), head.k.cols());
-  q_ext << landmarks.q, head.q;
-  k_ext << landmarks.k, head.k;
-  const Device device = settings.device;
+  const std::string where = describe(dump.path, ": /layers/", layer.name, " batch ", b, " head ", h);
+  const Kernel kernel = settings.kernel.shifted(head_log_shift(head, settings.kernel, where));
+  const ExtendedTokens<T> extended = extended_tokens<T>(
+      head.q, head.k,
+      select_landmarks<T>(head.q, head.k,
+                          on_token_grid(settings.landmarks, layer.window, layer.prefix_tokens)));
+  const EvaluationOptions& evaluation = settings.evaluation;
+  const auto kernel_spectrum = [&](const Matrix<T>& x, const Matrix<T>& y) {
+    if (dense)
+      return summarize(singular_values<T>(kernel_block<T>(evaluation.device, x, y, kernel)), k,
+                       settings.rank_tol, kernel.log_shift);
+    const SpectralResult top =
+        top_singular_values(kernel_operator<T, double>(evaluation.device, x, y, kernel, evaluation.tiling()),
+                            std::min(k, head.q.rows() - 1), evaluation.spectral);
+    return summarize(top.values, k, settings.rank_tol, kernel.log_shift);
+  };
+  spectra[g_matrix] = kernel_spectrum(head.q, head.k);
+  spectra[ext_matrix] = kernel_spectrum(extended.queries, extended.keys);
   if (dense) {
-    const auto all_values = [&](const Matrix<T>& x, const Matrix<T>& y) {
-      return summarize(singular_values<T>(kernel_block<T>(device, x, y, kernel)), k, settings.rank_tol);
-    };
-    spectra[g_matrix] = all_values(head.q, head.k);
-    spectra[s_matrix] =
-        summarize(singular_values<T>(attention_matrix<T>(head.q, head.k, kernel)), k, settings.rank_tol);
-    spectra[ext_matrix] = all_values(q_ext, k_ext);
+    spectra[s_matrix] = summarize(singular_values<T>(attention_matrix<T>(head.q, head.k, settings.kernel)), k,
+                                  settings.rank_tol);
   } else {
-    const Index lanczos_k = std::min(k, head.q.rows() - 1);
-    const auto top_values = [&](const Matrix<T>& x, const Matrix<T>& y) {
-      // The CPU operator keeps its one-pass Gram products; the GPU one comes through backend.hpp.
-      const SpectralResult top =
-          device == Device::cpu ? matrix_free_top_singular_values<T>(x, y, kernel, lanczos_k)
-                                : top_singular_values(kernel_operator<T>(device, x, y, kernel), lanczos_k);
-      return summarize(top.values, k, settings.rank_tol);
-    };
-    spectra[g_matrix] = top_values(head.q, head.k);
     spectra[s_matrix].values.assign(k, nan);  // S = D⁻¹G has no matrix-free path here
     spectra[s_matrix].energy.assign(k, nan);
-    spectra[ext_matrix] = top_values(q_ext, k_ext);
   }
   if (layer.has_attention)
     spectra[attn_matrix] =
@@ -115,7 +116,8 @@ void write_layer(hid_t file, const DumpLayer& layer, const SpectrumSettings& set
     std::vector<std::int64_t> ranks;
     for (const auto& head : spectra) {
       const auto& s = head[matrix];
-      values.insert(values.end(), s.values.begin(), s.values.end());
+      const double scale = std::exp(s.log_shift);
+      for (double x : s.values) values.push_back(x * scale);
       energy.insert(energy.end(), s.energy.begin(), s.energy.end());
       for (double x : s.values) decay.push_back(x / s.values[0]);
       ranks.push_back(s.rank);
@@ -126,6 +128,9 @@ void write_layer(hid_t file, const DumpLayer& layer, const SpectrumSettings& set
     write_array(group.get(), "energy_" + suffix, dims, energy.data());
     write_array(group.get(), "rank_" + suffix, {dims[0], dims[1]}, ranks.data());
   }
+  std::vector<double> shifts;
+  for (const auto& head : spectra) shifts.push_back(head[g_matrix].log_shift);
+  write_array(group.get(), "log_shift", {hsize_t(layer.batch), hsize_t(layer.heads)}, shifts.data());
   write_attribute(group.get(), "k", std::vector<std::int64_t>{k});
   write_attribute(group.get(), "N", std::vector<std::int64_t>{layer.tokens});
   write_attribute(group.get(), "d", std::vector<std::int64_t>{layer.dim});
@@ -149,9 +154,7 @@ void compute_and_write(const DumpInfo& dump, const std::vector<DumpLayer>& layer
   for (const auto& layer : layers) {
     const auto heads = read_layer_heads<T>(dump, layer);
     const Index k = std::min(settings.top, layer.tokens);
-    const bool dense =
-        3.0 * double(layer.tokens + settings.landmarks.count) * double(layer.tokens) * sizeof(double) <=
-        settings.memory_budget;
+    const bool dense = !settings.evaluation.matrix_free(layer.tokens, sizeof(T));
     std::vector<std::array<SpectrumSummary, matrix_count>> spectra;
     for (Index b = 0; b < layer.batch; ++b)
       for (Index h = 0; h < layer.heads; ++h) {
@@ -165,7 +168,9 @@ void compute_and_write(const DumpInfo& dump, const std::vector<DumpLayer>& layer
 
 }  // namespace
 
-int run_spectrum(const Invocation& invocation) {
+namespace {
+
+po::options_description spectrum_options() {
   po::options_description options("spectrum options");
   add_common_options(options, true);
   options.add_options()("input,i", po::value<std::string>()->value_name("FILE"),
@@ -183,13 +188,15 @@ int run_spectrum(const Invocation& invocation) {
       "rank-tol", po::value<double>()->default_value(1e-6),
       "numerical rank: singular values > tol * sigma_1")(
       "memory", po::value<std::string>()->default_value("4G")->value_name("BYTES"),
-      "bytes the dense path may use (suffixes K, M, G, T: powers of 1024); above it, matrix-free")(
+      "bytes a dense N x N analysis may use (suffixes K, M, G, T: powers of 1024); above it, matrix-free")(
       "device", po::value<std::string>()->default_value("cpu"),
       "cpu or cuda: kernel blocks and Lanczos products on the GPU (exit 2 where no CUDA device is usable)")(
       "precision", po::value<std::string>()->default_value("double"), "float or double arithmetic")(
       "quiet,q", po::bool_switch(), "no progress output");
-  po::variables_map values;
-  if (!parse_options(invocation, "[--input FILE] [options]", options, {}, values)) return 0;
+  return options;
+}
+
+SpectrumSettings parse_settings(const po::variables_map& values) {
   SpectrumSettings settings;
   settings.input = values.count("input") ? values["input"].as<std::string>() : default_dump_path();
   settings.output = values["output"].as<std::string>();
@@ -215,17 +222,22 @@ int run_spectrum(const Invocation& invocation) {
   settings.landmarks.seed = values["seed"].as<std::uint64_t>();
   settings.top = values["top"].as<Index>();
   settings.rank_tol = values["rank-tol"].as<double>();
-  settings.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
-  settings.device = parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
-  require_device(settings.device);
+  settings.evaluation.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
+  settings.evaluation.device =
+      parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
+  require_device(settings.evaluation.device);
   settings.quiet = values["quiet"].as<bool>();
-  const auto precision = values["precision"].as<std::string>();
-  require(precision == "float" || precision == "double",
-          describe("option --precision: '", precision, "' (expected float or double)"));
+  settings.precision = values["precision"].as<std::string>();
+  require(settings.precision == "float" || settings.precision == "double",
+          describe("option --precision: '", settings.precision, "' (expected float or double)"));
   require(settings.top >= 1, describe("option --top: ", settings.top, " must be >= 1"));
   require(settings.rank_tol > 0 && settings.rank_tol < 1, "option --rank-tol: must lie in (0, 1)");
+  return settings;
+}
 
-  const DumpInfo dump = inspect_dump(settings.input);
+/// The selected layers of the dump, every name checked, with the landmark options valid on each; the
+/// exponential kernel's scale 0 becomes the layers' (which must agree: one file holds one kernel).
+std::vector<DumpLayer> select_layers(const DumpInfo& dump, SpectrumSettings& settings) {
   std::vector<DumpLayer> layers;
   for (const auto& layer : dump.layers)
     if (settings.layers.empty() ||
@@ -235,7 +247,6 @@ int run_spectrum(const Invocation& invocation) {
     require(std::any_of(layers.begin(), layers.end(), [&](const auto& l) { return l.name == name; }),
             describe("option --layers: ", settings.input, " has no layer /layers/", name));
   if (settings.kernel.type == KernelType::exponential && settings.kernel.param == 0) {
-    // The scale comes from the layers; one file holds one kernel, so the layers must agree.
     settings.kernel.param = layers.front().scale;
     for (const auto& layer : layers)
       require(layer.scale == settings.kernel.param,
@@ -243,22 +254,32 @@ int run_spectrum(const Invocation& invocation) {
   }
   for (const auto& layer : layers) {
     try {
-      LandmarkOptions check = settings.landmarks;
-      check.window = layer.window;
-      check.validate(layer.tokens, layer.dim);
+      on_token_grid(settings.landmarks, layer.window, layer.prefix_tokens).validate(layer.tokens, layer.dim);
     } catch (const std::invalid_argument& error) {
       throw std::invalid_argument(describe(settings.input, ": /layers/", layer.name, ": ", error.what()));
     }
   }
+  return layers;
+}
+
+}  // namespace
+
+int run_spectrum(const Invocation& invocation) {
+  const auto options = spectrum_options();
+  po::variables_map values;
+  if (!parse_options(invocation, "[--input FILE] [options]", options, {}, values)) return 0;
+  SpectrumSettings settings = parse_settings(values);
+  const DumpInfo dump = inspect_dump(settings.input);
+  const std::vector<DumpLayer> layers = select_layers(dump, settings);
   const int threads = apply_threads(values);
 
   AtomicFile file(settings.output);
   write_results_header(file.get(),
                        make_provenance(invocation.command_line, threads,
                                        std::filesystem::weakly_canonical(settings.input).string()));
-  write_attribute(file.get(), "memory_budget", std::vector<double>{settings.memory_budget});
-  write_attribute(file.get(), "device", to_string(settings.device));
-  if (precision == "float")
+  write_attribute(file.get(), "memory_budget", std::vector<double>{settings.evaluation.memory_budget});
+  write_attribute(file.get(), "device", to_string(settings.evaluation.device));
+  if (settings.precision == "float")
     compute_and_write<float>(dump, layers, settings, file);
   else
     compute_and_write<double>(dump, layers, settings, file);

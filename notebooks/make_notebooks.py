@@ -334,10 +334,10 @@ for row, kernel in enumerate(kernels):
         ax = axes[row][column]
         for method in methods:
             selected = rows.where(kernel=kernel, method=method)
-            nr.plot_median_band(ax, selected["landmarks"].astype(float), selected[metric], method)
-        nr.log2_axis(ax, rows["landmarks"])
+            nr.plot_median_band(ax, nr.approximation_size(selected).astype(float), selected[metric], method)
+        nr.log2_axis(ax, nr.approximation_size(rows))
         ax.set_title(f"{kernel}: {metric}", fontsize=9)
-        ax.set_xlabel("landmarks / features m")
+        ax.set_xlabel("landmarks m / features r / projected length k")
         ax.set_ylabel(label)
         if ax.has_data():
             ax.legend(fontsize=7)

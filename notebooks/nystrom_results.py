@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 from nystrom import results as _results
-from nystrom.results import REQUIRED_COLUMNS, BenchResults, LayerSpectra, Table, provenance  # noqa: F401
+from nystrom.results import (  # noqa: F401
+    REQUIRED_COLUMNS, BenchResults, LayerSpectra, Table, approximation_size, provenance)
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 

@@ -4,9 +4,14 @@
 // resumed to the same rows as a clean run.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <regex>
+#include <thread>
 
 #include "cli_test_support.hpp"
 #include "nystrom/approximation.hpp"
@@ -14,6 +19,7 @@
 #include "nystrom/backend.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
+#include "test_support.hpp"
 
 using namespace nystrom;
 using namespace nystrom::test;
@@ -115,7 +121,11 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
                              "c_emp",
                              "pinv_residual",
                              "seconds",
-                             "elapsed_seconds"})
+                             "elapsed_seconds",
+                             "features",
+                             "projected",
+                             "log_shift",
+                             "landmark_terms_converged"})
     CHECK_NOTHROW(table.index(column));
 
   const auto dump = cli::inspect_dump(input);
@@ -189,6 +199,14 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
     CHECK(table.number(r, "pinv_residual") ==
           doctest::Approx(factors.pinv.residual()).epsilon(1e-9).scale(1e-12));
     CHECK(table.text(r, "pinv_status") == to_string(factors.pinv.status));
+    CHECK(table.number(r, "landmark_terms_converged") == 1);
+    // The log-shift of the kernel matrices: the head's largest logit for exp (Laplacian values are ≤ 1).
+    CHECK(
+        table.number(r, "log_shift") ==
+        doctest::Approx(options.kernel.type == KernelType::exponential
+                            ? std::max(0.0, options.kernel.exponent_block<double>(head.q, head.k).maxCoeff())
+                            : 0.0)
+            .epsilon(1e-12));
     CHECK(table.number(r, "seconds") > 0);
     // A row's elapsed time holds its own work and whatever shared computation it started.
     CHECK(table.number(r, "elapsed_seconds") >= table.number(r, "seconds"));
@@ -196,7 +214,7 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
 
   cli::Handle file = cli::open_file(output, false);
   CHECK(cli::read_string_attribute(file.get(), "format") == "nystrom-results");
-  CHECK(cli::read_numeric_attribute(file.get(), "format_version") == std::vector<double>{1});
+  CHECK(cli::read_numeric_attribute(file.get(), "format_version") == std::vector<double>{2});
   CHECK(!cli::read_string_attribute(file.get(), "program_version").empty());
   CHECK(!cli::read_string_attribute(file.get(), "git_revision").empty());
   CHECK(cli::read_string_attribute(file.get(), "command_line").starts_with("nystrom sweep -i "));
@@ -314,7 +332,7 @@ TEST_CASE(
     for (const auto& output : {dir / "new.h5", existing}) {
       auto args = sweep_args(input, output, extra);
       args.push_back("-q");
-      // N = 40 is not a square, so the default window-pool strategy would fail first: choose another one.
+      // A small grid: one strategy, one landmark count.
       if (std::find(extra.begin(), extra.end(), "--landmarks") == extra.end())
         args.insert(args.end(), {"--landmarks", "4"});
       if (std::find(extra.begin(), extra.end(), "--strategy") == extra.end())
@@ -435,7 +453,8 @@ ApproximationOptions row_options(const Table& table, std::size_t r, const Kernel
   ApproximationOptions options;
   options.kernel = kernel;
   const Method method = method_from_string(table.text(r, "method"));
-  const Index size = Index(table.number(r, "landmarks"));
+  const Index size =
+      Index(table.number(r, "landmarks") + table.number(r, "features") + table.number(r, "projected"));
   PinvOptions pinv;
   if (table.text(r, "pinv") != "none") {
     pinv.method = pinv_method_from_string(table.text(r, "pinv"));
@@ -528,8 +547,11 @@ TEST_CASE("sweep --method: every method's rows match dense recomputations, softm
                          method == Method::performer || method == Method::linformer;
     if (softmax) CHECK(kernel.type == KernelType::exponential);
     if (method == Method::cur) CHECK(table.text(r, "strategy") == "step");
-    if (method == Method::performer) CHECK(table.number(r, "landmarks") == 8);
-    if (method == Method::linformer) CHECK(table.number(r, "landmarks") == 6);
+    // m, r and k each in their own column (results format_version 2).
+    CHECK(table.number(r, "features") == (method == Method::performer ? 8 : 0));
+    CHECK(table.number(r, "projected") == (method == Method::linformer ? 6 : 0));
+    if (method == Method::performer || method == Method::linformer || method == Method::exact)
+      CHECK(table.number(r, "landmarks") == 0);
     CHECK(table.text(r, "stabilization") == "none");
     for (const char* bound : {"sigma1_ext", "sigma_m1_ext", "sigma_m_core", "bound_ratio", "theorem1_bound",
                               "theorem2_bound", "theorem3_bound", "theorem3_k", "c_emp"})
@@ -601,6 +623,9 @@ TEST_CASE("sweep --memory: a tiny budget takes the matrix-free path, records it,
     CHECK(lean.text(r, "method") == dense.text(r, "method"));
     CHECK(lean.number(r, "spectral_error") ==
           doctest::Approx(dense.number(r, "spectral_error")).epsilon(1e-9));
+    // The matrix-free Frobenius norm is accumulated in row panels, for G and S alike.
+    CHECK(lean.number(r, "frobenius_error") ==
+          doctest::Approx(dense.number(r, "frobenius_error")).epsilon(1e-10));
     CHECK(lean.number(r, "output_relative_error") ==
           doctest::Approx(dense.number(r, "output_relative_error")).epsilon(1e-12));
   }
@@ -667,4 +692,229 @@ TEST_CASE("sweep and spectrum --device cuda: exit 2 and no file where no CUDA de
   CHECK(spectrum_run.status == 2);
   CHECK(spectrum_run.err.find(expected) != std::string::npos);
   CHECK_FALSE(fs::exists(dir / "spectrum.h5"));
+}
+
+namespace {
+
+/// Writes a one-layer, one-head dump of the given tokens (row-major [1, 1, N, ·]) with its attributes.
+void write_head_dump(const std::string& path, const Matrix<double>& q, const Matrix<double>& k,
+                     const Matrix<double>& v, double scale, std::array<Index, 2> window = {},
+                     Index prefix_tokens = 0) {
+  cli::AtomicFile file(path);
+  cli::write_dump_header(file.get(), "test");
+  cli::DumpLayerData<double> data;
+  data.tokens = q.rows();
+  data.dim = q.cols();
+  data.value_dim = v.cols();
+  const auto row_major = [](const Matrix<double>& m) {
+    std::vector<double> out;
+    for (Index i = 0; i < m.rows(); ++i)
+      for (Index j = 0; j < m.cols(); ++j) out.push_back(m(i, j));
+    return out;
+  };
+  data.q = row_major(q);
+  data.k = row_major(k);
+  data.v = row_major(v);
+  data.scale = scale;
+  data.window = window;
+  data.prefix_tokens = prefix_tokens;
+  cli::write_dump_layer(file.get(), "00", data);
+  file.commit();
+}
+
+/// True when this build's landmark options take prefix tokens (window pooling of the grid tokens only).
+template <class Options = LandmarkOptions>
+constexpr bool pools_around_prefix_tokens() {
+  return requires(Options options) {
+    options.prefix_tokens;
+  };
+}
+
+/// The skipped attribute of a results file.
+std::string skipped_attribute(const std::string& path) {
+  cli::Handle file = cli::open_file(path, false);
+  return cli::read_string_attribute(file.get(), "skipped");
+}
+
+}  // namespace
+
+TEST_CASE("sweep: the default grid runs on a dump without a token window, leaving window-pool out once") {
+  TempDir dir("default_grid");
+  const auto input = dir / "n300.h5";
+  write_head_dump(input, random_matrix<double>(300, 8, 1, 0.5), random_matrix<double>(300, 8, 2, 0.5),
+                  random_matrix<double>(300, 4, 3), 1 / std::sqrt(8.0));
+  const auto output = dir / "out.h5";
+  const auto run = run_cli({"sweep", "-i", input, "-o", output});
+  CAPTURE(run.err);
+  REQUIRE(run.status == 0);
+  // 2 kernels × 4 landmark counts × 4 pseudoinverses per strategy; window-pool's 32 points are left out.
+  const std::string reason = "window-pool needs a token window";
+  CHECK(run.err.find("skipping 32 grid points: " + reason) != std::string::npos);
+  CHECK(run.err.find(reason) == run.err.rfind(reason));  // said once
+  const Table table = read_sweep(output);
+  CHECK(table.rows.size() == 3 * 32);
+  for (std::size_t r = 0; r < table.rows.size(); ++r) CHECK(table.text(r, "strategy") != "window-pool");
+  CHECK(skipped_attribute(output).find("skipping 32 grid points: " + reason) != std::string::npos);
+  // Default landmark counts above N are left out too (given ones are an error, see the bad-options case).
+  const auto small = make_dump(dir);
+  const auto few = run_cli({"sweep", "-i", small, "-o", dir / "few.h5", "--kernel", "exp", "--strategy",
+                            "step", "--pinv", "exact"});
+  CAPTURE(few.err);
+  REQUIRE(few.status == 0);
+  CHECK(few.err.find("skipping 2 grid points: the default landmark count m = 64 exceeds N = 40") !=
+        std::string::npos);
+  CHECK(read_sweep(dir / "few.h5").rows.size() == 2 * 3);
+}
+
+TEST_CASE(
+    "sweep: a ViT-like dump (N = 197, prefix_tokens = 1, window 14x14) is accepted by reader and sweep") {
+  TempDir dir("vit");
+  const auto input = dir / "vit.h5";
+  write_head_dump(input, random_matrix<double>(197, 8, 4, 0.5), random_matrix<double>(197, 8, 5, 0.5),
+                  random_matrix<double>(197, 4, 6), 1 / std::sqrt(8.0), {14, 14}, 1);
+  const auto dump = cli::inspect_dump(input);
+  CHECK(dump.layers[0].prefix_tokens == 1);
+  CHECK(dump.layers[0].window == std::array<Index, 2>{14, 14});
+  const auto heads = cli::read_layer_heads<double>(dump, dump.layers[0]);
+  CHECK(heads[0].prefix_tokens == 1);
+  CHECK(heads[0].window == std::array<Index, 2>{14, 14});
+  const auto output = dir / "out.h5";
+  const auto run = run_cli(
+      {"sweep", "-i", input, "-o", output, "--kernel", "exp", "--landmarks", "4,9", "--pinv", "exact", "-q"});
+  CAPTURE(run.err);
+  REQUIRE(run.status == 0);
+  const Table table = read_sweep(output);
+  std::size_t pooled = 0;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) pooled += table.text(r, "strategy") == "window-pool";
+  if (pools_around_prefix_tokens()) {
+    // Window pooling of the 196 grid tokens, the prefix token a landmark of its own.
+    CHECK(pooled == 2);
+    CHECK(table.rows.size() == 4 * 2);
+  } else {
+    // This build's landmarks cannot pool around prefix tokens: window-pool is left out, with the reason.
+    CHECK(pooled == 0);
+    CHECK(table.rows.size() == 3 * 2);
+    CHECK(skipped_attribute(output).find("skipping 2 grid points: window-pool") != std::string::npos);
+  }
+  // A window that does not hold the N − prefix_tokens grid tokens, or a prefix outside [0, N), is rejected.
+  write_head_dump(dir / "bad.h5", random_matrix<double>(197, 8, 4), random_matrix<double>(197, 8, 5),
+                  random_matrix<double>(197, 4, 6), 0.3, {14, 14}, 0);
+  CHECK(throws_naming([&] { cli::inspect_dump(dir / "bad.h5"); }, "prefix_tokens = 197"));
+  write_head_dump(dir / "bad2.h5", random_matrix<double>(20, 8, 4), random_matrix<double>(20, 8, 5),
+                  random_matrix<double>(20, 4, 6), 0.3, {}, 20);
+  CHECK(throws_naming([&] { cli::inspect_dump(dir / "bad2.h5"); }, "prefix_tokens"));
+}
+
+TEST_CASE("sweep: heads with logits of a few hundred give finite rows, beyond double's exp range exit 2") {
+  TempDir dir("logits");
+  // Tokens with a common last coordinate: every logit is about `largest` (MATH.md §7: G = e^{L}·G̃).
+  const auto dump_with_logits = [&](const std::string& name, double largest) {
+    Matrix<double> q(60, 5), k(60, 5);
+    q << random_matrix<double>(60, 4, 7, 0.5), Vector<double>::Constant(60, std::sqrt(largest));
+    k << random_matrix<double>(60, 4, 7, 0.5), Vector<double>::Constant(60, std::sqrt(largest));
+    write_head_dump(dir / name, q, k, random_matrix<double>(60, 3, 9), 1.0);
+    return dir / name;
+  };
+  const std::vector<std::string> grid_options = {
+      "--kernel", "exp",    "--strategy", "segment-means,step", "--landmarks",
+      "4",        "--pinv", "exact",      "--method",           "pnp-nystra,nystromformer,exact",
+      "-q"};
+  for (const char* precision : {"float", "double"}) {
+    CAPTURE(precision);
+    const auto input = dump_with_logits("large.h5", 400);
+    const auto output = dir / (std::string(precision) + ".h5");
+    auto args = sweep_args(input, output, grid_options);
+    args.insert(args.end(), {"--precision", precision});
+    const auto run = run_cli(args);
+    CAPTURE(run.err);
+    REQUIRE(run.status == 0);
+    const Table table = read_sweep(output);
+    for (std::size_t r = 0; r < table.rows.size(); ++r) {
+      CHECK(table.number(r, "log_shift") > 400);
+      CHECK(std::isfinite(table.number(r, "output_relative_error")));
+      if (table.text(r, "method") == "exact") continue;
+      CHECK(std::isfinite(table.number(r, "spectral_error")));
+      CHECK(std::isfinite(table.number(r, "relative_spectral_error")));
+      // Of G ≈ e^400: the absolute error carries the scale, the relative one does not.
+      if (table.text(r, "method") == "pnp-nystra") CHECK(table.number(r, "sigma1_ext") > std::exp(400.0));
+    }
+  }
+  const auto huge = dump_with_logits("huge.h5", 800);
+  const auto output = dir / "huge_out.h5";
+  const auto run = run_cli(sweep_args(huge, output, grid_options));
+  CHECK(run.status == 2);
+  CHECK(run.err.find("/layers/00 batch 0 head 0") != std::string::npos);
+  CHECK(run.err.find("largest logit 8") != std::string::npos);
+  CHECK_FALSE(fs::exists(output));
+  CHECK_FALSE(fs::exists(output + ".partial"));
+}
+
+TEST_CASE("sweep: a run killed (SIGKILL) right after it starts leaves a readable partial file") {
+  TempDir dir("killed");
+  const auto input = make_dump(dir);
+  const auto output = dir / "out.h5";
+  const std::string program = std::string(NYSTROM_BINARY_DIR) + "/bin/nystrom";
+  REQUIRE(fs::exists(program));
+  std::vector<std::string> args = sweep_args(input, output);
+  args.insert(args.begin(), program);
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  // Kill it the moment the partial file appears (before its first row, at the latest right after it).
+  const auto start = std::chrono::steady_clock::now();
+  while (!fs::exists(output + ".partial") &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE(fs::exists(output + ".partial"));
+  CHECK_NOTHROW(read_sweep(output + ".partial"));
+  const auto rerun = run_cli(sweep_args(input, output));
+  CAPTURE(rerun.err);
+  CHECK(rerun.status == 0);
+  CHECK(rerun.err.find("discarding") == std::string::npos);
+  CHECK(read_sweep(output).rows.size() == 2 * 2 * 3 * 2 * 5);
+}
+
+TEST_CASE("spectrum: logits of a few hundred give the singular values of G itself, dense and matrix-free") {
+  TempDir dir("spectrum_logits");
+  const Index n = 60;
+  Matrix<double> q(n, 5);
+  q << random_matrix<double>(n, 4, 7, 0.5), Vector<double>::Constant(n, std::sqrt(400.0));
+  const auto input = dir / "large.h5";
+  write_head_dump(input, q, q, random_matrix<double>(n, 3, 9), 1.0);
+  // The oracle in long double: G = exp(QQᵀ) with entries near e^400, no shift, a full JacobiSVD.
+  using LongMatrix = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
+  const LongMatrix logits = q.cast<long double>() * q.cast<long double>().transpose();
+  const auto sigma = Eigen::JacobiSVD<LongMatrix>(logits.array().exp().matrix()).singularValues();
+  for (const char* memory : {"4G", "1K"}) {
+    CAPTURE(memory);
+    const auto output = dir / (std::string("spectrum") + memory + ".h5");
+    REQUIRE(run_cli({"spectrum", "-i", input, "-o", output, "--top", "6", "--memory", memory, "-q"}).status ==
+            0);
+    cli::Handle file = cli::open_file(output, false);
+    cli::Handle group = cli::open_group(file.get(), "spectra/00");
+    const auto read = [&](const std::string& name, std::size_t count) {
+      cli::Handle dataset = cli::open_dataset(group.get(), name);
+      std::vector<double> values(count);
+      H5Dread(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+      return values;
+    };
+    const auto sv = read("sv_G", 6), decay = read("decay_G", 6), shift = read("log_shift", 1);
+    CHECK(shift[0] == doctest::Approx(double(logits.maxCoeff())).epsilon(1e-12));
+    for (Index j = 0; j < 6; ++j) {
+      CAPTURE(j);
+      CHECK(std::isfinite(sv[j]));
+      CHECK(std::abs((long double)sv[j] - sigma(j)) <= 1e-9L * sigma(0));
+      CHECK(decay[j] == doctest::Approx(double(sigma(j) / sigma(0))).epsilon(1e-9).scale(1e-9));
+    }
+  }
 }

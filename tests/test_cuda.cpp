@@ -15,8 +15,11 @@
 
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
+#include "nystrom/evaluation.hpp"
 #include "nystrom/nystrom.hpp"
+#include "nystrom/operators.hpp"
 #include "nystrom/pinv.hpp"
+#include "nystrom/spectral.hpp"
 #include "test_support.hpp"
 
 using namespace nystrom;
@@ -175,6 +178,37 @@ TEST_SUITE("backend") {
     const Vector<double> reference = E * x.template cast<double>();
     CHECK((y.template cast<double>() - reference).norm() <=
           tolerance<T>(n, 4) * G.norm() * x.template cast<double>().norm());
+  }
+
+  TEST_CASE_TEMPLATE("AnyOperator keeps the one-pass Gram products: Lanczos through it makes the same passes",
+                     T, float, double) {
+    const Index n = 90, d = 6;
+    const Matrix<T> Q = random_matrix<T>(n, d, 24), K = random_matrix<T>(n, d, 25);
+    const Kernel kernel = Kernel::exponential(0.4).shifted(1.5);
+    const SpectralOptions spectral;
+    const auto direct = std::make_shared<KernelOperator<T, double>>(Q, K, kernel);
+    const auto wrapped = std::make_shared<KernelOperator<T, double>>(Q, K, kernel);
+    const SpectralResult expected = spectral_norm(*direct, spectral);
+    const AnyOperator<double> erased(wrapped);
+    CHECK(erased.fused_outer_gram());
+    const SpectralResult through = spectral_norm(erased, spectral);
+    CHECK(through.values(0) == expected.values(0));
+    CHECK(wrapped->passes() == direct->passes());
+    // The factory's operators: products in double for float tokens, fused Gram products, the log-shift.
+    const AnyOperator<double> g = kernel_operator<T, double>(Device::cpu, Q, K, kernel);
+    CHECK(g.fused_outer_gram());
+    CHECK(spectral_norm(g, spectral).values(0) == expected.values(0));
+    const NystromFactors<T> factors =
+        generalized_nystrom<T>(Q, K, nystrom_options(kernel, 6, Stabilization::row_max, PinvMethod::exact));
+    const AnyOperator<double> e = error_operator<T, double>(Device::cpu, Q, K, factors);
+    CHECK(e.fused_outer_gram());
+    const Matrix<double> E =
+        std::exp(-kernel.log_shift) * test::naive_kernel<T>(Q, K, kernel).template cast<double>() -
+        factors.dense().template cast<double>();
+    const Vector<double> x = random_matrix<double>(n, 1, 26);
+    Vector<double> y(n);
+    e.perform_outer_gram_op(x.data(), y.data());
+    CHECK(relative_difference(y, E * (E.transpose() * x)) <= tolerance<T>(n, 8));
   }
 }
 
@@ -398,5 +432,71 @@ TEST_SUITE("gpu") {
     }
     const double seconds = gemm_seconds<T>(Device::cuda, 256);
     CHECK((std::isfinite(seconds) && seconds > 0));
+  }
+
+  TEST_CASE_TEMPLATE("a log-shift on the GPU: κ_c blocks, operators and factors equal the CPU's", T, float,
+                     double) {
+    skip_without_gpu();
+    const Index n = 120, d = 8;
+    const Matrix<T> Q = random_matrix<T>(n, d, 111), K = random_matrix<T>(n, d, 112);
+    const Kernel kernel = Kernel::exponential(0.4).shifted(2.75);
+    const double tol = tolerance<T>(n, 10);
+    CHECK(relative_difference(kernel_block<T>(Device::cuda, Q, K, kernel), kernel.block<T>(Q, K)) <= tol);
+    for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+      CAPTURE(to_string(stabilization));
+      const NystromOptions options = nystrom_options(kernel, 8, stabilization, PinvMethod::exact);
+      const NystromFactors<T> cpu = generalized_nystrom<T>(Q, K, options);
+      const NystromFactors<T> gpu = generalized_nystrom<T>(Device::cuda, Q, K, options);
+      const double amplification = condition_number<T>(cpu.core) * 10;
+      CHECK(relative_difference(gpu.dense(), cpu.dense()) <= tolerance<T>(n, amplification));
+      const Vector<double> x = random_matrix<double>(n, 1, 113);
+      Vector<double> on_gpu(n), on_cpu(n);
+      error_operator<T, double>(Device::cuda, Q, K, gpu).perform_op(x.data(), on_gpu.data());
+      error_operator<T, double>(Device::cpu, Q, K, cpu).perform_op(x.data(), on_cpu.data());
+      CHECK((on_gpu - on_cpu).norm() <=
+            tolerance<T>(n, amplification) * kernel.block<T>(Q, K).template cast<double>().norm() * x.norm());
+    }
+    CHECK(throws_naming([&] { kernel_block<T>(Device::cuda, Q, K, Kernel::laplacian(2).shifted(1)); },
+                        "log_shift"));
+  }
+
+  TEST_CASE_TEMPLATE("the point evaluator on the GPU equals the CPU for every method, dense and matrix-free",
+                     T, float, double) {
+    skip_without_gpu();
+    const Index n = 150, d = 8;
+    Head<T> head;
+    head.q = random_matrix<T>(n, d, 121, 0.8);
+    head.k = random_matrix<T>(n, d, 122, 0.8);
+    head.v = random_matrix<T>(n, 4, 123);
+    ApproximationOptions options;
+    options.kernel = Kernel::exponential(0.35);
+    options.nystrom = nystrom_options(options.kernel, 6, Stabilization::row_max, PinvMethod::exact);
+    options.symmetric.landmarks.count = 6;
+    options.nystromformer.landmarks = 6;
+    options.cur.selection.count = 6;
+    options.performer.features = 24;
+    options.linformer.projected = 6;
+    for (bool matrix_free : {false, true}) {
+      CAPTURE(matrix_free);
+      EvaluationOptions on_cpu, on_gpu;
+      on_cpu.force_matrix_free = on_gpu.force_matrix_free = matrix_free;
+      on_gpu.device = Device::cuda;
+      HeadEvaluator<T> cpu(head, on_cpu), gpu(head, on_gpu);
+      for (Method method : {Method::pnp_nystra, Method::nystromformer, Method::cur, Method::symmetric_nystrom,
+                            Method::performer, Method::linformer, Method::exact}) {
+        CAPTURE(to_string(method));
+        const PointResult a = cpu.evaluate(method, options), b = gpu.evaluate(method, options);
+        const double tol = tolerance<T>(n, 1e3);
+        const auto same = [&](double x, double y) {
+          return std::isnan(y) ? std::isnan(x) : std::abs(x - y) <= tol * std::max(std::abs(y), 1e-3);
+        };
+        CHECK(same(b.spectral_error, a.spectral_error));
+        CHECK(same(b.relative_spectral_error, a.relative_spectral_error));
+        CHECK(same(b.frobenius_error, a.frobenius_error));
+        CHECK(same(b.output_relative_error, a.output_relative_error));
+        CHECK(same(b.sigma1_ext, a.sigma1_ext));
+        CHECK(b.log_shift == a.log_shift);
+      }
+    }
   }
 }

@@ -1,10 +1,21 @@
+// The point evaluator (evaluation.hpp) for all seven methods against dense oracles built here by naive
+// formulas in double (G, Ĝ or Ŝ, full JacobiSVDs), in float and double; the dense, Lanczos and matrix-free
+// paths against each other; heads whose logits reach 300-700 against a long double oracle; the landmark terms
+// and their overlap with the point; bad inputs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
+#include "attention_oracles.hpp"
 #include "nystrom/attention.hpp"
+#include "nystrom/bounds.hpp"
 #include "nystrom/evaluation.hpp"
+#include "nystrom/linformer.hpp"
+#include "nystrom/performer.hpp"
+#include "nystrom/point_record.hpp"
 #include "nystrom/threads.hpp"
 #include "test_support.hpp"
 
@@ -13,163 +24,419 @@ using namespace nystrom::test;
 
 namespace {
 
-Head<double> small_head(Index n, Index d, Index dv, std::uint64_t seed) {
-  Head<double> head;
-  head.q = random_matrix<double>(n, d, seed, 0.8);
-  head.k = random_matrix<double>(n, d, seed + 1, 0.8);
-  head.v = random_matrix<double>(n, dv, seed + 2);
+constexpr Method all_methods[] = {
+    Method::pnp_nystra, Method::nystromformer, Method::cur,  Method::symmetric_nystrom,
+    Method::performer,  Method::linformer,     Method::exact};
+
+template <class T>
+Head<T> random_head(Index n, Index d, Index dv, std::uint64_t seed, double scale = 0.8) {
+  Head<T> head;
+  head.q = random_matrix<T>(n, d, seed, scale);
+  head.k = random_matrix<T>(n, d, seed + 1, scale);
+  head.v = random_matrix<T>(n, dv, seed + 2);
   return head;
 }
 
-/// Relative closeness of two doubles (both NaN counts as equal).
-bool close(double actual, double expected, double tol) {
+/// Options of every method with m landmarks (r = 4m features, k = m projections) and exact pseudoinverses, so
+/// that the oracles below are closed formulas.
+ApproximationOptions method_options(const Kernel& kernel, Index m) {
+  ApproximationOptions options;
+  options.kernel = kernel;
+  options.nystrom.landmarks.count = m;
+  options.nystrom.stabilization = Stabilization::row_max;
+  options.symmetric.landmarks.count = m;
+  options.symmetric.pinv = PinvOptions{};
+  options.nystromformer.landmarks = m;
+  options.nystromformer.pinv = PinvOptions{};
+  options.cur.selection.count = m;
+  options.performer.features = 4 * m;
+  options.performer.seed = 3;
+  options.linformer.projected = m;
+  options.linformer.seed = 4;
+  return options;
+}
+
+Matrix<double> pinv(const Matrix<double>& a) {
+  return dense_pinv(a, 1e-15);
+}
+
+double norm2(const Matrix<double>& a) {
+  return Eigen::JacobiSVD<Matrix<double>>(a).singularValues()(0);
+}
+
+/// (Ĝ V) ⊘ (Ĝ 1): the output of an implied kernel approximation.
+Matrix<double> normalized_output(const Matrix<double>& g, const Matrix<double>& v) {
+  return ((g * v).array().colwise() / g.rowwise().sum().array()).matrix();
+}
+
+/// The matrix a method's errors are measured on (G or S), its approximation (Ĝ or Ŝ) and the output, by
+/// naive formulas in double on the head's tokens (MATH.md §2, §6).
+struct Oracle {
+  Matrix<double> reference, approximate, output;
+};
+
+template <class T>
+Oracle oracle(Method method, const Head<T>& head, const ApproximationOptions& o) {
+  const Matrix<double> q = head.q.template cast<double>(), k = head.k.template cast<double>(),
+                       v = head.v.template cast<double>();
+  const Kernel& kernel = o.kernel;
+  const double s = kernel.param;
+  const Matrix<double> g = naive_kernel<double>(q, k, kernel);
+  Oracle out;
+  const auto kernel_approximation = [&](const LandmarkOptions& landmarks, bool symmetric) {
+    const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, landmarks);
+    const Matrix<double> qb = marks.q.template cast<double>(), kb = marks.k.template cast<double>();
+    const Matrix<double> left = naive_kernel<double>(q, kb, kernel);
+    const Matrix<double> upper =
+        symmetric ? Matrix<double>(left.transpose()) : naive_kernel<double>(qb, k, kernel);
+    out.reference = g;
+    out.approximate = left * pinv(naive_kernel<double>(qb, kb, kernel)) * upper;
+    out.output = normalized_output(out.approximate, v);
+  };
+  const Matrix<double> attention = naive_softmax(q, k, s);
+  switch (method) {
+    case Method::pnp_nystra:
+      kernel_approximation(o.nystrom.landmarks, false);
+      return out;
+    case Method::symmetric_nystrom:
+      kernel_approximation(o.symmetric.landmarks, true);
+      return out;
+    case Method::nystromformer: {
+      const Matrix<double> qb = naive_segment_means(q, o.nystromformer.landmarks),
+                           kb = naive_segment_means(k, o.nystromformer.landmarks);
+      out.approximate = naive_softmax(q, kb, s) * pinv(naive_softmax(qb, kb, s)) * naive_softmax(qb, k, s);
+      break;
+    }
+    case Method::cur: {
+      const auto rows = select_landmarks<T>(head.q, head.k, o.cur.selection).q_indices;
+      const Matrix<double> columns = naive_softmax(q, rows_at(k, rows), s);
+      out.approximate = columns * pinv(rows_at(columns, rows)) * naive_softmax(rows_at(q, rows), k, s);
+      break;
+    }
+    case Method::performer: {
+      const Matrix<double> omega = performer_projection(o.performer.features, q.cols(), o.performer.seed);
+      const auto features = [&](const Matrix<double>& x) {
+        Matrix<double> phi(x.rows(), omega.rows());
+        for (Index i = 0; i < x.rows(); ++i)
+          for (Index f = 0; f < omega.rows(); ++f)
+            phi(i, f) =
+                std::exp(std::sqrt(s) * omega.row(f).dot(x.row(i)) - 0.5 * s * x.row(i).squaredNorm()) /
+                std::sqrt(double(omega.rows()));
+        return phi;
+      };
+      const Matrix<double> product = features(q) * features(k).transpose();
+      out.approximate = (product.array().colwise() / product.rowwise().sum().array()).matrix();
+      break;
+    }
+    case Method::linformer: {
+      const auto [e, f] = linformer_projections(o.linformer.projected, q.rows(), o.linformer.seed);
+      out.approximate = naive_softmax(q, e * k, s) * f;
+      break;
+    }
+    case Method::exact:
+      out.output = normalized_output(g, v);
+      return out;
+  }
+  out.reference = attention;
+  out.output = out.approximate * v;
+  return out;
+}
+
+/// |actual − expected| ≤ tol·max(|expected|, scale); both NaN counts as equal.
+bool near(double actual, double expected, double tol, double scale = 0) {
   if (std::isnan(expected)) return std::isnan(actual);
-  return std::abs(actual - expected) <= tol * std::max(std::abs(expected), 1e-300);
+  return std::abs(actual - expected) <= tol * std::max(std::abs(expected), scale);
+}
+
+/// Relative accuracy of a point's values in T against the double oracles (the float kernels carry entry
+/// errors of a few eps_f, amplified by the conditioning of the m×m cores here).
+template <class T>
+double accuracy() {
+  return std::is_same_v<T, float> ? 2e-3 : 1e-9;
 }
 
 }  // namespace
 
-TEST_CASE("every PointResult column equals an independent dense computation") {
-  const Head<double> head = small_head(96, 8, 4, 5);
-  const Index m = 8;
+TEST_CASE_TEMPLATE("every method's point equals independent dense oracles", T, float, double) {
+  const Index n = 96, d = 8, dv = 4, m = 6;
+  const Head<T> head = random_head<T>(n, d, dv, 5);
+  HeadEvaluator<T> evaluator(head, EvaluationOptions{});
   for (const Kernel& kernel : {Kernel::exponential(1 / std::sqrt(8.0)), Kernel::laplacian(4.0)}) {
-    NystromOptions options;
-    options.kernel = kernel;
-    options.landmarks.count = m;
-    options.stabilization = Stabilization::row_max;
-    const EvaluationOptions evaluation;
-    const HeadReference<double> reference = make_reference(head, kernel, evaluation);
-    const PointResult point = evaluate_nystrom(head, reference, options, evaluation);
-    CAPTURE(kernel.label());
-
-    // The oracle: naive kernel blocks, JacobiSVD pseudoinverse and norms, softmax attention in double.
-    const Landmarks<double> marks = select_landmarks<double>(head.q, head.k, options.landmarks);
-    const Matrix<double> G = naive_kernel<double>(head.q, head.k, kernel);
-    const Matrix<double> GA = naive_kernel<double>(marks.q, marks.k, kernel);
-    const Matrix<double> GL = naive_kernel<double>(head.q, marks.k, kernel);
-    const Matrix<double> GU = naive_kernel<double>(marks.q, head.k, kernel);
-    const Matrix<double> Ghat = GL * dense_pinv(GA, 1e-15) * GU;
-    const Matrix<double> E = G - Ghat;
-    const double error2 = Eigen::JacobiSVD<Matrix<double>>(E).singularValues()(0);
-    const double g2 = Eigen::JacobiSVD<Matrix<double>>(G).singularValues()(0);
-    Matrix<double> extended(96 + m, 96 + m);
-    extended << GA, GU, GL, G;
-    const Vector<double> sigma = Eigen::JacobiSVD<Matrix<double>>(extended).singularValues();
-    const double a = Eigen::JacobiSVD<Matrix<double>>(GA).singularValues()(m - 1);
-    const Matrix<double> O = ((G * head.v).array().colwise() / G.rowwise().sum().array()).matrix();
-    const Matrix<double> Ohat = ((Ghat * head.v).array().colwise() / Ghat.rowwise().sum().array()).matrix();
-    const Matrix<double> GAinv = GA.inverse();
-    const double K = (1 + Eigen::JacobiSVD<Matrix<double>>(GL * GAinv).singularValues()(0)) *
-                     (1 + Eigen::JacobiSVD<Matrix<double>>(GAinv * GU).singularValues()(0));
-    const double cond = Eigen::JacobiSVD<Matrix<double>>(GA).singularValues()(0) / a;
-    const double tol = 1e-13 * cond;
-
-    CHECK_FALSE(point.matrix_free);
-    CHECK(close(reference.g_norm2, g2, 1e-12));
-    CHECK(close(point.spectral_error, error2, tol * g2 / error2));
-    CHECK(close(point.relative_spectral_error, error2 / g2, tol * g2 / error2));
-    CHECK(close(point.frobenius_error, E.norm(), tol * G.norm() / E.norm()));
-    CHECK(close(point.output_relative_error, (O - Ohat).norm() / O.norm(), 1e-6));
-    CHECK(close(point.output_max_error, (O - Ohat).cwiseAbs().maxCoeff(), 1e-6));
-    CHECK(close(point.output_mean_abs_error, (O - Ohat).cwiseAbs().mean(), 1e-6));
-    CHECK(close(point.sigma1_ext, sigma(0), 1e-12));
-    CHECK(close(point.sigma_m1_ext, sigma(m), 1e-10));
-    CHECK(close(point.sigma_m_core, a, 1e-10 * cond));
-    CHECK(close(point.theorem3_k, K, 1e-10 * cond * cond));
-    const BoundReport bounds = evaluate_bounds({sigma(0), sigma(m), a, error2, K});
-    CHECK(close(point.bound_ratio, bounds.ratio, 1e-9 * cond));
-    CHECK(close(point.theorem1_bound, bounds.theorem1, 1e-9 * cond));
-    CHECK(close(point.theorem2_bound, bounds.theorem2, 1e-9 * cond));
-    CHECK(close(point.theorem3_bound, bounds.theorem3, 1e-9 * cond * cond));
-    CHECK(close(point.c_emp, bounds.c_emp, 1e-9 * cond));
-    CHECK(close(point.c_emp_normalized, bounds.c_emp_normalized, 1e-9 * cond));
-    CHECK(point.bounds_hold == bounds.holds());
-    CHECK(point.pinv_status == "converged");
-    CHECK(point.pinv_residual <= 1e-10 * cond);
-    CHECK(point.seconds > 0);
+    const ApproximationOptions options = method_options(kernel, m);
+    for (Method method : all_methods) {
+      if (error_matrix(method) == ErrorMatrix::attention && kernel.type != KernelType::exponential) continue;
+      CAPTURE(kernel.label());
+      CAPTURE(to_string(method));
+      const PointResult point = evaluator.evaluate(method, options);
+      const Oracle expected = oracle(method, head, options);
+      const Matrix<double> q = head.q.template cast<double>(), k = head.k.template cast<double>();
+      // O = (GV) ⊘ (G1) for every kernel (softmax attention for the exponential one).
+      const Matrix<double> exact_output =
+          normalized_output(naive_kernel<double>(q, k, kernel), head.v.template cast<double>());
+      const double tol = accuracy<T>();
+      CHECK(point.error_matrix == error_matrix(method));
+      CHECK_FALSE(point.matrix_free);
+      const double largest_logit = kernel.param * (q * k.transpose()).maxCoeff();
+      CHECK(point.log_shift ==
+            doctest::Approx(kernel.type == KernelType::exponential ? largest_logit : 0).epsilon(1e-6));
+      const Matrix<double> output_error = exact_output - expected.output;
+      // The outputs carry the rounding of the m×m core's pseudoinverse: compared to a floor of 1e-3.
+      CHECK(near(point.output_relative_error, output_error.norm() / exact_output.norm(), 10 * tol, 1e-3));
+      CHECK(near(point.output_max_error, output_error.cwiseAbs().maxCoeff(), 10 * tol, 1e-3));
+      CHECK(near(point.output_mean_abs_error, output_error.cwiseAbs().mean(), 10 * tol, 1e-3));
+      if (method == Method::exact) {
+        CHECK(std::isnan(point.spectral_error));
+        CHECK(std::isnan(point.frobenius_error));
+        CHECK_FALSE(point.pinv_status.has_value());
+        continue;
+      }
+      const Matrix<double> error = expected.reference - expected.approximate;
+      const double reference_norm = norm2(expected.reference);
+      CHECK(near(point.spectral_error, norm2(error), tol, reference_norm));
+      CHECK(near(point.relative_spectral_error, norm2(error) / reference_norm, tol, 1));
+      CHECK(near(point.frobenius_error, error.norm(), tol, expected.reference.norm()));
+      const bool has_pinv = method != Method::performer && method != Method::linformer;
+      CHECK(point.pinv_status.has_value() == has_pinv);
+      if (has_pinv) CHECK(*point.pinv_status == PinvStatus::converged);
+      CHECK(point.landmark_terms_converged.has_value() == (method == Method::pnp_nystra));
+      if (method != Method::pnp_nystra) {
+        CHECK(std::isnan(point.sigma1_ext));
+        CHECK(std::isnan(point.theorem2_bound));
+        CHECK(point.landmark_seconds == 0);
+        continue;
+      }
+      // The Lemma 2.1 terms of the same landmarks (MATH.md §3).
+      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.nystrom.landmarks);
+      const Matrix<double> qb = marks.q.template cast<double>(), kb = marks.k.template cast<double>();
+      const Matrix<double> ga = naive_kernel<double>(qb, kb, kernel),
+                           gu = naive_kernel<double>(qb, k, kernel), gl = naive_kernel<double>(q, kb, kernel);
+      Matrix<double> extended(n + m, n + m);
+      extended << ga, gu, gl, expected.reference;
+      const Vector<double> sigma = Eigen::JacobiSVD<Matrix<double>>(extended).singularValues();
+      const Vector<double> core = Eigen::JacobiSVD<Matrix<double>>(ga).singularValues();
+      const double condition = core(0) / core(m - 1);
+      const double big_k = (1 + norm2(gl * ga.inverse())) * (1 + norm2(ga.inverse() * gu));
+      CHECK(*point.landmark_terms_converged);
+      CHECK(near(point.sigma1_ext, sigma(0), tol));
+      CHECK(near(point.sigma_m1_ext, sigma(m), tol, 1e-6 * sigma(0)));
+      CHECK(near(point.sigma_m_core, core(m - 1), tol * condition, 1e-6 * core(0)));
+      CHECK(near(point.theorem3_k, big_k, tol * condition * condition));
+      const BoundReport bounds = evaluate_bounds({sigma(0), sigma(m), core(m - 1), norm2(error), big_k});
+      CHECK(near(point.bound_ratio, bounds.ratio, tol * condition));
+      CHECK(near(point.theorem2_bound, bounds.theorem2, tol * condition * condition));
+      CHECK(near(point.c_emp, bounds.c_emp, tol * condition));
+      CHECK(point.bounds_hold == bounds.holds());
+      CHECK(point.pinv_residual <= 1e3 * tol * condition);
+      CHECK(point.landmark_seconds > 0);
+    }
+    CHECK(evaluator.reference(kernel).g_norm2 > 0);
   }
 }
 
-TEST_CASE("the matrix-free and Lanczos paths agree with the dense path") {
-  const Head<double> head = small_head(120, 6, 3, 9);
-  NystromOptions options;
-  options.kernel = Kernel::exponential(0.4);
-  options.landmarks.count = 6;
-  EvaluationOptions dense;
-  const auto reference = make_reference(head, options.kernel, dense);
-  const PointResult expected = evaluate_nystrom(head, reference, options, dense);
+TEST_CASE_TEMPLATE("every method: dense, Lanczos and matrix-free paths agree", T, float, double) {
+  // N = 120 < dense_svd_limit: the default path is full SVDs; dense_svd_limit = 0 sends the stored matrices
+  // through Lanczos; force_matrix_free evaluates G in row panels (Frobenius norms accumulated there too).
+  const Head<T> head = random_head<T>(120, 6, 3, 9);
   EvaluationOptions lanczos;
   lanczos.dense_svd_limit = 0;
-  const PointResult by_lanczos = evaluate_nystrom(head, reference, options, lanczos);
-  EvaluationOptions free;
+  EvaluationOptions free = lanczos;
   free.force_matrix_free = true;
-  free.dense_svd_limit = 0;
   free.panel_rows = 32;
-  const auto free_reference = make_reference(head, options.kernel, free);
-  const PointResult matrix_free = evaluate_nystrom(head, free_reference, options, free);
-  CHECK(matrix_free.matrix_free);
-  CHECK(free_reference.g.size() == 0);
-  CHECK(close(free_reference.g_norm2, reference.g_norm2, 1e-10));
-  for (const PointResult* p : {&by_lanczos, &matrix_free}) {
-    CHECK(close(p->spectral_error, expected.spectral_error, 1e-9));
-    CHECK(close(p->frobenius_error, expected.frobenius_error, 1e-10));
-    CHECK(close(p->output_relative_error, expected.output_relative_error, 1e-10));
-    CHECK(close(p->sigma1_ext, expected.sigma1_ext, 1e-10));
-    // σ_{m+1}(G̃) by Lanczos on G̃ᵀG̃ (matrix-free path) carries an absolute error of about eps·σ₁²/σ_{m+1}.
-    CHECK(std::abs(p->sigma_m1_ext - expected.sigma_m1_ext) <=
-          1e-12 * expected.sigma1_ext * expected.sigma1_ext / expected.sigma_m1_ext);
+  HeadEvaluator<T> dense_evaluator(head, {}), lanczos_evaluator(head, lanczos), free_evaluator(head, free);
+  // Float products differ from double ones by a few eps_f relative to ‖G‖.
+  const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-9;
+  for (const Kernel& kernel : {Kernel::exponential(0.4), Kernel::laplacian(3.0)}) {
+    const ApproximationOptions options = method_options(kernel, 6);
+    for (Method method : all_methods) {
+      if (error_matrix(method) == ErrorMatrix::attention && kernel.type != KernelType::exponential) continue;
+      CAPTURE(kernel.label());
+      CAPTURE(to_string(method));
+      const PointResult expected = dense_evaluator.evaluate(method, options);
+      const double scale =
+          method == Method::exact ? 0 : expected.spectral_error / expected.relative_spectral_error;
+      for (auto* evaluator : {&lanczos_evaluator, &free_evaluator}) {
+        const PointResult p = evaluator->evaluate(method, options);
+        CHECK(p.matrix_free == (evaluator == &free_evaluator));
+        CHECK(near(p.spectral_error, expected.spectral_error, tol, scale));
+        CHECK(near(p.relative_spectral_error, expected.relative_spectral_error, tol, 1));
+        CHECK(near(p.frobenius_error, expected.frobenius_error, tol, scale));
+        CHECK(near(p.output_relative_error, expected.output_relative_error, tol, 1));
+        CHECK(near(p.sigma1_ext, expected.sigma1_ext, tol));
+        // σ_{m+1}(G̃) by Lanczos on G̃ᵀG̃ carries an absolute error of about eps·σ₁²/σ_{m+1}.
+        CHECK(near(p.sigma_m1_ext, expected.sigma_m1_ext, tol,
+                   1e3 * expected.sigma1_ext * expected.sigma1_ext / expected.sigma_m1_ext * 1e-13));
+        CHECK(p.pinv_status == expected.pinv_status);
+      }
+    }
   }
-  // Precomputed landmark terms are used as given.
-  LandmarkTerms terms = landmark_terms(head, options.kernel,
-                                       select_landmarks<double>(head.q, head.k, options.landmarks), dense);
-  terms.theorem3_k = 123;
-  CHECK(evaluate_nystrom(head, reference, options, dense, &terms).theorem3_k == 123);
+  CHECK(free_evaluator.reference(Kernel::exponential(0.4)).g.size() == 0);
+}
+
+namespace {
+
+using LongMatrix = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
+
+/// exp(s·XYᵀ) in long double (finite for logits far beyond double's exp range).
+template <class T>
+LongMatrix long_kernel(const Matrix<T>& x, const Matrix<T>& y, double s) {
+  const LongMatrix logits =
+      (x.template cast<long double>() * y.template cast<long double>().transpose()) * (long double)s;
+  return logits.array().exp().matrix();
+}
+
+long double long_norm2(const LongMatrix& a) {
+  return Eigen::JacobiSVD<LongMatrix>(a).singularValues()(0);
+}
+
+/// A head of n tokens whose logits are those of Gaussian tokens plus a common offset, s·qᵀk = L + s·q̃ᵀk̃,
+/// with the largest of them `largest` (a last coordinate √(L/s) on every token): G = e^{L}·G̃, the situation
+/// of real heads with large logits. K = Q makes G̃ positive definite, so Nyström approximates it well.
+template <class T>
+Head<T> large_logit_head(Index n, double largest, Kernel& kernel) {
+  const Index d = 7;
+  kernel = Kernel::exponential(1 / std::sqrt(double(d)));
+  Head<double> generic = random_head<double>(n, d - 1, 3, 41);
+  generic.k = generic.q;
+  const double offset = largest - kernel.param * (generic.q * generic.k.transpose()).maxCoeff();  // L
+  const double coordinate = std::sqrt(offset / kernel.param);
+  Head<T> head;
+  head.q.resize(n, d);
+  head.k.resize(n, d);
+  head.q << generic.q.template cast<T>(), Vector<T>::Constant(n, T(coordinate));
+  head.k << generic.k.template cast<T>(), Vector<T>::Constant(n, T(coordinate));
+  head.v = generic.v.template cast<T>();
+  return head;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE(
+    "logits of 300-700: every absolute quantity scaled back from e^(-c) G, checked in long double", T, float,
+    double) {
+  // The long double oracle forms G = exp(s QKᵀ) itself (entries up to e^700, far beyond double's Gram
+  // products and float's exp), Ĝ from the same landmarks, and full SVDs: nothing shifted, independent of the
+  // library.
+  const Index n = 64, m = 5;
+  for (double largest : {300.0, 500.0, 700.0}) {
+    CAPTURE(largest);
+    Kernel kernel;
+    const Head<T> head = large_logit_head<T>(n, largest, kernel);
+    ApproximationOptions options = method_options(kernel, m);
+    options.nystrom.landmarks.strategy = LandmarkStrategy::step;  // rows of Q and K: a well-conditioned G_A
+    for (bool matrix_free : {false, true}) {
+      CAPTURE(matrix_free);
+      EvaluationOptions evaluation;
+      evaluation.force_matrix_free = matrix_free;
+      HeadEvaluator<T> evaluator(head, evaluation);
+      const PointResult point = evaluator.evaluate(Method::pnp_nystra, options);
+      CHECK(point.log_shift == doctest::Approx(largest).epsilon(1e-5));
+      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.nystrom.landmarks);
+      const double s = kernel.param;
+      const LongMatrix g = long_kernel<T>(head.q, head.k, s), ga = long_kernel<T>(marks.q, marks.k, s),
+                       gl = long_kernel<T>(head.q, marks.k, s), gu = long_kernel<T>(marks.q, head.k, s);
+      Eigen::JacobiSVD<LongMatrix> core(ga, Eigen::ComputeFullU | Eigen::ComputeFullV);
+      const LongMatrix core_pinv =
+          core.matrixV() * core.singularValues().cwiseInverse().asDiagonal() * core.matrixU().transpose();
+      const LongMatrix error = g - gl * core_pinv * gu;
+      LongMatrix extended(n + m, n + m);
+      extended << ga, gu, gl, g;
+      const auto sigma = Eigen::JacobiSVD<LongMatrix>(extended).singularValues();
+      const long double g_norm = long_norm2(g), error_norm = long_norm2(error);
+      const long double condition = core.singularValues()(0) / core.singularValues()(m - 1);
+      // Logits computed in T carry absolute errors of about eps_T·largest, so entries of G carry relative
+      // errors of that size; the error matrix amplifies them by the conditioning of G_A.
+      const double tol =
+          8 * std::numeric_limits<T>::epsilon() * largest * double(std::max<long double>(condition, 1));
+      const auto check_absolute = [&](double actual, long double expected, long double scale) {
+        CHECK(std::isfinite(actual));
+        CHECK(std::abs((long double)actual - expected) <= tol * std::max(std::abs(expected), scale));
+      };
+      check_absolute(point.spectral_error, error_norm, g_norm);
+      check_absolute(point.frobenius_error, error.norm(), g.norm());
+      check_absolute(point.sigma1_ext, sigma(0), 0);
+      check_absolute(point.sigma_m_core, core.singularValues()(m - 1), 0);
+      CHECK(near(point.relative_spectral_error, double(error_norm / g_norm), tol, 1));
+      CHECK(std::isfinite(point.sigma_m1_ext));
+      // Theorem 2 = 2σ₁²σ_{m+1}/a² may itself exceed the double range (then +Inf); C_emp = ‖E‖a/σ_{m+1} and
+      // C_emp/σ₁² follow from the other columns (degrees 1 and −1 in the scale).
+      const long double theorem2 =
+          2 * sigma(0) * sigma(0) * sigma(m) / (core.singularValues()(m - 1) * core.singularValues()(m - 1));
+      if (theorem2 < std::numeric_limits<double>::max())
+        CHECK(std::abs((long double)point.theorem2_bound - theorem2) <= 4 * tol * theorem2);
+      else
+        CHECK(std::isinf(point.theorem2_bound));
+      CHECK(near(point.c_emp * (point.sigma_m1_ext / point.sigma_m_core), point.spectral_error, 1e-12));
+      CHECK(near(point.c_emp_normalized * point.sigma1_ext * point.sigma1_ext, point.c_emp, 1e-12));
+      // S and Ŝ do not depend on the scale: a softmax method against its double oracle.
+      const PointResult softmax = evaluator.evaluate(Method::nystromformer, options);
+      const Oracle expected = oracle(Method::nystromformer, head, options);
+      const double softmax_error = norm2(expected.reference - expected.approximate);
+      CHECK(near(softmax.spectral_error, softmax_error, tol, norm2(expected.reference)));
+      CHECK(std::isfinite(softmax.output_relative_error));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("logits whose exp overflows even in double are rejected naming the head and the logit", T,
+                   float, double) {
+  Kernel kernel;
+  const Head<T> head = large_logit_head<T>(40, 720, kernel);
+  HeadEvaluator<T> evaluator(head, {}, "/layers/07 batch 0 head 2");
+  const auto options = method_options(kernel, 4);
+  CHECK(throws_naming([&] { evaluator.evaluate(Method::pnp_nystra, options); }, "/layers/07 batch 0 head 2"));
+  CHECK(throws_naming([&] { evaluator.evaluate(Method::pnp_nystra, options); }, "largest logit 72"));
+  CHECK(throws_naming([&] { require_representable_kernel(head, kernel, "h2"); }, "h2"));
+  Kernel small;
+  const Head<T> fine = large_logit_head<T>(40, 700, small);
+  CHECK_NOTHROW(require_representable_kernel(fine, small, "h2"));
 }
 
 TEST_CASE("landmark terms above the dense limit equal a full SVD of G̃, flat and steep spectra") {
   // Flat: Gaussian tokens, σ_{m+1}(G̃)/σ₁ ≈ 0.1 (Lanczos on G̃ᵀG̃). Steep: rank-2 tokens plus 1e-4 noise,
   // σ_{m+1}/σ₁ far below gram_resolution (the full-SVD fallback).
   const Index n = 300, d = 8, m = 6;
-  Head<double> flat = small_head(n, d, 2, 21);
-  Head<double> steep = small_head(n, d, 2, 23);
+  Head<double> flat = random_head<double>(n, d, 2, 21);
+  Head<double> steep = random_head<double>(n, d, 2, 23);
   const Matrix<double> basis = random_matrix<double>(2, d, 25);
   steep.q = random_matrix<double>(n, 2, 26) * basis + 1e-4 * steep.q;
   steep.k = random_matrix<double>(n, 2, 27) * basis + 1e-4 * steep.k;
   for (const Head<double>* head : {&flat, &steep}) {
     const Kernel kernel = Kernel::exponential(1 / std::sqrt(double(d)));
-    NystromOptions options;
-    options.kernel = kernel;
-    options.landmarks.count = m;
+    LandmarkOptions landmarks;
+    landmarks.count = m;
     const EvaluationOptions evaluation;
     REQUIRE(n + m > evaluation.dense_svd_limit);
-    const auto factors = generalized_nystrom<double>(head->q, head->k, options);
-    const LandmarkTerms terms = landmark_terms(*head, kernel, factors.landmarks, evaluation);
+    const Landmarks<double> marks = select_landmarks<double>(head->q, head->k, landmarks);
+    const LandmarkTerms terms = landmark_terms(*head, kernel, marks, evaluation);
     Matrix<double> extended(n + m, n + m);
-    extended << naive_kernel<double>(factors.landmarks.q, factors.landmarks.k, kernel),
-        naive_kernel<double>(factors.landmarks.q, head->k, kernel),
-        naive_kernel<double>(head->q, factors.landmarks.k, kernel),
+    extended << naive_kernel<double>(marks.q, marks.k, kernel),
+        naive_kernel<double>(marks.q, head->k, kernel), naive_kernel<double>(head->q, marks.k, kernel),
         naive_kernel<double>(head->q, head->k, kernel);
     const Vector<double> sigma = Eigen::JacobiSVD<Matrix<double>>(extended).singularValues();
     CAPTURE(sigma(m) / sigma(0));
     CHECK((head == &flat ? sigma(m) / sigma(0) > 1e-2 : sigma(m) / sigma(0) < 1e-6));
     CHECK(terms.converged);
-    CHECK(close(terms.sigma1_ext, sigma(0), 1e-12));
+    CHECK(near(terms.sigma1_ext, sigma(0), 1e-12));
     // Both paths carry an absolute error of a few eps·σ₁ at most.
     CHECK(std::abs(terms.sigma_m1_ext - sigma(m)) <= 1e-13 * sigma(0) + 1e-11 * sigma(m));
+    // A log-shift c scales every term by e^{−c} (K is scale-free).
+    const LandmarkTerms shifted = landmark_terms(*head, kernel.shifted(3.5), marks, evaluation);
+    CHECK(near(shifted.sigma1_ext * std::exp(3.5), terms.sigma1_ext, 1e-12));
+    CHECK(near(shifted.sigma_m_core * std::exp(3.5), terms.sigma_m_core, 1e-9));
+    CHECK(near(shifted.theorem3_k, terms.theorem3_k, 1e-8));
   }
 }
 
 TEST_CASE("float heads are evaluated to float accuracy") {
-  const Head<double> h = small_head(64, 4, 2, 13);
+  const Head<double> h = random_head<double>(64, 4, 2, 13);
   Head<float> head{h.q.cast<float>(), h.k.cast<float>(), h.v.cast<float>(), {8, 8}};
-  NystromOptions options;
-  options.kernel = Kernel::laplacian(4.0);
-  options.landmarks.count = 4;
-  const auto reference = make_reference(head, options.kernel, {});
-  const PointResult single = evaluate_nystrom(head, reference, options, {});
-  const PointResult twice = evaluate_nystrom(h, make_reference(h, options.kernel, {}), options, {});
-  CHECK(close(single.spectral_error, twice.spectral_error, 1e-3));
-  CHECK(close(single.sigma_m_core, twice.sigma_m_core, 1e-4));
+  ApproximationOptions options = method_options(Kernel::laplacian(4.0), 4);
+  HeadEvaluator<float> single_evaluator(head, {});
+  HeadEvaluator<double> double_evaluator(h, {});
+  const PointResult single = single_evaluator.evaluate(Method::pnp_nystra, options);
+  const PointResult twice = double_evaluator.evaluate(Method::pnp_nystra, options);
+  CHECK(near(single.spectral_error, twice.spectral_error, 1e-3));
+  CHECK(near(single.sigma_m_core, twice.sigma_m_core, 1e-4));
   // G̃ of a float head is the float kernel block, exact in double from there on. Each entry carries a relative
   // error of a few eps_f (token rounding times |exponent| ≤ 2 here, and exp), and G̃ is entrywise positive, so
   // ‖ΔG̃‖₂ ≤ c·eps_f·‖G̃‖₂ and by Weyl every σ_i moves by at most c·eps_f·σ₁.
@@ -179,22 +446,19 @@ TEST_CASE("float heads are evaluated to float accuracy") {
 }
 
 TEST_CASE("landmark terms beside the point give the values of one after the other, float and double") {
-  // n + m = 306: stored G̃ with single-threaded products, so evaluate_nystrom overlaps the terms.
-  const Head<double> h = small_head(300, 8, 4, 31);
+  // n + m = 306: stored G̃ with single-threaded products, so the evaluator overlaps the terms.
+  const Head<double> h = random_head<double>(300, 8, 4, 31);
   const Head<float> f{h.q.cast<float>(), h.k.cast<float>(), h.v.cast<float>(), {}};
-  NystromOptions options;
-  options.kernel = Kernel::exponential(1 / std::sqrt(8.0));
-  options.landmarks.count = 6;
-  options.stabilization = Stabilization::row_max;
+  const ApproximationOptions options = method_options(Kernel::exponential(1 / std::sqrt(8.0)), 6);
   const EvaluationOptions evaluation;
   CHECK(overlap_landmark_terms<double>(300, 6, evaluation));
   const int before = threads();
   const auto both_ways = [&](const auto& head) {
-    const auto reference = make_reference(head, options.kernel, evaluation);
+    using Evaluator = HeadEvaluator<typename std::decay_t<decltype(head.q)>::Scalar>;
     set_threads(1);
-    const PointResult serial = evaluate_nystrom(head, reference, options, evaluation);
+    const PointResult serial = Evaluator(head, evaluation).evaluate(Method::pnp_nystra, options);
     set_threads(2);
-    const PointResult overlapped = evaluate_nystrom(head, reference, options, evaluation);
+    const PointResult overlapped = Evaluator(head, evaluation).evaluate(Method::pnp_nystra, options);
     set_threads(before);
     // Each task runs on one thread either way, so the values agree to the last bit.
     for (const auto column :
@@ -205,9 +469,29 @@ TEST_CASE("landmark terms beside the point give the values of one after the othe
       CHECK(overlapped.*column == serial.*column);
     CHECK(overlapped.bounds_hold == serial.bounds_hold);
     CHECK(std::isfinite(serial.sigma_m1_ext));
+    CHECK(serial.elapsed_seconds >= serial.seconds);
+    CHECK(serial.reference_seconds > 0);
+    CHECK(serial.landmark_seconds > 0);
   };
   both_ways(h);
   both_ways(f);
+}
+
+TEST_CASE("the evaluator reuses its references, landmarks and terms across points") {
+  const Head<double> head = random_head<double>(80, 4, 2, 51);
+  HeadEvaluator<double> evaluator(head, {});
+  ApproximationOptions options = method_options(Kernel::exponential(0.5), 5);
+  const PointResult exact_pinv = evaluator.evaluate(Method::pnp_nystra, options);
+  options.nystrom.pinv = {PinvMethod::razavi, 4};
+  const PointResult razavi = evaluator.evaluate(Method::pnp_nystra, options);
+  // Same head and kernel, same landmarks: the shared computations are the cached ones.
+  CHECK(razavi.reference_seconds == exact_pinv.reference_seconds);
+  CHECK(razavi.landmark_seconds == exact_pinv.landmark_seconds);
+  CHECK(razavi.sigma_m1_ext == exact_pinv.sigma_m1_ext);
+  CHECK(*razavi.pinv_status != PinvStatus::non_finite);
+  // A fresh evaluator gives the same values (the cache changes nothing but time).
+  HeadEvaluator<double> fresh(head, {});
+  CHECK(fresh.evaluate(Method::pnp_nystra, options).spectral_error == razavi.spectral_error);
 }
 
 TEST_CASE("landmark terms overlap the point only where G̃ is stored and its products stay on one thread") {
@@ -224,22 +508,59 @@ TEST_CASE("landmark terms overlap the point only where G̃ is stored and its pro
   CHECK(overlap_landmark_terms<float>(1024, 16, free));
 }
 
+TEST_CASE(
+    "the record of a point: every column once, typed, performer and linformer sizes in their own columns") {
+  PointDescription point;
+  point.layer = "03";
+  point.n = 64;
+  point.d = 8;
+  point.options = method_options(Kernel::exponential(0.25), 6);
+  std::set<std::string> names;
+  for (const Column& column : point_columns()) CHECK(names.insert(column.name).second);
+  const auto cell = [&](Method method, const std::string& name) {
+    point.method = method;
+    for (const auto& c : point_record(point, PointResult{}))
+      if (c.column.name == name) return c.value;
+    FAIL("no column " << name);
+    return Cell{};
+  };
+  CHECK(std::get<std::int64_t>(cell(Method::pnp_nystra, "landmarks")) == 6);
+  CHECK(std::get<std::int64_t>(cell(Method::performer, "landmarks")) == 0);
+  CHECK(std::get<std::int64_t>(cell(Method::performer, "features")) == 24);
+  CHECK(std::get<std::int64_t>(cell(Method::linformer, "projected")) == 6);
+  CHECK(std::get<std::int64_t>(cell(Method::linformer, "features")) == 0);
+  CHECK(std::get<std::string>(cell(Method::exact, "pinv")) == "none");
+  CHECK(std::get<std::string>(cell(Method::performer, "pinv_status")) == "none");
+  CHECK(std::get<std::int64_t>(cell(Method::cur, "landmark_terms_converged")) == -1);
+  CHECK(std::get<std::string>(cell(Method::nystromformer, "strategy")) == "segment-means");
+  CHECK(std::get<std::string>(cell(Method::cur, "error_matrix")) == "none");  // of an empty PointResult
+  for (const char* name : {"layer", "kernel", "landmarks", "features", "projected", "pinv", "method", "seed"})
+    CHECK(std::any_of(point_columns().begin(), point_columns().end(),
+                      [&](const Column& c) { return c.name == name && c.parameter; }));
+}
+
 TEST_CASE("bad heads and options throw naming the value") {
-  Head<double> head = small_head(20, 4, 2, 17);
+  Head<double> head = random_head<double>(20, 4, 2, 17);
   head.k = random_matrix<double>(20, 5, 1);
   CHECK(throws_naming([&] { head.validate("head 3"); }, "head 3"));
-  head = small_head(20, 4, 2, 17);
+  head = random_head<double>(20, 4, 2, 17);
   head.window = {3, 5};
   CHECK(throws_naming([&] { head.validate("h"); }, "3x5"));
-  head = small_head(20, 4, 2, 17);
+  head.window = {4, 4};
+  head.prefix_tokens = 4;
+  CHECK_NOTHROW(head.validate("h"));  // 16 grid tokens after 4 prefix tokens
+  head.prefix_tokens = 20;
+  CHECK(throws_naming([&] { head.validate("h"); }, "prefix_tokens = 20"));
+  head = random_head<double>(20, 4, 2, 17);
   head.v(0, 0) = NAN;
-  CHECK(throws_naming([&] { make_reference(head, Kernel::exponential(0.5), {}); }, "V"));
-  head = small_head(20, 4, 2, 17);
+  CHECK(throws_naming([&] { HeadEvaluator<double>(head, {}); }, "V"));
+  head = random_head<double>(20, 4, 2, 17);
   EvaluationOptions options;
   options.memory_budget = 0;
-  CHECK(throws_naming([&] { make_reference(head, Kernel::exponential(0.5), options); }, "memory_budget = 0"));
-  NystromOptions nystrom;
-  nystrom.kernel = Kernel::laplacian(2);
-  const auto reference = make_reference(head, Kernel::exponential(0.5), {});
-  CHECK(throws_naming([&] { evaluate_nystrom(head, reference, nystrom, {}); }, "laplacian"));
+  CHECK(throws_naming([&] { HeadEvaluator<double>(head, options); }, "memory_budget = 0"));
+  HeadEvaluator<double> evaluator(head, {});
+  ApproximationOptions laplacian = method_options(Kernel::laplacian(2), 4);
+  CHECK(throws_naming([&] { evaluator.evaluate(Method::performer, laplacian); }, "laplacian"));
+  ApproximationOptions too_many = method_options(Kernel::exponential(0.5), 21);
+  CHECK(throws_naming([&] { evaluator.evaluate(Method::pnp_nystra, too_many); }, "21"));
 }

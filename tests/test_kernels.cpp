@@ -144,3 +144,30 @@ TEST_CASE_TEMPLATE("bad kernel parameters and shapes throw naming the value", T,
   CHECK(throws_naming([&] { Kernel::laplacian(1).evaluate<T>(X, Y, wrong); }, "4x4"));
   CHECK_NOTHROW(Kernel::exponential(-0.25).validate());  // a negative scale is a valid (if unusual) kernel
 }
+
+TEST_CASE_TEMPLATE("a log-shift c evaluates exp(φ − c), the largest exponent and the head's shift", T, float,
+                   double) {
+  // 600×40 tokens against 500: above detail::parallel_work, so the panels go over the threads.
+  const Matrix<T> X = random_matrix<T>(600, 16, 81, 0.4), Y = random_matrix<T>(500, 16, 82, 0.4);
+  for (const Kernel& kernel : {Kernel::exponential(0.7), Kernel::laplacian(2.0), Kernel::gaussian(3.0)}) {
+    CAPTURE(kernel.label());
+    const Matrix<double> exponent = kernel.exponent_block<T>(X, Y).template cast<double>();
+    CHECK(largest_exponent<T>(kernel, X, Y) == exponent.maxCoeff());
+    const Kernel shifted = kernel.shifted(2.5);
+    CHECK(shifted.label().find("log_shift=2.5") != std::string::npos);
+    const Matrix<double> expected =
+        (naive_kernel<T>(X, Y, kernel).template cast<double>().array() * std::exp(-2.5)).matrix();
+    CHECK(relative_difference(shifted.block<T>(X, Y), expected) <=
+          tolerance<T>(16) * (3.5 + exponent.cwiseAbs().maxCoeff()));
+    CHECK(kernel_log_shift<T>(kernel, X, Y) ==
+          (kernel.type == KernelType::exponential ? std::max(0.0, exponent.maxCoeff()) : 0.0));
+  }
+  // All logits negative (positive against negative coordinates): no shift, the entries are below 1 already.
+  const Matrix<T> positive = X.cwiseAbs(), negative = -Y.cwiseAbs();
+  CHECK(largest_exponent<T>(Kernel::exponential(0.7), positive, negative) < 0);
+  CHECK(kernel_log_shift<T>(Kernel::exponential(0.7), positive, negative) == 0);
+  // A logit whose exp overflows double is named.
+  const Matrix<T> big = Matrix<T>::Constant(3, 2, T(20));
+  CHECK(throws_naming([&] { kernel_log_shift<T>(Kernel::exponential(1.0), big, big); }, "largest logit 800"));
+  CHECK(throws_naming([] { Kernel{KernelType::exponential, 1.0, NAN}.validate(); }, "log_shift"));
+}

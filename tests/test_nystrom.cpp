@@ -278,3 +278,60 @@ TEST_CASE_TEMPLATE("factors and outputs over many row panels and two threads equ
   }
   set_threads(before);
 }
+
+TEST_CASE_TEMPLATE("given landmarks give the factors of selected ones, a log-shift c gives e^(-c) times Ĝ", T,
+                   float, double) {
+  // Ĝ_c = (e^{−c}G_L)(e^{−c}G_A)⁺(e^{−c}G_U) = e^{−c}Ĝ: every stabilization, every pseudoinverse (α per
+  // matrix, and the εI of the symmetric form rescaled with the core), and the output does not change.
+  const Index n = 50, d = 5, m = 6;
+  const Matrix<T> Q = random_matrix<T>(n, d, 61, 0.6), K = random_matrix<T>(n, d, 62, 0.6),
+                  V = random_matrix<T>(n, 3, 63);
+  const double c = 3.25;
+  for (const Kernel& kernel : {Kernel::exponential(0.5), Kernel::laplacian(3.0)}) {
+    for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+      for (auto method : {PinvMethod::exact, PinvMethod::razavi}) {
+        for (bool symmetric : {false, true}) {
+          if (symmetric && stabilization == Stabilization::row_max) continue;
+          CAPTURE(kernel.label());
+          CAPTURE(to_string(stabilization));
+          CAPTURE(to_string(method));
+          CAPTURE(symmetric);
+          NystromOptions options = options_for(kernel, m, stabilization);
+          options.landmarks.strategy = LandmarkStrategy::step;
+          options.pinv.method = method;
+          if (symmetric) options.pinv.shift = 1e-3;
+          const auto factors = [&](const auto&... landmarks) {
+            return symmetric ? symmetric_nystrom<T>(Q, K, landmarks..., options)
+                             : generalized_nystrom<T>(Q, K, landmarks..., options);
+          };
+          const NystromFactors<T> selected = factors();
+          const Landmarks<T> marks = select_landmarks<T>(Q, K, options.landmarks);
+          const NystromFactors<T> given = factors(marks);
+          CHECK(given.left == selected.left);
+          CHECK(given.pinv.z == selected.pinv.z);
+          CHECK(given.landmarks.q == selected.landmarks.q);
+          options.kernel = kernel.shifted(c);
+          const NystromFactors<T> shifted = factors(marks);
+          const Matrix<double> unshifted_dense = selected.dense().template cast<double>();
+          const double condition = [&] {
+            const Vector<double> sigma = singular_values<T>(selected.core);
+            return sigma(0) / sigma(m - 1);
+          }();
+          const double tol = tolerance<T>(n) * condition * (1 + c);
+          CHECK(relative_difference(Matrix<double>(std::exp(c) * shifted.dense().template cast<double>()),
+                                    unshifted_dense) <= tol);
+          CHECK(relative_difference(nystrom_attention<T>(shifted, V), nystrom_attention<T>(selected, V)) <=
+                tol);
+          CHECK(shifted.pinv.status == selected.pinv.status);
+        }
+      }
+    }
+  }
+  Landmarks<double> wrong;
+  wrong.q = Matrix<double>::Zero(3, 4);
+  wrong.k = Matrix<double>::Zero(3, 4);
+  const Matrix<double> tokens = random_matrix<double>(10, 5, 1);
+  const NystromOptions plain = options_for(Kernel::exponential(1), 3, Stabilization::none);
+  CHECK(
+      throws_naming([&] { generalized_nystrom<double>(tokens, tokens, wrong, plain); }, "landmarks are 3x4"));
+}

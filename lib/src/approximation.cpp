@@ -2,7 +2,6 @@
 
 #include "nystrom/attention.hpp"
 #include "nystrom/enum_names.hpp"
-#include "nystrom/operators.hpp"
 
 namespace nystrom {
 
@@ -17,11 +16,29 @@ constexpr std::array<EnumName<Method>, 7> method_names{{
     {Method::exact, "exact"},
 }};
 
-bool is_softmax_method(Method method) {
-  return method == Method::nystromformer || method == Method::cur || method == Method::performer ||
-         method == Method::linformer;
-}
+constexpr std::array<EnumName<ErrorMatrix>, 3> error_matrix_names{
+    {{ErrorMatrix::none, "none"}, {ErrorMatrix::kernel, "G"}, {ErrorMatrix::attention, "S"}}};
 }  // namespace
+
+std::string to_string(ErrorMatrix matrix) {
+  return name_of(matrix, error_matrix_names);
+}
+
+ErrorMatrix error_matrix(Method method) {
+  switch (method) {
+    case Method::pnp_nystra:
+    case Method::symmetric_nystrom:
+      return ErrorMatrix::kernel;
+    case Method::exact:
+      return ErrorMatrix::none;
+    case Method::nystromformer:
+    case Method::cur:
+    case Method::performer:
+    case Method::linformer:
+      return ErrorMatrix::attention;
+  }
+  return ErrorMatrix::none;
+}
 
 std::string to_string(Method method) {
   return name_of(method, method_names);
@@ -53,7 +70,7 @@ std::string implied_matrix(Method method) {
 
 void ApproximationOptions::validate(Method method, Index n, Index d) const {
   kernel.validate();
-  require(!is_softmax_method(method) || kernel.type == KernelType::exponential,
+  require(error_matrix(method) != ErrorMatrix::attention || kernel.type == KernelType::exponential,
           describe(to_string(method), " is a softmax method and needs the exponential kernel, not ",
                    kernel.label()));
   switch (method) {
@@ -146,43 +163,11 @@ std::optional<FactoredOperator<T>> Approximation<T>::attention() const {
   return FactoredOperator<T>(f.left, f.pinv.z, f.upper, row_sums.cwiseInverse());
 }
 
-template <class T>
-AttentionMatrixErrors attention_matrix_errors(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                                              const Kernel& kernel, const FactoredOperator<T>& approximate,
-                                              bool dense, const SpectralOptions& spectral) {
-  require(approximate.rows() == Q.rows() && approximate.cols() == K.rows(),
-          describe("attention_matrix_errors: S_hat is ", approximate.rows(), "x", approximate.cols(),
-                   ", expected ", Q.rows(), "x", K.rows()));
-  AttentionMatrixErrors errors;
-  if (dense) {
-    const Matrix<double> exact = attention_matrix<T>(Q, K, kernel).template cast<double>();
-    const Matrix<double> difference = exact - approximate.dense().template cast<double>();
-    errors.spectral = singular_values<double>(difference)(0);
-    errors.relative_spectral = errors.spectral / singular_values<double>(exact)(0);
-    errors.frobenius = difference.norm();
-    return errors;
-  }
-  errors.matrix_free = true;
-  const KernelOperator<T> g(Q, K, kernel);
-  Vector<T> row_sums(g.rows());
-  const Vector<T> ones = Vector<T>::Ones(g.cols());
-  g.perform_op(ones.data(), row_sums.data());
-  const RowScaledOperator<KernelOperator<T>> exact(g, row_sums.cwiseInverse());
-  const DifferenceOperator<RowScaledOperator<KernelOperator<T>>, FactoredOperator<T>> difference(exact,
-                                                                                                 approximate);
-  errors.spectral = spectral_norm(difference, spectral).values(0);
-  errors.relative_spectral = errors.spectral / spectral_norm(exact, spectral).values(0);
-  return errors;
-}
-
-#define NYSTROM_INSTANTIATE(T)                                                                             \
-  template struct Approximation<T>;                                                                        \
-  template Approximation<T> approximate_attention<T>(Method, const ConstMatrixRef<T>&,                     \
-                                                     const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,   \
-                                                     const ApproximationOptions&);                         \
-  template AttentionMatrixErrors attention_matrix_errors<T>(                                               \
-      const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, const Kernel&, const FactoredOperator<T>&, bool, \
-      const SpectralOptions&);
+#define NYSTROM_INSTANTIATE(T)                                                                           \
+  template struct Approximation<T>;                                                                      \
+  template Approximation<T> approximate_attention<T>(Method, const ConstMatrixRef<T>&,                   \
+                                                     const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
+                                                     const ApproximationOptions&);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)
 #undef NYSTROM_INSTANTIATE

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <type_traits>
 
 #include "attention_inputs.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/landmarks.hpp"
+#include "nystrom/matrix_free.hpp"
 #include "nystrom/operators.hpp"
 
 // The one file that tests NYSTROM_WITH_CUDA (STYLE.md pattern 7): each factory below checks the device, then
@@ -27,20 +29,66 @@ namespace nystrom {
 
 namespace {
 
-/// Owns G's operator, Ĝ's and their difference (which refers to both) at stable addresses.
-template <class T>
+/// Owns G's operator, Ĝ's factors and operator in S, and their difference (which refers to both) at stable
+/// addresses; one kernel pass per Gram product (DifferenceOperator's fused products).
+template <class T, class S>
 struct CpuErrorOperator {
-  CpuErrorOperator(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const NystromFactors<T>& factors)
-      : kernel(Q, K, factors.options.kernel), approximation(factors), difference(kernel, approximation) {}
+  CpuErrorOperator(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const NystromFactors<T>& f,
+                   const MatrixFreeOptions& tiling)
+      : kernel(Q, K, f.options.kernel, tiling),
+        factors(converted_factors(f)),
+        approximation(factors),
+        difference(kernel, approximation) {}
+  using Scalar = S;
   Index rows() const { return difference.rows(); }
   Index cols() const { return difference.cols(); }
-  void perform_op(const T* x, T* y) const { difference.perform_op(x, y); }
-  void perform_transpose_op(const T* x, T* y) const { difference.perform_transpose_op(x, y); }
+  void perform_op(const S* x, S* y) const { difference.perform_op(x, y); }
+  void perform_transpose_op(const S* x, S* y) const { difference.perform_transpose_op(x, y); }
+  void perform_inner_gram_op(const S* x, S* y) const { difference.perform_inner_gram_op(x, y); }
+  void perform_outer_gram_op(const S* x, S* y) const { difference.perform_outer_gram_op(x, y); }
+  void perform_augmented_op(const S* x, S* y) const { difference.perform_augmented_op(x, y); }
 
-  KernelOperator<T> kernel;
-  NystromOperator<T> approximation;
-  DifferenceOperator<KernelOperator<T>, NystromOperator<T>> difference;
+  static NystromFactors<S> converted_factors(const NystromFactors<T>& f) {
+    if constexpr (std::is_same_v<S, T>)
+      return f;
+    else
+      return widened_factors<T>(f);
+  }
+
+  KernelOperator<T, S> kernel;
+  NystromFactors<S> factors;
+  NystromOperator<S> approximation;
+  DifferenceOperator<KernelOperator<T, S>, NystromOperator<S>> difference;
 };
+
+/// An operator in T seen with products in S (vectors converted on the way in and out).
+template <class T, class S>
+struct ConvertedOperator {
+  using Scalar = S;
+  AnyOperator<T> op;
+  Index rows() const { return op.rows(); }
+  Index cols() const { return op.cols(); }
+  void perform_op(const S* x, S* y) const { convert(x, y, cols(), rows(), &AnyOperator<T>::perform_op); }
+  void perform_transpose_op(const S* x, S* y) const {
+    convert(x, y, rows(), cols(), &AnyOperator<T>::perform_transpose_op);
+  }
+  void convert(const S* x, S* y, Index in, Index out,
+               void (AnyOperator<T>::*product)(const T*, T*) const) const {
+    const Vector<T> input = Eigen::Map<const Vector<S>>(x, in).template cast<T>();
+    Vector<T> output(out);
+    (op.*product)(input.data(), output.data());
+    Eigen::Map<Vector<S>>(y, out) = output.template cast<S>();
+  }
+};
+
+/// A T operator with products in S: itself, or wrapped in ConvertedOperator.
+template <class T, class S>
+AnyOperator<S> with_products_in(AnyOperator<T> op) {
+  if constexpr (std::is_same_v<S, T>)
+    return op;
+  else
+    return AnyOperator<S>(std::make_shared<ConvertedOperator<T, S>>(ConvertedOperator<T, S>{std::move(op)}));
+}
 
 }  // namespace
 
@@ -110,6 +158,25 @@ const LoadedModule& cuda_module() {
 template <class T>
 const cuda::Operations<T>& gpu() {
   return cuda_module().module->operations<T>();
+}
+
+/// Throws std::invalid_argument unless the device can apply the kernel's log-shift: the device evaluates κ_c
+/// by a GEMM onto −c for the exponential kernel; the distance kernels (κ ≤ 1 without a shift) take none.
+void require_device_shift(const Kernel& kernel) {
+  require(kernel.log_shift == 0 || kernel.type == KernelType::exponential,
+          describe("--device cuda: a log_shift of the ", to_string(kernel.type),
+                   " kernel is not supported on the GPU (its kernel values are <= 1 without one)"));
+}
+
+/// The options the device runs generalized Nyström with, so that its factors mean what the CPU's do
+/// (NystromFactors): the core's pseudoinverse options of core_pinv_options, and for the clamped map (which
+/// applies to φ itself) the unshifted kernel, e^{−c} then going into the row scale (set_clamped_scale).
+NystromOptions device_nystrom_options(const NystromOptions& options) {
+  require_device_shift(options.kernel);
+  NystromOptions device = options;
+  device.pinv = core_pinv_options(options);
+  if (options.stabilization == Stabilization::clamped) device.kernel = options.kernel.shifted(0);
+  return device;
 }
 
 }  // namespace
@@ -185,13 +252,25 @@ template <class T>
 NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options) {
   require_device(device);
+  detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
+  return generalized_nystrom<T>(device, Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+}
+
+template <class T>
+NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const Landmarks<T>& landmarks, const NystromOptions& options) {
+  require_device(device);
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) {
     detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
-    return gpu<T>().generalized_nystrom(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+    NystromFactors<T> f = gpu<T>().generalized_nystrom(Q, K, landmarks, device_nystrom_options(options));
+    f.options = options;
+    if (options.stabilization == Stabilization::clamped)
+      f.left_log_scale.setConstant(-T(options.kernel.log_shift));
+    return f;
   }
 #endif
-  return generalized_nystrom<T>(Q, K, options);
+  return generalized_nystrom<T>(Q, K, landmarks, options);
 }
 
 template <class T>
@@ -202,7 +281,8 @@ Matrix<T> nystrom_attention(Device device, const ConstMatrixRef<T>& Q, const Con
   if (device == Device::cuda) {
     detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
     require_finite(V, "nystrom_attention: V");
-    return gpu<T>().nystrom_attention(Q, K, V, select_landmarks<T>(Q, K, options.landmarks), options);
+    return gpu<T>().nystrom_attention(Q, K, V, select_landmarks<T>(Q, K, options.landmarks),
+                                      device_nystrom_options(options));
   }
 #endif
   return nystrom_attention<T>(generalized_nystrom<T>(Q, K, options), V);
@@ -214,30 +294,39 @@ Matrix<T> kernel_block(Device device, const ConstMatrixRef<T>& X, const ConstMat
   require_device(device);
   kernel.validate();
 #ifdef NYSTROM_WITH_CUDA
-  if (device == Device::cuda) return gpu<T>().kernel_block(X, Y, kernel);
+  if (device == Device::cuda) {
+    require_device_shift(kernel);
+    return gpu<T>().kernel_block(X, Y, kernel);
+  }
 #endif
   return kernel.block<T>(X, Y);
 }
 
-template <class T>
-AnyOperator<T> kernel_operator(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
-                               const Kernel& kernel) {
+template <class T, class S>
+AnyOperator<S> kernel_operator(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                               const Kernel& kernel, const MatrixFreeOptions& tiling) {
   require_device(device);
   kernel.validate();
 #ifdef NYSTROM_WITH_CUDA
-  if (device == Device::cuda) return gpu<T>().kernel_operator(X, Y, kernel);
+  if (device == Device::cuda) {
+    require_device_shift(kernel);
+    return with_products_in<T, S>(gpu<T>().kernel_operator(X, Y, kernel));
+  }
 #endif
-  return AnyOperator<T>(std::make_shared<KernelOperator<T>>(X, Y, kernel));
+  return AnyOperator<S>(std::make_shared<KernelOperator<T, S>>(X, Y, kernel, tiling));
 }
 
-template <class T>
-AnyOperator<T> error_operator(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                              const NystromFactors<T>& factors) {
+template <class T, class S>
+AnyOperator<S> error_operator(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                              const NystromFactors<T>& factors, const MatrixFreeOptions& tiling) {
   require_device(device);
 #ifdef NYSTROM_WITH_CUDA
-  if (device == Device::cuda) return gpu<T>().error_operator(Q, K, factors);
+  if (device == Device::cuda) {
+    require_device_shift(factors.options.kernel);
+    return with_products_in<T, S>(gpu<T>().error_operator(Q, K, factors));
+  }
 #endif
-  return AnyOperator<T>(std::make_shared<CpuErrorOperator<T>>(Q, K, factors));
+  return AnyOperator<S>(std::make_shared<CpuErrorOperator<T, S>>(Q, K, factors, tiling));
 }
 
 template <class T>
@@ -260,23 +349,33 @@ double gemm_seconds(Device device, Index n) {
   return best;
 }
 
-#define NYSTROM_INSTANTIATE(T)                                                                           \
-  template PinvResult<T> pseudoinverse<T>(Device, const ConstMatrixRef<T>&, const PinvOptions&);         \
-  template Matrix<T> exact_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,      \
-                                        const ConstMatrixRef<T>&, const Kernel&);                        \
-  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                    \
-                                                    const ConstMatrixRef<T>&, const NystromOptions&);    \
-  template Matrix<T> nystrom_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,    \
-                                          const ConstMatrixRef<T>&, const NystromOptions&);              \
-  template Matrix<T> kernel_block<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,         \
-                                     const Kernel&);                                                     \
-  template AnyOperator<T> kernel_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
-                                             const Kernel&);                                             \
-  template AnyOperator<T> error_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
-                                            const NystromFactors<T>&);                                   \
+#define NYSTROM_INSTANTIATE(T)                                                                              \
+  template PinvResult<T> pseudoinverse<T>(Device, const ConstMatrixRef<T>&, const PinvOptions&);            \
+  template Matrix<T> exact_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,         \
+                                        const ConstMatrixRef<T>&, const Kernel&);                           \
+  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                       \
+                                                    const ConstMatrixRef<T>&, const NystromOptions&);       \
+  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                       \
+                                                    const ConstMatrixRef<T>&, const Landmarks<T>&,          \
+                                                    const NystromOptions&);                                 \
+  template Matrix<T> nystrom_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,       \
+                                          const ConstMatrixRef<T>&, const NystromOptions&);                 \
+  template Matrix<T> kernel_block<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,            \
+                                     const Kernel&);                                                        \
+  template AnyOperator<T> kernel_operator<T, T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
+                                                const Kernel&, const MatrixFreeOptions&);                   \
+  template AnyOperator<T> error_operator<T, T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
+                                               const NystromFactors<T>&, const MatrixFreeOptions&);         \
   template double gemm_seconds<T>(Device, Index);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)
 #undef NYSTROM_INSTANTIATE
+template AnyOperator<double> kernel_operator<float, double>(Device, const ConstMatrixRef<float>&,
+                                                            const ConstMatrixRef<float>&, const Kernel&,
+                                                            const MatrixFreeOptions&);
+template AnyOperator<double> error_operator<float, double>(Device, const ConstMatrixRef<float>&,
+                                                           const ConstMatrixRef<float>&,
+                                                           const NystromFactors<float>&,
+                                                           const MatrixFreeOptions&);
 
 }  // namespace nystrom

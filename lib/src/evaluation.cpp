@@ -2,33 +2,19 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <utility>
 
+#include "matrix_errors.hpp"
 #include "nystrom/attention.hpp"
-#include "nystrom/backend.hpp"
+#include "nystrom/bounds.hpp"
 #include "nystrom/error.hpp"
-#include "nystrom/matrix_free.hpp"
 #include "nystrom/operators.hpp"
 
 namespace nystrom {
-
-template <class T>
-void Head<T>::validate(const std::string& where) const {
-  require(q.rows() > 0 && q.cols() > 0, describe(where, ": empty head, Q is ", q.rows(), "x", q.cols()));
-  require(k.rows() == q.rows() && k.cols() == q.cols(),
-          describe(where, ": K is ", k.rows(), "x", k.cols(), ", expected the shape of Q, ", q.rows(), "x",
-                   q.cols()));
-  require(v.size() == 0 || v.rows() == q.rows(),
-          describe(where, ": V has ", v.rows(), " rows, expected N = ", q.rows()));
-  require(
-      window[0] * window[1] == 0 || window[0] * window[1] == q.rows(),
-      describe(where, ": window ", window[0], "x", window[1], " does not hold N = ", q.rows(), " tokens"));
-  require_finite(q, where + ": Q");
-  require_finite(k, where + ": K");
-  require_finite(v, where + ": V");
-}
 
 void EvaluationOptions::validate() const {
   require(std::isfinite(memory_budget) && memory_budget > 0,
@@ -46,36 +32,10 @@ bool EvaluationOptions::matrix_free(Index n, std::size_t scalar_bytes) const {
 
 namespace {
 
-/// σ₁ of a dense matrix: full SVD up to the dense limit, Lanczos on the stored matrix (one-pass Gram
-/// products, relative accuracy ~tolerance on σ₁²) above it.
-template <class T>
-double dense_spectral_norm(const Matrix<T>& a, const EvaluationOptions& options) {
-  if (std::max(a.rows(), a.cols()) <= options.dense_svd_limit) return singular_values<T>(a)(0);
-  return spectral_norm(DenseOperator<T>(a), options.spectral).values(0);
-}
+using Clock = std::chrono::steady_clock;
 
-/// The tiling of the matrix-free operators.
-MatrixFreeOptions tiling(const EvaluationOptions& options) {
-  return {.panel_rows = options.panel_rows};
-}
-
-/// ‖G − Ĝ‖_F with G = κ(Q, K) and Ĝ evaluated in row panels (threaded), never storing N×N; accumulated in
-/// double.
-template <class T>
-double difference_frobenius(const Head<T>& head, const Kernel& kernel, const NystromFactors<T>& f,
-                            Index panel_rows) {
-  const Matrix<T> right = f.pinv.z * f.upper;  // Z G_U, m×N
-  const Vector<double> total = detail::reduce_over_panels(
-      head.q.rows(), panel_rows, 1,
-      double(head.q.rows()) * double(head.k.rows()) * double(head.q.cols() + f.left.cols()),
-      [&](Index first, Index count, Vector<double>& partial) {
-        Matrix<T> block = kernel.block<T>(head.q.middleRows(first, count), head.k);
-        Matrix<T> approximation = f.left.middleRows(first, count) * right;
-        approximation.array().colwise() *= f.left_log_scale.segment(first, count).array().exp();
-        block -= approximation;
-        partial(0) += block.template cast<double>().squaredNorm();
-      });
-  return std::sqrt(total(0));
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 /// `a` in double: moved when it is double already, else converted.
@@ -87,30 +47,126 @@ Matrix<double> in_double(Matrix<T>&& a) {
     return a.template cast<double>();
 }
 
-bool same_kernel(const Kernel& a, const Kernel& b) {
-  return a.type == b.type && a.param == b.param;
+/// An exact text of a double for cache keys.
+std::string exact(double value) {
+  std::array<char, 32> text{};
+  std::snprintf(text.data(), text.size(), "%a", value);
+  return text.data();
+}
+
+/// The cache key of a kernel: type, parameter and log-shift, exactly.
+std::string kernel_key(const Kernel& kernel) {
+  return describe(to_string(kernel.type), "/", exact(kernel.param), "/", exact(kernel.log_shift));
+}
+
+/// The cache key of landmark options: every field that selects the landmarks.
+std::string landmark_key(const LandmarkOptions& o) {
+  std::string key = describe(to_string(o.strategy), "/", o.count, "/", o.seed, "/", o.same_indices, "/",
+                             o.window[0], "x", o.window[1], "/", o.embed_column, "/", o.kmeans_iterations);
+  for (const auto* indices : {&o.forced, &o.q_indices, &o.k_indices}) {
+    key += "/";
+    for (Index i : *indices) key += describe(i, ",");
+  }
+  return key;
+}
+
+/// Sets the prefix tokens of landmark options that have the field (landmarks.hpp) to `prefix`.
+template <class Options>
+void set_prefix_tokens(Options& landmarks, Index prefix) {
+  if constexpr (requires { landmarks.prefix_tokens; }) landmarks.prefix_tokens = prefix;
+}
+
+/// Runs `main_task` and `terms_task` (landmark_terms for n tokens and m landmarks) beside each other when
+/// overlap_landmark_terms says so (run_concurrently), else the terms first.
+template <class T>
+void run_with_landmark_terms(Index n, Index m, const EvaluationOptions& options,
+                             const std::function<void()>& main_task,
+                             const std::function<void()>& terms_task) {
+  if (overlap_landmark_terms<T>(n, m, options)) {
+    run_concurrently(main_task, terms_task);
+  } else {
+    terms_task();
+    main_task();
+  }
+}
+
+/// The output columns of `approximate` against the exact output (nothing without V).
+template <class T>
+void set_output_errors(const Matrix<T>& exact, const Matrix<T>& approximate, PointResult& point) {
+  if (exact.size() == 0 || approximate.size() == 0) return;
+  const OutputErrors errors = output_errors<T>(exact, approximate);
+  point.output_relative_error = errors.relative_frobenius;
+  point.output_max_error = errors.max_abs;
+  point.output_mean_abs_error = errors.mean_abs;
+}
+
+/// Completes a pnp-nystra point (its errors still of κ_c) with its landmark terms: σ₁(G̃), σ_{m+1}(G̃),
+/// σ_m(G_A), K, the theorem bounds, c_emp and bounds_hold (bounds.hpp).
+void apply_landmark_terms(const LandmarkTerms& terms, PointResult& point) {
+  point.sigma1_ext = terms.sigma1_ext;
+  point.sigma_m1_ext = terms.sigma_m1_ext;
+  point.sigma_m_core = terms.sigma_m_core;
+  point.theorem3_k = terms.theorem3_k;
+  point.landmark_terms_converged = terms.converged;
+  if (std::isnan(point.spectral_error)) return;  // no finite approximation to bound
+  const BoundReport bounds = evaluate_bounds(
+      {terms.sigma1_ext, terms.sigma_m1_ext, terms.sigma_m_core, point.spectral_error, terms.theorem3_k});
+  point.bound_ratio = bounds.ratio;
+  point.theorem1_bound = bounds.theorem1;
+  point.theorem2_bound = bounds.theorem2;
+  point.theorem3_bound = bounds.theorem3;
+  point.c_emp = bounds.c_emp;
+  point.c_emp_normalized = bounds.c_emp_normalized;
+  point.bounds_hold = bounds.holds();
+}
+
+/// Multiplies the absolute kernel quantities of a point of κ_c back to κ: every σ, norm and bound by e^{c}
+/// (theorem 1, 2 and 3 and C_emp are of degree 1 in the scale, C_emp/σ₁² of degree −1; the ratio, K and the
+/// relative errors of degree 0).
+void scale_to_kernel(PointResult& point, double log_shift) {
+  if (log_shift == 0) return;
+  const double scale = std::exp(log_shift);
+  for (double* value : {&point.spectral_error, &point.frobenius_error, &point.sigma1_ext, &point.sigma_m1_ext,
+                        &point.sigma_m_core, &point.theorem1_bound, &point.theorem2_bound,
+                        &point.theorem3_bound, &point.c_emp})
+    *value *= scale;
+  point.c_emp_normalized /= scale;
 }
 
 }  // namespace
 
 template <class T>
-HeadReference<T> make_reference(const Head<T>& head, const Kernel& kernel, const EvaluationOptions& options) {
-  head.validate("make_reference");
-  kernel.validate();
-  options.validate();
-  HeadReference<T> reference;
-  reference.kernel = kernel;
-  reference.matrix_free = options.matrix_free(head.q.rows(), sizeof(T));
-  if (reference.matrix_free) {
-    reference.g_norm2 =
-        matrix_free_kernel_norm<T>(head.q, head.k, kernel, options.spectral, tiling(options)).values(0);
-  } else {
-    reference.g = kernel.block<T>(head.q, head.k);
-    reference.g_norm2 = dense_spectral_norm(reference.g, options);
+double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::string& where) {
+  try {
+    return kernel_log_shift<T>(kernel, head.q, head.k);
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(describe(where, ": ", kernel.label(), ": ", error.what()));
   }
-  if (head.v.size() > 0)
-    reference.output = exact_attention<T>(options.device, head.q, head.k, head.v, kernel);
-  return reference;
+}
+
+template <class T>
+void require_representable_kernel(const Head<T>& head, const Kernel& kernel, const std::string& where) {
+  kernel.validate();
+  if (kernel.type != KernelType::exponential) return;
+  const double bound = std::abs(kernel.param) * std::sqrt(double(head.q.rowwise().squaredNorm().maxCoeff()) *
+                                                          double(head.k.rowwise().squaredNorm().maxCoeff()));
+  if (bound > double_exponent_limit) head_log_shift(head, kernel, where);
+}
+
+LandmarkOptions on_token_grid(LandmarkOptions landmarks, const std::array<Index, 2>& window,
+                              Index prefix_tokens) {
+  if (landmarks.window[0] * landmarks.window[1] != 0) return landmarks;
+  landmarks.window = window;
+  set_prefix_tokens(landmarks, prefix_tokens);
+  return landmarks;
+}
+
+ApproximationOptions on_token_grid(ApproximationOptions options, const std::array<Index, 2>& window,
+                                   Index prefix_tokens) {
+  for (LandmarkOptions* landmarks :
+       {&options.nystrom.landmarks, &options.symmetric.landmarks, &options.cur.selection})
+    *landmarks = on_token_grid(*landmarks, window, prefix_tokens);
+  return options;
 }
 
 template <class T>
@@ -123,8 +179,8 @@ LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const La
   require(m >= 1 && marks.k.rows() == m && marks.q.cols() == head.q.cols() && marks.k.cols() == head.q.cols(),
           describe("landmark_terms: landmarks are ", marks.q.rows(), "x", marks.q.cols(), " and ",
                    marks.k.rows(), "x", marks.k.cols(), ", expected m x d with d = ", head.q.cols()));
-  // Unstabilized blocks of G̃ = [[G_A, G_U], [G_L, G]] (MATH.md §2): the bounds are stated for the true
-  // kernel.
+  // Unstabilized blocks of G̃ = [[G_A, G_U], [G_L, G]] of the kernel as given (docs/mathematics.md §2, §3):
+  // the bounds are stated for the kernel itself, not for a row-scaled one.
   const Matrix<T> core = kernel.block<T>(marks.q, marks.k);
   const Matrix<T> upper = kernel.block<T>(marks.q, head.k);
   const Matrix<T> left = kernel.block<T>(head.q, marks.k);
@@ -135,17 +191,17 @@ LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const La
   // dense limit. A stored G̃ keeps the Lanczos σ_{m+1} when its certificate (SpectralResult::last_error_bound)
   // is within 1e-10 relative or at the floor a full SVD has too, (n + m)·eps·σ₁; otherwise it goes to the
   // full SVD. The matrix-free path keeps the Gram form and its documented accuracy.
+  const ExtendedTokens<T> tokens = extended_tokens<T>(head.q, head.k, marks);
   SpectralResult top;
   const auto full_svd = [&](const Matrix<double>& extended) {
     top.values = singular_values<double>(extended).head(m + 1);
     top.converged = true;
   };
   if (options.matrix_free(n, sizeof(T)) && n + m > options.dense_svd_limit) {
-    const KernelOperator<T> extended =
-        extended_kernel_operator<T>(head.q, head.k, marks, kernel, options.panel_rows);
-    top = top_singular_values(extended, m + 1, options.spectral);
+    top = top_singular_values(
+        kernel_operator<T, double>(options.device, tokens.queries, tokens.keys, kernel, options.tiling()),
+        m + 1, options.spectral);
   } else {
-    const ExtendedTokens<T> tokens = extended_tokens<T>(head.q, head.k, marks);
     const Matrix<double> extended = in_double<T>(kernel.block<T>(tokens.queries, tokens.keys));
     if (n + m <= options.dense_svd_limit) {
       full_svd(extended);
@@ -163,94 +219,223 @@ LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const La
 }
 
 template <class T>
-PointResult measure_nystrom(const Head<T>& head, const HeadReference<T>& reference,
-                            const NystromOptions& options, const EvaluationOptions& evaluation) {
-  const auto start = std::chrono::steady_clock::now();
-  head.validate("evaluate_nystrom");
-  evaluation.validate();
-  require(same_kernel(options.kernel, reference.kernel),
-          describe("evaluate_nystrom: options kernel ", options.kernel.label(),
-                   " differs from the reference kernel ", reference.kernel.label()));
-  const NystromFactors<T> factors = generalized_nystrom<T>(head.q, head.k, options);
-  PointResult point;
-  point.matrix_free = reference.matrix_free;
-  // ‖G − Ĝ‖₂ for the true Ĝ (row scales M_L included), MATH.md §7.
-  if (reference.matrix_free) {
-    point.spectral_error = evaluation.device == Device::cpu
-                               ? matrix_free_error_norm<T>(head.q, head.k, factors, reference.kernel,
-                                                           evaluation.spectral, tiling(evaluation))
-                                     .values(0)
-                               : spectral_norm(error_operator<T>(evaluation.device, head.q, head.k, factors),
-                                               evaluation.spectral)
-                                     .values(0);
-    point.frobenius_error = difference_frobenius(head, reference.kernel, factors, evaluation.panel_rows);
-  } else {
-    const Matrix<T> error = reference.g - factors.dense();
-    point.spectral_error = dense_spectral_norm(error, evaluation);
-    point.frobenius_error = frobenius_norm<T>(error);
-  }
-  point.relative_spectral_error = point.spectral_error / reference.g_norm2;
-  if (head.v.size() > 0 && reference.output.size() > 0) {
-    const Matrix<T> output = evaluation.device == Device::cpu
-                                 ? nystrom_attention<T>(factors, head.v)
-                                 : nystrom_attention<T>(evaluation.device, head.q, head.k, head.v, options);
-    const OutputErrors errors = output_errors<T>(reference.output, output);
-    point.output_relative_error = errors.relative_frobenius;
-    point.output_max_error = errors.max_abs;
-    point.output_mean_abs_error = errors.mean_abs;
-  }
-  point.pinv_residual = factors.pinv.residual();
-  point.pinv_status = to_string(factors.pinv.status);
-  point.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return point;
-}
-
-void apply_landmark_terms(const LandmarkTerms& terms, PointResult& point) {
-  point.sigma1_ext = terms.sigma1_ext;
-  point.sigma_m1_ext = terms.sigma_m1_ext;
-  point.sigma_m_core = terms.sigma_m_core;
-  point.theorem3_k = terms.theorem3_k;
-  const BoundReport bounds = evaluate_bounds(
-      {terms.sigma1_ext, terms.sigma_m1_ext, terms.sigma_m_core, point.spectral_error, terms.theorem3_k});
-  point.bound_ratio = bounds.ratio;
-  point.theorem1_bound = bounds.theorem1;
-  point.theorem2_bound = bounds.theorem2;
-  point.theorem3_bound = bounds.theorem3;
-  point.c_emp = bounds.c_emp;
-  point.c_emp_normalized = bounds.c_emp_normalized;
-  point.bounds_hold = bounds.holds();
+HeadEvaluator<T>::HeadEvaluator(Head<T> head, const EvaluationOptions& options, std::string where)
+    : head_(std::move(head)), options_(options), where_(std::move(where)) {
+  head_.validate(where_);
+  options_.validate();
 }
 
 template <class T>
-PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& reference,
-                             const NystromOptions& options, const EvaluationOptions& evaluation,
-                             const LandmarkTerms* terms) {
-  PointResult point;
-  LandmarkTerms computed;
-  const auto measure = [&] { point = measure_nystrom(head, reference, options, evaluation); };
-  if (terms) {
-    measure();
-    computed = *terms;
+double HeadEvaluator<T>::log_shift(const Kernel& kernel) {
+  kernel.validate();
+  const std::string key = kernel_key(kernel.shifted(0));
+  if (const auto found = shifts_.find(key); found != shifts_.end()) return found->second;
+  return shifts_[key] = head_log_shift(head_, kernel, where_);
+}
+
+template <class T>
+const HeadReference<T>& HeadEvaluator<T>::reference(const Kernel& kernel) {
+  return shifted_reference(kernel.shifted(log_shift(kernel)));
+}
+
+template <class T>
+const HeadReference<T>& HeadEvaluator<T>::shifted_reference(const Kernel& shifted) {
+  if (reference_ && kernel_key(reference_->kernel) == kernel_key(shifted)) return *reference_;
+  const auto start = Clock::now();
+  reference_.reset();
+  HeadReference<T> reference;
+  reference.kernel = shifted;
+  reference.matrix_free = options_.matrix_free(head_.tokens(), sizeof(T));
+  if (reference.matrix_free) {
+    reference.g_norm2 = spectral_norm(kernel_operator<T, double>(options_.device, head_.q, head_.k, shifted,
+                                                                 options_.tiling()),
+                                      options_.spectral)
+                            .values(0);
   } else {
-    const auto compute_terms = [&] {
-      computed = landmark_terms(head, reference.kernel,
-                                select_landmarks<T>(head.q, head.k, options.landmarks), evaluation);
-    };
-    run_with_landmark_terms<T>(head.q.rows(), options.landmarks.count, evaluation, measure, compute_terms);
+    reference.g = shifted.block<T>(head_.q, head_.k);
+    reference.g_norm2 = detail::stored_norm(reference.g, options_);
   }
-  apply_landmark_terms(computed, point);
+  // O does not depend on the log-shift; the unshifted kernel keeps it the computation a user runs.
+  if (head_.v.size() > 0)
+    reference.output = exact_attention<T>(options_.device, head_.q, head_.k, head_.v, shifted.shifted(0));
+  reference.seconds = seconds_since(start);
+  reference_ = std::move(reference);
+  return *reference_;
+}
+
+template <class T>
+const typename HeadReference<T>::Attention& HeadEvaluator<T>::attention_reference(const Kernel& shifted) {
+  shifted_reference(shifted);
+  HeadReference<T>& reference = *reference_;
+  if (reference.attention) return *reference.attention;
+  const auto start = Clock::now();
+  typename HeadReference<T>::Attention attention;
+  if (reference.matrix_free) {
+    const AnyOperator<double> g =
+        kernel_operator<T, double>(options_.device, head_.q, head_.k, shifted, options_.tiling());
+    attention.row_sums.resize(g.rows());
+    const Vector<double> ones = Vector<double>::Ones(g.cols());
+    g.perform_op(ones.data(), attention.row_sums.data());
+    attention.norm2 =
+        spectral_norm(RowScaledOperator<AnyOperator<double>>(g, attention.row_sums.cwiseInverse()),
+                      options_.spectral)
+            .values(0);
+  } else {
+    attention.s = attention_matrix<T>(head_.q, head_.k, shifted.shifted(0));
+    attention.norm2 = detail::stored_norm(attention.s, options_);
+  }
+  reference.seconds += seconds_since(start);
+  reference.attention = std::move(attention);
+  return *reference.attention;
+}
+
+template <class T>
+typename HeadEvaluator<T>::LandmarkSet& HeadEvaluator<T>::landmark_set(const LandmarkOptions& options,
+                                                                       bool& selected) {
+  const std::string key = landmark_key(options);
+  auto found = landmark_sets_.find(key);
+  selected = found == landmark_sets_.end();
+  if (selected)
+    found =
+        landmark_sets_.emplace(key, LandmarkSet{select_landmarks<T>(head_.q, head_.k, options), {}}).first;
+  return found->second;
+}
+
+template <class T>
+PointResult HeadEvaluator<T>::evaluate(Method method, const ApproximationOptions& given) {
+  const auto start = Clock::now();
+  const ApproximationOptions options = on_token_grid(given, head_.window, head_.prefix_tokens);
+  options.validate(method, head_.tokens(), head_.q.cols());
+  const Kernel shifted = options.kernel.shifted(log_shift(options.kernel));
+  PointResult point;
+  switch (error_matrix(method)) {
+    case ErrorMatrix::kernel:
+      point = kernel_point(method, options, shifted);
+      break;
+    case ErrorMatrix::attention:
+      point = attention_point(method, options, shifted);
+      break;
+    case ErrorMatrix::none:
+      point = exact_point(options, shifted);
+      break;
+  }
+  point.error_matrix = error_matrix(method);
+  point.log_shift = shifted.log_shift;
+  point.elapsed_seconds = seconds_since(start);
   return point;
 }
 
-#define NYSTROM_INSTANTIATE(T)                                                                             \
-  template struct Head<T>;                                                                                 \
-  template HeadReference<T> make_reference<T>(const Head<T>&, const Kernel&, const EvaluationOptions&);    \
-  template LandmarkTerms landmark_terms<T>(const Head<T>&, const Kernel&, const Landmarks<T>&,             \
-                                           const EvaluationOptions&);                                      \
-  template PointResult measure_nystrom<T>(const Head<T>&, const HeadReference<T>&, const NystromOptions&,  \
-                                          const EvaluationOptions&);                                       \
-  template PointResult evaluate_nystrom<T>(const Head<T>&, const HeadReference<T>&, const NystromOptions&, \
-                                           const EvaluationOptions&, const LandmarkTerms*);
+template <class T>
+PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOptions& options,
+                                           const Kernel& shifted) {
+  const bool generalized = method == Method::pnp_nystra;
+  NystromOptions nystrom = generalized ? options.nystrom : options.symmetric;
+  nystrom.kernel = shifted;
+  const auto start = Clock::now();
+  bool selected = false;
+  LandmarkSet& set = landmark_set(nystrom.landmarks, selected);
+  const double selection_seconds = selected ? seconds_since(start) : 0.0;
+  const std::string terms_key = kernel_key(shifted);
+  PointResult point;
+  const auto measure = [&] {
+    const HeadReference<T>& reference = shifted_reference(shifted);
+    const auto point_start = Clock::now();
+    const NystromFactors<T> factors =
+        generalized ? generalized_nystrom<T>(options_.device, head_.q, head_.k, set.landmarks, nystrom)
+                    : symmetric_nystrom<T>(head_.q, head_.k, set.landmarks, nystrom);
+    // ‖G − Ĝ‖₂ for the true Ĝ (row scales M_L included), docs/mathematics.md §7, of κ_c.
+    detail::MatrixErrors errors;
+    if (!detail::finite_factors(factors))
+      errors = {};
+    else if (reference.matrix_free)
+      errors = detail::matrix_free_kernel_errors(head_, factors, options_);
+    else
+      errors = detail::stored_errors<T>(reference.g - factors.dense(), options_);
+    point.spectral_error = errors.spectral;
+    point.frobenius_error = errors.frobenius;
+    point.relative_spectral_error = errors.spectral / reference.g_norm2;
+    // PnP-Nystra Algorithm 1 on the same factors (on either device).
+    if (head_.v.size() > 0)
+      set_output_errors<T>(reference.output, nystrom_attention<T>(factors, head_.v), point);
+    point.pinv_status = factors.pinv.status;
+    point.pinv_residual = factors.pinv.residual();
+    point.matrix_free = reference.matrix_free;
+    point.reference_seconds = reference.seconds;
+    point.seconds = seconds_since(point_start) + selection_seconds;
+  };
+  if (generalized && !set.terms.count(terms_key)) {
+    std::pair<LandmarkTerms, double> computed;
+    const auto compute_terms = [&] {
+      const auto terms_start = Clock::now();
+      computed.first = landmark_terms(head_, shifted, set.landmarks, options_);
+      computed.second = seconds_since(terms_start);
+    };
+    run_with_landmark_terms<T>(head_.tokens(), set.landmarks.q.rows(), options_, measure, compute_terms);
+    set.terms.emplace(terms_key, computed);
+  } else {
+    measure();
+  }
+  if (generalized) {
+    const auto& [terms, seconds] = set.terms.at(terms_key);
+    apply_landmark_terms(terms, point);
+    point.landmark_seconds = seconds;
+  }
+  scale_to_kernel(point, shifted.log_shift);
+  return point;
+}
+
+template <class T>
+PointResult HeadEvaluator<T>::attention_point(Method method, const ApproximationOptions& options,
+                                              const Kernel& shifted) {
+  const typename HeadReference<T>::Attention& attention = attention_reference(shifted);
+  const HeadReference<T>& reference = *reference_;
+  const auto start = Clock::now();
+  const Matrix<T> no_values(head_.tokens(), 0);
+  const Approximation<T> approximation =
+      approximate_attention<T>(method, head_.q, head_.k, head_.v.size() ? head_.v : no_values, options);
+  PointResult point;
+  set_output_errors<T>(reference.output, approximation.output, point);
+  // ‖S − Ŝ‖ with S = D⁻¹G (docs/mathematics.md §6, §7).
+  const FactoredOperator<T>& implied = *approximation.softmax_attention;
+  detail::MatrixErrors errors;
+  if (!detail::finite_factors(implied))
+    errors = {};
+  else if (reference.matrix_free)
+    errors = detail::matrix_free_attention_errors(head_, shifted, attention.row_sums, implied, options_);
+  else
+    errors = detail::stored_errors<T>(attention.s - implied.dense(), options_);
+  point.spectral_error = errors.spectral;
+  point.frobenius_error = errors.frobenius;
+  point.relative_spectral_error = errors.spectral / attention.norm2;
+  point.pinv_status = approximation.pinv_status;
+  point.pinv_residual = approximation.pinv_residual;
+  point.matrix_free = reference.matrix_free;
+  point.reference_seconds = reference.seconds;
+  point.seconds = seconds_since(start);
+  return point;
+}
+
+template <class T>
+PointResult HeadEvaluator<T>::exact_point(const ApproximationOptions& options, const Kernel& shifted) {
+  const HeadReference<T>& reference = shifted_reference(shifted);
+  const auto start = Clock::now();
+  const Matrix<T> no_values(head_.tokens(), 0);
+  const Approximation<T> approximation = approximate_attention<T>(
+      Method::exact, head_.q, head_.k, head_.v.size() ? head_.v : no_values, options);
+  PointResult point;
+  set_output_errors<T>(reference.output, approximation.output, point);
+  point.matrix_free = reference.matrix_free;
+  point.reference_seconds = reference.seconds;
+  point.seconds = seconds_since(start);
+  return point;
+}
+
+#define NYSTROM_INSTANTIATE(T)                                                                      \
+  template LandmarkTerms landmark_terms<T>(const Head<T>&, const Kernel&, const Landmarks<T>&,      \
+                                           const EvaluationOptions&);                               \
+  template double head_log_shift<T>(const Head<T>&, const Kernel&, const std::string&);             \
+  template void require_representable_kernel<T>(const Head<T>&, const Kernel&, const std::string&); \
+  template class HeadEvaluator<T>;
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)
 #undef NYSTROM_INSTANTIATE

@@ -1,5 +1,7 @@
 #include "nystrom/kernels.hpp"
 
+#include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "nystrom/enum_names.hpp"
@@ -33,6 +35,8 @@ void Kernel::validate() const {
   };
   require(std::isfinite(param), named(" is not finite"));
   if (type != KernelType::exponential) require(param > 0, named(" must be > 0"));
+  require(std::isfinite(log_shift),
+          describe("kernel ", to_string(type), ": log_shift = ", log_shift, " is not finite"));
 }
 
 void Kernel::require_block(Index n, Index p, Index d, Index e, Index out_rows, Index out_cols) const {
@@ -44,8 +48,50 @@ void Kernel::require_block(Index n, Index p, Index d, Index e, Index out_rows, I
 
 std::string Kernel::label() const {
   std::ostringstream out;
-  out << to_string(type) << "(" << parameter_name(type) << "=" << param << ")";
+  out << to_string(type) << "(" << parameter_name(type) << "=" << param;
+  if (log_shift != 0) out << ", log_shift=" << log_shift;
+  out << ")";
   return out.str();
 }
+
+template <class T>
+double largest_exponent(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y) {
+  kernel.require_block(X.rows(), Y.rows(), X.cols(), Y.cols(), X.rows(), Y.rows());
+  constexpr Index panel = 256;
+  const Index n = X.rows();
+  const double work = double(n) * double(Y.rows()) * double(std::max<Index>(X.cols(), 1));
+  const int workers = work < detail::parallel_work ? 1 : omp_get_max_threads();
+  double largest = -std::numeric_limits<double>::infinity();
+  const SingleThreadedBlas single_threaded_blas;
+#pragma omp parallel num_threads(workers) reduction(max : largest)
+  {
+    Matrix<T> block;
+#pragma omp for schedule(static)
+    for (Index first = 0; first < n; first += panel) {
+      const Index count = std::min(panel, n - first);
+      block.resize(count, Y.rows());
+      kernel.exponent<T>(X.middleRows(first, count), Y, block);
+      largest = std::max(largest, double(block.maxCoeff()));
+    }
+  }
+  return largest;
+}
+
+template <class T>
+double kernel_log_shift(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y) {
+  if (kernel.type != KernelType::exponential) return 0;
+  const double largest = largest_exponent<T>(kernel, X, Y);
+  require(largest <= double_exponent_limit,
+          describe("largest logit ", largest, " exceeds ", double_exponent_limit,
+                   " = log(DBL_MAX): exp of it overflows even in double"));
+  return std::max(0.0, largest);
+}
+
+#define NYSTROM_INSTANTIATE(T)                                                                            \
+  template double largest_exponent<T>(const Kernel&, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&); \
+  template double kernel_log_shift<T>(const Kernel&, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&);
+NYSTROM_INSTANTIATE(float)
+NYSTROM_INSTANTIATE(double)
+#undef NYSTROM_INSTANTIATE
 
 }  // namespace nystrom

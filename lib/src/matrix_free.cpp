@@ -79,12 +79,13 @@ void narrow(const Vector<double>& v, S* y) {
 /// A column-major view with a leading dimension.
 using StridedMap = Eigen::Map<Matrix<double>, 0, Eigen::OuterStride<>>;
 
-/// tile = exp(factor · exponent) in double. Widening first and exponentiating in place keeps Eigen's
-/// vectorized exp (a fused cast-and-exp expression falls back to scalar std::exp, measured 2x slower per
-/// pass).
+/// tile = exp(factor · exponent − log_shift) in double. Widening first and exponentiating in place keeps
+/// Eigen's vectorized exp (a fused cast-and-exp expression falls back to scalar std::exp, measured 2x slower
+/// per pass).
 template <class Exponent>
-void exponentiate(const Exponent& exponent, double factor, StridedMap& tile) {
+void exponentiate(const Exponent& exponent, double factor, double log_shift, StridedMap& tile) {
   tile = factor * exponent.template cast<double>();
+  if (log_shift != 0) tile.array() -= log_shift;
   tile.array() = tile.array().exp();
 }
 
@@ -111,10 +112,10 @@ void KernelPasses<T>::evaluate_tile(Index r0, Index nr, Index c0, Index nc, Matr
                                     double* out, Index out_stride) const {
   StridedMap tile(out, nr, nc, Eigen::OuterStride<>(out_stride));
   if (kernel_.type == KernelType::exponential) {
-    // PnP-Nystra eq. (2): logits s·q_iᵀk_j by a GEMM in T, exp in double.
+    // PnP-Nystra eq. (2): logits s·q_iᵀk_j by a GEMM in T, exp(· − log_shift) in double.
     auto logits = exponent_buffer.topLeftCorner(nr, nc);
     logits.noalias() = x_.middleRows(r0, nr) * y_.middleRows(c0, nc).transpose();
-    exponentiate(logits, 1.0, tile);
+    exponentiate(logits, 1.0, kernel_.log_shift, tile);
     return;
   }
   // Laplacian (LaplacianFormer Alg. 1) and Gaussian: distances by the register-blocked loop on a padded panel
@@ -137,7 +138,7 @@ void KernelPasses<T>::evaluate_tile(Index r0, Index nr, Index c0, Index nc, Matr
   const double factor = laplacian ? -1.0 / kernel_.param : -0.5 / (kernel_.param * kernel_.param);
   const Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>> distance(distances, nr, nc,
                                                                       Eigen::OuterStride<>(padded));
-  exponentiate(distance, factor, tile);
+  exponentiate(distance, factor, kernel_.log_shift, tile);
 }
 
 template <class T>

@@ -36,6 +36,16 @@ void NystromOptions::validate(Index n, Index d) const {
   pinv.validate();
 }
 
+PinvOptions core_pinv_options(const NystromOptions& options) {
+  PinvOptions pinv = options.pinv;
+  const double c = options.kernel.log_shift;
+  if (options.stabilization != Stabilization::none || c == 0) return pinv;
+  pinv.shift *= std::exp(-c);
+  pinv.tikhonov *= std::exp(-2 * c);
+  pinv.alpha *= std::exp(2 * c);
+  return pinv;
+}
+
 namespace {
 
 /// The authors' clamped exponential exp(min(x, 5)) + max(x − 5, 0) (PnP-Nystra public code), elementwise in
@@ -76,8 +86,8 @@ void exp_shifted_rows(Block&& exponent, const Vector<T>& log_scale) {
   }
 }
 
-/// The blocks from their exponents, in place: exp(φ − l) with the row log-scales l (zero without
-/// stabilization), or the clamped exponential.
+/// The blocks from their exponents, in place: exp(φ − l) with the row log-scales l (the row maxima, or the
+/// kernel's log-shift without stabilization), or the clamped exponential of φ.
 template <class T, class Block>
 void kernel_from_exponent(Block&& exponent, const Vector<T>& log_scale, Stabilization stabilization) {
   if (stabilization == Stabilization::clamped)
@@ -86,25 +96,72 @@ void kernel_from_exponent(Block&& exponent, const Vector<T>& log_scale, Stabiliz
     exp_shifted_rows<T>(exponent, log_scale);
 }
 
+/// The row log-scale subtracted inside the exponentials of blocks that are not row-max scaled: the kernel's
+/// log-shift c for plain blocks (exp(φ − c), the blocks of κ_c), 0 for the clamped map (which applies to φ).
+template <class T>
+T plain_log_scale(const NystromOptions& options) {
+  return options.stabilization == Stabilization::none ? T(options.kernel.log_shift) : T(0);
+}
+
+/// Sets the log scales of finished factors relative to κ_c (NystromFactors): row-max scales l and u of φ
+/// become l − c and u − c; plain blocks are κ_c's own (scales 0); clamped blocks take e^{−c} as their row
+/// scale.
+template <class T>
+void scales_relative_to_shift(NystromFactors<T>& f) {
+  const T shift = T(f.options.kernel.log_shift);
+  switch (f.options.stabilization) {
+    case Stabilization::row_max:
+      f.left_log_scale.array() -= shift;
+      f.upper_log_scale.array() -= shift;
+      return;
+    case Stabilization::none:
+      f.upper_log_scale.setZero();
+      return;
+    case Stabilization::clamped:
+      f.left_log_scale.setConstant(-shift);
+      return;
+  }
+}
+
+/// Throws std::invalid_argument naming `where` unless the landmarks are m×d with m ≥ 1 for tokens of
+/// dimension d.
+template <class T>
+void require_landmarks(const Landmarks<T>& landmarks, Index d, const char* where) {
+  require(landmarks.q.rows() >= 1 && landmarks.k.rows() == landmarks.q.rows() && landmarks.q.cols() == d &&
+              landmarks.k.cols() == d,
+          describe(where, ": landmarks are ", landmarks.q.rows(), "x", landmarks.q.cols(), " and ",
+                   landmarks.k.rows(), "x", landmarks.k.cols(), ", expected m x d with m >= 1 and d = ", d));
+}
+
 }  // namespace
 
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options) {
   detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
+  return generalized_nystrom<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+}
+
+template <class T>
+NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const Landmarks<T>& landmarks, const NystromOptions& options) {
+  detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
+  require_landmarks(landmarks, Q.cols(), "generalized_nystrom");
   NystromFactors<T> f;
   f.options = options;
-  f.landmarks = select_landmarks<T>(Q, K, options.landmarks);
+  f.landmarks = landmarks;
   const Kernel& kernel = options.kernel;
   const Stabilization stabilization = options.stabilization;
   const bool row_max_scaled = stabilization == Stabilization::row_max;
+  const T plain_scale = plain_log_scale<T>(options);
   const Index n = Q.rows(), m = f.landmarks.q.rows();
   f.core = kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
   f.left.resize(n, m);
   f.upper.resize(m, n);
   f.left_log_scale = Vector<T>::Zero(n);
-  // Zero without stabilization; with row-max scaling, the maximum over the threads' partial maxima.
-  f.upper_log_scale = Vector<T>::Constant(m, row_max_scaled ? -std::numeric_limits<T>::infinity() : T(0));
+  // The plain scale without row-max stabilization; with it, the maximum over the threads' partial maxima.
+  f.upper_log_scale =
+      Vector<T>::Constant(m, row_max_scaled ? -std::numeric_limits<T>::infinity() : plain_scale);
   // Row panels of Q (for G_L = κ(Q, K̄)) and of K (columns of G_U = κ(Q̄, K)) spread over the threads with
   // single-threaded BLAS. PnP-Nystra eq. (8): M_L = diag(exp(max_j φ(Q, K̄)_ij)) is per row, so a G_L panel is
   // finished at once; M_U = diag(exp(max_j φ(Q̄, K)_ij)) needs the maxima over all N columns, so G_U is
@@ -123,7 +180,8 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
       detail::kernel_exponent<T>(kernel, Q.middleRows(r, b), f.landmarks.k, left);
       detail::kernel_exponent<T>(kernel, f.landmarks.q, K.middleRows(r, b), upper);
       // Eigen 3.4 vectorizes these row reductions across the columns.
-      const Vector<T> left_scale = row_max_scaled ? Vector<T>(left.rowwise().maxCoeff()) : Vector<T>::Zero(b);
+      const Vector<T> left_scale =
+          row_max_scaled ? Vector<T>(left.rowwise().maxCoeff()) : Vector<T>::Constant(b, plain_scale);
       if (row_max_scaled) {
         f.left_log_scale.segment(r, b) = left_scale;
         upper_max = upper_max.cwiseMax(upper.rowwise().maxCoeff());
@@ -138,7 +196,8 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
     kernel_from_exponent<T>(f.upper.middleCols(begin, end - begin), f.upper_log_scale, stabilization);
   }
   kernel_from_exponent<T>(f.core, f.upper_log_scale, stabilization);
-  f.pinv = pseudoinverse<T>(f.core, options.pinv);
+  f.pinv = pseudoinverse<T>(f.core, core_pinv_options(options));
+  scales_relative_to_shift(f);
   return f;
 }
 
@@ -146,21 +205,31 @@ template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const NystromOptions& options) {
   detail::require_nystrom_inputs<T>(Q, K, options, "symmetric_nystrom");
+  return symmetric_nystrom<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+}
+
+template <class T>
+NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                    const Landmarks<T>& landmarks, const NystromOptions& options) {
+  detail::require_nystrom_inputs<T>(Q, K, options, "symmetric_nystrom");
+  require_landmarks(landmarks, Q.cols(), "symmetric_nystrom");
   require(options.stabilization != Stabilization::row_max,
           "symmetric_nystrom: stabilization row-max is not defined for the symmetric form C W+ C^T (its row "
           "and column scalings differ); use none or clamped");
   // LaplacianFormer Alg. 1: W = κ(Q̄, K̄), C = κ(Q, K̄), Ĝ = C W⁺ Cᵀ.
   NystromFactors<T> f;
   f.options = options;
-  f.landmarks = select_landmarks<T>(Q, K, options.landmarks);
+  f.landmarks = landmarks;
   f.left = options.kernel.exponent_block<T>(Q, f.landmarks.k);
   f.core = options.kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
+  const T plain_scale = plain_log_scale<T>(options);
+  kernel_from_exponent<T>(f.left, Vector<T>::Constant(f.left.rows(), plain_scale), options.stabilization);
+  kernel_from_exponent<T>(f.core, Vector<T>::Constant(f.core.rows(), plain_scale), options.stabilization);
   f.left_log_scale = Vector<T>::Zero(f.left.rows());
   f.upper_log_scale = Vector<T>::Zero(f.core.rows());
-  kernel_from_exponent<T>(f.left, f.left_log_scale, options.stabilization);
-  kernel_from_exponent<T>(f.core, f.upper_log_scale, options.stabilization);
   f.upper = f.left.transpose();
-  f.pinv = pseudoinverse<T>(f.core, options.pinv);
+  f.pinv = pseudoinverse<T>(f.core, core_pinv_options(options));
+  scales_relative_to_shift(f);
   return f;
 }
 
@@ -244,6 +313,10 @@ Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixR
                                                     const NystromOptions&);                             \
   template NystromFactors<T> symmetric_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,   \
                                                   const NystromOptions&);                               \
+  template NystromFactors<T> generalized_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
+                                                    const Landmarks<T>&, const NystromOptions&);        \
+  template NystromFactors<T> symmetric_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,   \
+                                                  const Landmarks<T>&, const NystromOptions&);          \
   template Matrix<T> nystrom_attention<T>(const NystromFactors<T>&, const ConstMatrixRef<T>&);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)

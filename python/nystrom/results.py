@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     import pandas
 
 RESULTS_FORMAT = "nystrom-results"
-RESULTS_FORMAT_VERSION = 1
+# Version 2: `landmarks` holds m only (0 for methods without landmarks); performer's feature count r is in `features`,
+# linformer's projected length k in `projected`. Version 1 files (r and k in `landmarks`) are read as version 2.
+RESULTS_FORMAT_VERSIONS = (1, 2)
 STRING_COLUMNS = ("layer", "kernel", "strategy", "pinv", "method")
 INT_COLUMNS = ("batch", "head", "n", "d", "landmarks", "pinv_iters", "seed")
 FLOAT_COLUMNS = (
@@ -51,9 +53,9 @@ def open_results(path: Path | str) -> h5py.File:
     if kind != RESULTS_FORMAT:
         file.close()
         raise ValueError(f"{path}: attribute format is {kind!r}, expected {RESULTS_FORMAT!r}")
-    if version is None or int(np.asarray(version).ravel()[0]) != RESULTS_FORMAT_VERSION:
+    if version is None or int(np.asarray(version).ravel()[0]) not in RESULTS_FORMAT_VERSIONS:
         file.close()
-        raise ValueError(f"{path}: unknown format_version {version!r} (this reader reads {RESULTS_FORMAT_VERSION})")
+        raise ValueError(f"{path}: unknown format_version {version!r} (this reader reads {RESULTS_FORMAT_VERSIONS})")
     return file
 
 
@@ -135,21 +137,48 @@ def read_table(file: h5py.File, path: Path | str, name: str, required: tuple[str
     return table
 
 
+def format_version(file: h5py.File) -> int:
+    """The format_version of an open results file."""
+    return int(np.asarray(file.attrs["format_version"]).ravel()[0])
+
+
+def _sizes_in_their_columns(table: Table) -> None:
+    """Reads a version 1 /sweep as version 2: performer's r and linformer's k move from `landmarks` to `features`
+    and `projected` (0 elsewhere), leaving `landmarks` = m."""
+    for method, column in (("performer", "features"), ("linformer", "projected")):
+        rows = table["method"] == method
+        table[column] = np.where(rows, table["landmarks"], 0).astype(np.int64)
+        table["landmarks"] = np.where(rows, 0, table["landmarks"]).astype(np.int64)
+
+
 def read_sweep(path: Path | str) -> Table:
-    """The /sweep table of a results file; checks the format attributes and the required columns."""
+    """The /sweep table of a results file (as format version 2); checks the format attributes and the required
+    columns."""
     with open_results(path) as file:
-        return read_table(file, path, "sweep", REQUIRED_COLUMNS)
+        table = read_table(file, path, "sweep", REQUIRED_COLUMNS)
+        if format_version(file) == 1:
+            _sizes_in_their_columns(table)
+        return table
+
+
+def approximation_size(table: Table) -> np.ndarray:
+    """Per row, the size of the approximation: landmarks m, performer's features r or linformer's projected length
+    k (one of the three is set, the others are 0)."""
+    size = table["landmarks"].astype(np.int64)
+    for column in ("features", "projected"):
+        if column in table:
+            size = size + table[column]
+    return size
 
 
 def read_results(path: Path | str) -> "pandas.DataFrame":
     """The /sweep table of a results file as a pandas DataFrame, one row per evaluated point (strings decoded,
-    integers int64, the rest float64), with the file's root attributes (provenance: command_line, git_revision,
+    integers int64, the rest float64; a format version 1 file read as version 2), with the file's root attributes (provenance: command_line, git_revision,
     threads, input, ...) in `df.attrs`."""
     import pandas
 
-    with open_results(path) as file:
-        table = read_table(file, path, "sweep", REQUIRED_COLUMNS)
-        attrs = {key: _attribute_value(value) for key, value in file.attrs.items()}
+    table = read_sweep(path)
+    attrs = attributes(path)
     frame = pandas.DataFrame(dict(table))
     frame.attrs.update(attrs)
     return frame

@@ -5,8 +5,10 @@ and /bench_steps tables of `nystrom bench`, and its optional /bench_gemm and /be
 
     make_fake_results.py OUT_DIR [--minimal] [--methods pnp-nystra,nystromformer,...] [--seed 0]
 
---minimal writes only what FORMATS.md §2 requires (the required /sweep columns; sv_G, sv_S, sv_Gext with attrs k, N),
-so that tests show the notebooks do not depend on the extra columns and datasets `nystrom` writes besides; its
+The files are results format_version 2 (performer's r in `features`, linformer's k in `projected`, `landmarks` = m).
+--minimal writes only what FORMATS.md §2 requires, as format_version 1 (the required /sweep columns, performer's and
+linformer's sizes in `landmarks`; sv_G, sv_S, sv_Gext with attrs k, N), so that tests show the notebooks do not
+depend on the extra columns and datasets `nystrom` writes besides and still read version 1 files; its
 bench.h5 is like `nystrom bench --dtype float32 --threads-list 1 --methods <methods> --steps 0 --gemm-n 0` of an
 older version (no exact rows unless asked for, no step rows, no device or gemm_fraction column, no /bench_gemm).
 The numbers are synthetic (geometric singular-value decay, errors falling with the landmark count, time growing as
@@ -74,9 +76,9 @@ def write_table(file: h5py.File, name: str, columns: tuple[tuple[str, str], ...]
         group.create_dataset(column, data=values, dtype=types[kind], maxshape=(None,), chunks=(256,))
 
 
-def write_root(file: h5py.File, command: str) -> None:
+def write_root(file: h5py.File, command: str, version: int = 2) -> None:
     file.attrs["format"] = "nystrom-results"
-    file.attrs["format_version"] = np.int64(1)
+    file.attrs["format_version"] = np.int64(version)
     file.attrs["program_version"] = "0.0.0-fake"
     file.attrs["git_revision"] = "fake"
     file.attrs["command_line"] = command
@@ -134,8 +136,15 @@ def sweep_rows(methods: list[str], rng: np.random.Generator) -> list[dict]:
 def write_sweep(path: Path, methods: list[str], minimal: bool, rng: np.random.Generator) -> None:
     rows = sweep_rows(methods, rng)
     with h5py.File(path, "w") as file:
-        write_root(file, "nystrom sweep (fake)")
+        write_root(file, "nystrom sweep (fake)", 1 if minimal else 2)
         columns = tuple((c, "text") for c in STRING_COLUMNS) + tuple((c, "int64") for c in INT_COLUMNS)
+        if not minimal:  # version 2: performer's r and linformer's k in their own columns, `landmarks` = m
+            for row in rows:
+                row["features"] = row["landmarks"] if row["method"] == "performer" else 0
+                row["projected"] = row["landmarks"] if row["method"] == "linformer" else 0
+                if row["method"] in ("performer", "linformer", "exact"):
+                    row["landmarks"] = 0
+            columns += (("features", "int64"), ("projected", "int64"))
         write_table(file, "sweep", columns + tuple((c, "float64") for c in FLOAT_COLUMNS), rows)
         group = file["sweep"]
         text = h5py.string_dtype("utf-8")

@@ -41,6 +41,9 @@ def test_read_sweep_returns_typed_equal_length_columns(fake_results):
     assert table.values_of("method") == ["pnp-nystra", "performer"]
     performer = table.where(method="performer")
     assert performer.rows > 0 and np.isnan(performer["spectral_error"]).all()
+    # Format version 2: performer's feature count in `features`, `landmarks` = m (0 without landmarks).
+    assert (performer["landmarks"] == 0).all() and (performer["features"] > 0).all()
+    np.testing.assert_array_equal(nr.approximation_size(performer), performer["features"])
     exact = table.where(table["pinv_iters"] == 0, method="pnp-nystra")
     assert set(exact["pinv"]) == {"exact"}
 
@@ -49,7 +52,7 @@ def test_read_sweep_rejects_foreign_files(tmp_path, fake_results):
     with pytest.raises(FileNotFoundError, match="no such results file"):
         nr.read_sweep(tmp_path / "absent.h5")
     for name, format_name, version, message in (("dump", "nystrom-dump", 1, "expected 'nystrom-results'"),
-                                                ("future", "nystrom-results", 2, "unknown format_version")):
+                                                ("future", "nystrom-results", 3, "unknown format_version")):
         path = tmp_path / f"{name}.h5"
         with h5py.File(path, "w") as file:
             file.attrs["format"] = format_name
@@ -64,6 +67,23 @@ def test_read_sweep_rejects_foreign_files(tmp_path, fake_results):
         del file["sweep/theorem2_bound"]
     with pytest.raises(ValueError, match="theorem2_bound"):
         nr.read_sweep(incomplete)
+
+
+def test_read_sweep_reads_version_1_sizes_into_their_columns(tmp_path):
+    """A version 1 file held performer's r and linformer's k in `landmarks`; it is read as version 2."""
+    folder = tmp_path / "v1"
+    subprocess.run([sys.executable, str(REPOSITORY / "tests/python/make_fake_results.py"), str(folder), "--minimal",
+                    "--methods", "pnp-nystra,performer,linformer"], check=True)
+    with h5py.File(folder / "sweep.h5", "r") as file:
+        assert int(file.attrs["format_version"]) == 1
+        stored = {m: file["sweep/landmarks"][...][file["sweep/method"].asstr()[...] == m] for m in ("performer", "linformer")}
+    table = nr.read_sweep(folder / "sweep.h5")
+    performer, linformer = table.where(method="performer"), table.where(method="linformer")
+    np.testing.assert_array_equal(performer["features"], stored["performer"])
+    np.testing.assert_array_equal(linformer["projected"], stored["linformer"])
+    assert (performer["landmarks"] == 0).all() and (linformer["landmarks"] == 0).all()
+    assert (performer["projected"] == 0).all() and (table.where(method="pnp-nystra")["features"] == 0).all()
+    np.testing.assert_array_equal(nr.approximation_size(linformer), stored["linformer"])
 
 
 def test_read_spectra_normalizes_and_counts_rank(tmp_path):

@@ -132,11 +132,19 @@ void geam(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, double a
 template <class T>
 void exponent(const Kernel& kernel, const T* x, Offset ldx, int n, const T* y, Offset ldy, int p, int d,
               T* out, Offset ldo) {
+  require(kernel.log_shift == 0 || kernel.type == KernelType::exponential,
+          "cuda: a log_shift is applied to the exponential kernel only");
   switch (kernel.type) {
-    case KernelType::exponential:
-      // PnP-Nystra eq. (2): φ = s·qᵀk, one GEMM.
-      gemm(CUBLAS_OP_N, CUBLAS_OP_T, n, p, d, T(kernel.param), x, ldx, y, ldy, T(0), out, ldo);
+    case KernelType::exponential: {
+      // PnP-Nystra eq. (2): φ = s·qᵀk, one GEMM; with a log-shift c, the GEMM accumulates onto −c.
+      if (kernel.log_shift != 0 && ldo == n)
+        fill<T>(out, Offset(n) * p, T(-kernel.log_shift), context().stream);
+      else if (kernel.log_shift != 0)
+        for (int j = 0; j < p; ++j) fill<T>(out + j * ldo, n, T(-kernel.log_shift), context().stream);
+      gemm(CUBLAS_OP_N, CUBLAS_OP_T, n, p, d, T(kernel.param), x, ldx, y, ldy,
+           T(kernel.log_shift != 0 ? 1 : 0), out, ldo);
       return;
+    }
     case KernelType::laplacian:
       // LaplacianFormer Alg. 1: φ = −‖q − k‖₁/λ.
       distance_exponent(x, ldx, n, y, ldy, p, d, Distance::l1, T(-1.0 / kernel.param), out, ldo,

@@ -11,7 +11,7 @@
 ///   exact              O = (GV) ⊘ (G1) (attention.hpp)
 /// Every method but exact implies an N×N attention matrix Ŝ, exposed as an operator (factored_operator.hpp)
 /// so that ‖S − Ŝ‖₂ with S = D⁻¹G can be computed without forming N×N; `implied_matrix(method)` says which
-/// matrix it is.
+/// matrix it is, `error_matrix(method)` which matrix a point's errors are measured on (evaluation.hpp).
 
 #include <limits>
 #include <optional>
@@ -36,6 +36,17 @@ enum class Method { pnp_nystra, nystromformer, cur, symmetric_nystrom, performer
 std::string to_string(Method method);
 /// Inverse of to_string; throws std::invalid_argument naming an unknown method.
 Method method_from_string(const std::string& name);
+
+/// The N×N matrix a method's spectral and Frobenius errors are measured on (FORMATS.md §2 column
+/// `error_matrix`): the kernel matrix G for the kernel approximations Ĝ (pnp-nystra, symmetric-nystrom), the
+/// attention matrix S = D⁻¹G for the softmax methods' Ŝ (nystromformer, cur, performer, linformer), none for
+/// exact.
+enum class ErrorMatrix { none, kernel, attention };
+
+/// "none", "G", "S".
+std::string to_string(ErrorMatrix matrix);
+/// The matrix `method` is measured on.
+ErrorMatrix error_matrix(Method method);
 
 /// A column-friendly description of the N×N matrix a method's operator represents, e.g.
 /// "S_hat = F~ pinv(A~) B~ (Nystromformer eq. 15)"; "none" for exact. Its spectral error is always against S
@@ -81,20 +92,5 @@ struct Approximation {
 template <class T>
 Approximation<T> approximate_attention(Method method, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                        const ConstMatrixRef<T>& V, const ApproximationOptions& options);
-
-/// Errors of an implied attention matrix Ŝ against the exact S = D⁻¹G.
-struct AttentionMatrixErrors {
-  double spectral = 0;                                          ///< ‖S − Ŝ‖₂
-  double relative_spectral = 0;                                 ///< ‖S − Ŝ‖₂ / ‖S‖₂
-  double frobenius = std::numeric_limits<double>::quiet_NaN();  ///< ‖S − Ŝ‖_F (dense path only)
-  bool matrix_free = false;
-};
-
-/// ‖S − Ŝ‖ for S = D⁻¹κ(Q, K): dense SVDs when `dense` (small N), else Lanczos on operators that evaluate S
-/// in row panels (nothing N×N stored).
-template <class T>
-AttentionMatrixErrors attention_matrix_errors(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                                              const Kernel& kernel, const FactoredOperator<T>& approximate,
-                                              bool dense, const SpectralOptions& spectral = {});
 
 }  // namespace nystrom

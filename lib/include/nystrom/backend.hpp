@@ -11,8 +11,11 @@
 #include <memory>
 #include <string>
 
+#include "nystrom/kernel_passes.hpp"
 #include "nystrom/kernels.hpp"
+#include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
+#include "nystrom/operator_concepts.hpp"
 #include "nystrom/pinv.hpp"
 #include "nystrom/types.hpp"
 
@@ -54,6 +57,12 @@ template <class T>
 NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options);
 
+/// The same with given landmarks (selected once by the caller and shared, e.g. with the bound terms). The
+/// factors mean the same on both devices, the kernel's log-shift included (NystromFactors).
+template <class T>
+NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const Landmarks<T>& landmarks, const NystromOptions& options);
+
 /// PnP-Nystra Algorithm 1 from the tokens: nystrom_attention(generalized_nystrom(Q, K, options), V) on the
 /// CPU, the whole pipeline in one pass on the GPU (only Ô comes back; a call includes the copies of Q, K, V
 /// to the device and of Ô back).
@@ -73,37 +82,75 @@ template <class T>
 double gemm_seconds(Device device, Index n);
 
 /// A type-erased operator in the concept of operators.hpp (rows, cols, perform_op, perform_transpose_op), so
-/// Spectra-based code takes CPU and GPU operators alike. Copies share the underlying operator.
+/// Spectra-based code takes CPU and GPU operators alike. It carries the optional one-pass products of the
+/// wrapped operator (perform_outer_gram_op, perform_inner_gram_op, perform_augmented_op: one kernel pass
+/// instead of two for KernelOperator and the matrix-free error operator) and falls back to two products
+/// where the wrapped operator has none, so Lanczos through it makes the passes it would make on the operator
+/// itself. Copies share the underlying operator.
 template <class T>
 class AnyOperator {
  public:
   using Scalar = T;
-  /// Wraps a shared operator `op` of any type with the four members.
+  using Product = std::function<void(const T*, T*)>;
+  /// Wraps a shared operator `op` of any type with the four members (and whichever optional ones it has).
   template <class Operator>
   explicit AnyOperator(std::shared_ptr<Operator> op)
       : rows_(op->rows()),
         cols_(op->cols()),
         apply_([op](const T* x, T* y) { op->perform_op(x, y); }),
-        apply_transpose_([op](const T* x, T* y) { op->perform_transpose_op(x, y); }) {}
+        apply_transpose_([op](const T* x, T* y) { op->perform_transpose_op(x, y); }) {
+    if constexpr (detail::HasOuterGram<Operator>)
+      outer_gram_ = [op](const T* x, T* y) { op->perform_outer_gram_op(x, y); };
+    if constexpr (detail::HasInnerGram<Operator>)
+      inner_gram_ = [op](const T* x, T* y) { op->perform_inner_gram_op(x, y); };
+    if constexpr (detail::HasAugmentedProduct<Operator>)
+      augmented_ = [op](const T* x, T* y) { op->perform_augmented_op(x, y); };
+  }
   Index rows() const { return rows_; }
   Index cols() const { return cols_; }
   void perform_op(const T* x, T* y) const { apply_(x, y); }
   void perform_transpose_op(const T* x, T* y) const { apply_transpose_(x, y); }
+  /// y = A Aᵀ x (x, y: rows()).
+  void perform_outer_gram_op(const T* x, T* y) const {
+    if (outer_gram_) return outer_gram_(x, y);
+    Vector<T> middle(cols_);
+    apply_transpose_(x, middle.data());
+    apply_(middle.data(), y);
+  }
+  /// y = AᵀA x (x, y: cols()).
+  void perform_inner_gram_op(const T* x, T* y) const {
+    if (inner_gram_) return inner_gram_(x, y);
+    Vector<T> middle(rows_);
+    apply_(x, middle.data());
+    apply_transpose_(middle.data(), y);
+  }
+  /// [y_top; y_bottom] = [[0, A], [Aᵀ, 0]] [x_top; x_bottom] (x_top: rows(), x_bottom: cols()).
+  void perform_augmented_op(const T* x, T* y) const {
+    if (augmented_) return augmented_(x, y);
+    apply_(x + rows_, y);
+    apply_transpose_(x, y + rows_);
+  }
+  /// True when the wrapped operator forms A Aᵀ x in one pass (the Gram form Lanczos uses for square A).
+  bool fused_outer_gram() const { return static_cast<bool>(outer_gram_); }
 
  private:
   Index rows_, cols_;
-  std::function<void(const T*, T*)> apply_, apply_transpose_;
+  Product apply_, apply_transpose_;
+  Product outer_gram_, inner_gram_, augmented_;  ///< empty where the wrapped operator has no such member
 };
 
-/// G = κ(X, Y) as a matrix-free operator on `device` (KernelOperator or cuda::KernelOperator).
-template <class T>
-AnyOperator<T> kernel_operator(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
-                               const Kernel& kernel);
+/// G = κ(X, Y) as a matrix-free operator on `device` with products in S: on the CPU KernelOperator<T, S>
+/// (one kernel pass per Gram product, accumulated in double, rows in panels of tiling.panel_rows), on the GPU
+/// cuda::KernelOperator in T (its products widened to S). The kernel's log-shift is honoured on both devices.
+template <class T, class S = T>
+AnyOperator<S> kernel_operator(Device device, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
+                               const Kernel& kernel, const MatrixFreeOptions& tiling = {});
 
-/// E = G − Ĝ with G = κ(Q, K) (kernel from factors.options) evaluated blockwise on `device`, for Lanczos
-/// (MATH.md §7). The CPU operator refers to `factors`, which must outlive it; the GPU one copies them.
-template <class T>
-AnyOperator<T> error_operator(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                              const NystromFactors<T>& factors);
+/// E = G − Ĝ with G = κ(Q, K) (kernel from factors.options, its log-shift included) evaluated blockwise on
+/// `device`, with products in S, for Lanczos (MATH.md §7). The CPU operator (one kernel pass per Gram
+/// product) copies the factors in S; the GPU one copies them to the device.
+template <class T, class S = T>
+AnyOperator<S> error_operator(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                              const NystromFactors<T>& factors, const MatrixFreeOptions& tiling = {});
 
 }  // namespace nystrom

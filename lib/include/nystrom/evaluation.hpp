@@ -1,71 +1,66 @@
 #pragma once
 /// @file evaluation.hpp
-/// One point of a sweep: every error, spectral term and bound of FORMATS.md §2 for one head, kernel and
-/// Nyström configuration. Head-level quantities (G, ‖G‖₂, exact attention) and landmark-level ones (σ(G̃),
-/// σ_m(G_A), K) are computed once and shared by every point that needs them. Dense or matrix-free by a memory
-/// budget. On Device::cuda the exact and PnP-Nystra attention outputs and the matrix-free error operator run
-/// on the GPU (backend.hpp); the dense path and every SVD stay on the CPU.
+/// One point of a sweep for any of the seven methods (approximation.hpp): every error, spectral term and
+/// bound of docs/formats.md §2, each computed one way for every method.
+///
+/// A HeadEvaluator holds one head and what its points share: per kernel the log-shift c and the head
+/// reference (G or its matrix-free operator, ‖G‖₂, the exact attention output, and for the softmax methods S
+/// = D⁻¹G and ‖S‖₂), per landmark options the landmarks (selected once and used by the factors and the bound
+/// terms alike) and, per kernel and landmarks, the Lemma 2.1 terms. The rules:
+///   - dense or matrix-free: EvaluationOptions::matrix_free (a memory budget), one rule for every subcommand;
+///   - ‖·‖₂ of a stored matrix: full SVD up to dense_svd_limit, Lanczos on the stored matrix above it;
+///     matrix-free: Lanczos on the operator of backend.hpp (CPU or GPU), products in double;
+///   - ‖·‖_F: exact on the stored difference; matrix-free accumulated in row panels;
+///   - the error matrix: E = G − Ĝ for pnp-nystra and symmetric-nystrom, S − Ŝ for the softmax methods;
+///   - large logits: kernel matrices of κ_c = e^{−c}κ (kernels.hpp, c = kernel_log_shift) give every σ, ‖E‖
+///     and bound scaled by e^{−c} exactly; they are reported multiplied back by e^{c} in double (column
+///     log_shift = c). Relative errors, S and the outputs do not depend on c (docs/mathematics.md §7).
+/// On Device::cuda the factors of pnp-nystra, the exact attention output and every matrix-free product run on
+/// the GPU; the output error comes from the same factors as the spectral error (Algorithm 1 on the host).
 
 #include <array>
 #include <cstddef>
-#include <functional>
 #include <limits>
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 
+#include "nystrom/approximation.hpp"
 #include "nystrom/backend.hpp"
-#include "nystrom/bounds.hpp"
+#include "nystrom/head.hpp"
 #include "nystrom/kernels.hpp"
-#include "nystrom/nystrom.hpp"
+#include "nystrom/landmarks.hpp"
 #include "nystrom/spectral.hpp"
 #include "nystrom/threads.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
 
-/// One attention head: Q, K (N×d) and optionally V (N×dv; empty: no output errors).
-template <class T>
-struct Head {
-  Matrix<T> q, k, v;
-  std::array<Index, 2> window{};  ///< h×w token grid when the head is a 2-D window ({0, 0}: none)
-  /// Throws std::invalid_argument naming `where` for N·d = 0, mismatched shapes or non-finite values.
-  void validate(const std::string& where) const;
-};
-
 /// How points are evaluated.
 struct EvaluationOptions {
   double memory_budget =
       4.0e9;  ///< bytes a dense N×N analysis may use; above it the matrix-free path is taken
   bool force_matrix_free = false;
-  Device device = Device::cpu;  ///< where attention outputs and matrix-free error products run
+  Device device = Device::cpu;  ///< where factors, attention outputs and matrix-free products run
   SpectralOptions spectral;
   Index panel_rows = 128;  ///< row panel of matrix-free kernel operators (MatrixFreeOptions::panel_rows)
-  /// ‖G‖₂, ‖G − Ĝ‖₂ and σ(G̃) by full SVD up to this size, above it by Lanczos on the stored (or
-  /// matrix-free) matrix; σ(G̃) of a stored G̃ falls back to the full SVD when the Lanczos σ_{m+1} is not
-  /// certified to 1e-10 relative or to (n + m)·eps·σ₁ (SpectralResult::last_error_bound).
+  /// ‖G‖₂, ‖E‖₂ and σ(G̃) by full SVD up to this size, above it by Lanczos on the stored (or matrix-free)
+  /// matrix; σ(G̃) of a stored G̃ falls back to the full SVD when the Lanczos σ_{m+1} is not certified to
+  /// 1e-10 relative or to (n + m)·eps·σ₁ (SpectralResult::last_error_bound).
   Index dense_svd_limit = 256;
   /// Throws std::invalid_argument naming the bad value (budget ≤ 0, panel_rows < 1, dense_svd_limit < 0,
-  /// spectral).
+  /// spectral, a device that cannot run here).
   void validate() const;
   /// True when a head of n tokens in a scalar of `scalar_bytes` is analysed matrix-free: forced, or the dense
-  /// analysis (3 N×N matrices) does not fit memory_budget.
+  /// analysis (3 N×N matrices) does not fit memory_budget. The one rule for every subcommand.
   bool matrix_free(Index n, std::size_t scalar_bytes) const;
+  /// The tiling of the matrix-free operators.
+  MatrixFreeOptions tiling() const { return {.panel_rows = panel_rows}; }
 };
 
-/// Quantities of one head and kernel, shared by all its points.
-template <class T>
-struct HeadReference {
-  Kernel kernel;
-  bool matrix_free = false;
-  Matrix<T> g;         ///< dense G = κ(Q, K) (empty when matrix-free)
-  double g_norm2 = 0;  ///< ‖G‖₂
-  Matrix<T> output;    ///< exact attention O (empty without V)
-};
-
-/// Builds the head reference (dense G unless options.matrix_free(N, sizeof(T))).
-template <class T>
-HeadReference<T> make_reference(const Head<T>& head, const Kernel& kernel, const EvaluationOptions& options);
-
-/// Terms that depend on the landmarks but not on the pseudoinverse.
+/// Terms that depend on the landmarks but not on the pseudoinverse, of the kernel as given (with a log-shift
+/// c: the values of κ_c, e^{−c} times those of κ; K is scale-free).
 struct LandmarkTerms {
   double sigma1_ext = 0;    ///< σ₁(G̃)
   double sigma_m1_ext = 0;  ///< σ_{m+1}(G̃)
@@ -75,8 +70,9 @@ struct LandmarkTerms {
 };
 
 /// σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K for `landmarks` (computed on the unstabilized blocks of
-/// G̃ = κ([Q̄; Q], [K̄; K]), MATH.md §2). G̃ is stored in double or matrix-free by the rule of make_reference,
-/// and built here, so the terms need no head reference and can be computed beside it.
+/// G̃ = κ([Q̄; Q], [K̄; K]), docs/mathematics.md §2). G̃ is stored in double or matrix-free (kernel_operator on
+/// options.device, products in double) by EvaluationOptions::matrix_free, and built here, so the terms need
+/// no head reference and can be computed beside it.
 template <class T>
 LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const Landmarks<T>& landmarks,
                              const EvaluationOptions& options);
@@ -90,23 +86,11 @@ bool overlap_landmark_terms(Index n, Index m, const EvaluationOptions& options) 
   return !options.matrix_free(n, sizeof(T)) && extended * extended < detail::parallel_work;
 }
 
-/// Runs `point_task` and `terms_task` (landmark_terms for n tokens and m landmarks) beside each other when
-/// overlap_landmark_terms says so (run_concurrently), else the terms first.
-template <class T>
-void run_with_landmark_terms(Index n, Index m, const EvaluationOptions& options,
-                             const std::function<void()>& point_task,
-                             const std::function<void()>& terms_task) {
-  if (overlap_landmark_terms<T>(n, m, options)) {
-    run_concurrently(point_task, terms_task);
-  } else {
-    terms_task();
-    point_task();
-  }
-}
-
-/// Every column of one sweep point (FORMATS.md §2). NaN marks what does not apply.
+/// Every column of one point (docs/formats.md §2; point_record.hpp turns it into the table's cells). NaN
+/// marks what does not apply. Absolute quantities are of κ (scaled back from κ_c by e^{log_shift}).
 struct PointResult {
   static constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  ErrorMatrix error_matrix = ErrorMatrix::none;  ///< the matrix the spectral and Frobenius errors are of
   double spectral_error = nan, relative_spectral_error = nan, frobenius_error = nan;
   double output_relative_error = nan, output_max_error = nan, output_mean_abs_error = nan;
   double sigma1_ext = nan, sigma_m1_ext = nan, sigma_m_core = nan;
@@ -114,29 +98,103 @@ struct PointResult {
          theorem3_k = nan;
   double c_emp = nan, c_emp_normalized = nan;
   double pinv_residual = nan;
-  std::string pinv_status;  ///< to_string(PinvStatus)
-  bool bounds_hold = true;  ///< every applicable bound ≥ the measured error
+  std::optional<PinvStatus> pinv_status;         ///< none for methods without a pseudoinverse
+  std::optional<bool> landmark_terms_converged;  ///< pnp-nystra: the Lanczos run for σ(G̃) converged
+  bool bounds_hold = true;                       ///< every applicable bound ≥ the measured error
   bool matrix_free = false;
-  double seconds = 0;
+  double log_shift = 0;          ///< c of κ_c for this head and kernel (kernel_log_shift)
+  double seconds = 0;            ///< the point's own work (landmark selection, factors, errors, output)
+  double reference_seconds = 0;  ///< the head reference it used (on each row that uses it)
+  double landmark_seconds = 0;   ///< the landmark terms it used (pnp-nystra; on each row that uses them)
+  double elapsed_seconds = 0;    ///< the call from start to end, shared computations it built included
 };
 
-/// Every column of one generalized Nyström configuration on a head except those of the landmark terms
-/// (σ(G̃), σ_m(G_A), K and the bounds built on them stay NaN): errors of Ĝ and of the attention output, the
-/// pseudoinverse diagnostics, `seconds`.
+/// Quantities of one head and kernel, shared by all its points: of κ_c (kernel carries the log-shift).
 template <class T>
-PointResult measure_nystrom(const Head<T>& head, const HeadReference<T>& reference,
-                            const NystromOptions& options, const EvaluationOptions& evaluation);
+struct HeadReference {
+  Kernel kernel;  ///< the kernel with its log-shift c
+  bool matrix_free = false;
+  Matrix<T> g;         ///< dense G_c = κ_c(Q, K) (empty when matrix-free)
+  double g_norm2 = 0;  ///< ‖G_c‖₂
+  Matrix<T> output;    ///< exact attention O (empty without V)
+  double seconds = 0;  ///< time to build it
+  /// Softmax methods only, built on their first point: S = D⁻¹G dense (empty when matrix-free), G_c 1 (the
+  /// row sums S is formed with on the matrix-free path) and ‖S‖₂.
+  struct Attention {
+    Matrix<T> s;
+    Vector<double> row_sums;
+    double norm2 = 0;
+  };
+  std::optional<Attention> attention;
+};
 
-/// Completes a measured point with its landmark terms: σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K, the theorem bounds,
-/// c_emp and bounds_hold (bounds.hpp).
-void apply_landmark_terms(const LandmarkTerms& terms, PointResult& point);
-
-/// Evaluates one generalized Nyström configuration on a head: measure_nystrom completed by
-/// apply_landmark_terms. `terms` may come from landmark_terms for the same landmarks; with nullptr they are
-/// computed here, beside the measurement when overlap_landmark_terms says so.
+/// kernel_log_shift of the head's tokens, its error naming `where` and the kernel.
 template <class T>
-PointResult evaluate_nystrom(const Head<T>& head, const HeadReference<T>& reference,
-                             const NystromOptions& options, const EvaluationOptions& evaluation,
-                             const LandmarkTerms* terms = nullptr);
+double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::string& where);
+
+/// Throws std::invalid_argument naming `where`, the kernel and the largest logit where κ(Q, K) of the head
+/// overflows even in double (kernel_log_shift); O(Nd) where the Cauchy–Schwarz bound |s|·max‖q‖·max‖k‖ on
+/// the logits rules that out, one pass over the logits otherwise. Drivers call it for every head and kernel
+/// before they write anything.
+template <class T>
+void require_representable_kernel(const Head<T>& head, const Kernel& kernel, const std::string& where);
+
+/// Landmark options placed on a head's token grid: without a window of their own ({0, 0}), the given window
+/// and prefix tokens (docs/formats.md §1).
+LandmarkOptions on_token_grid(LandmarkOptions landmarks, const std::array<Index, 2>& window,
+                              Index prefix_tokens);
+/// The landmark options of every method of `options` placed on the token grid.
+ApproximationOptions on_token_grid(ApproximationOptions options, const std::array<Index, 2>& window,
+                                   Index prefix_tokens);
+
+/// Evaluates points of one head (a copy is kept), reusing what its points share (file comment). Build one per
+/// head and keep it while its points are evaluated: a sweep rank works through the points of one head and
+/// kernel before it takes another (cache-affinity scheduling).
+template <class T>
+class HeadEvaluator {
+ public:
+  /// Throws std::invalid_argument naming `where` (e.g. "/layers/00 batch 0 head 3") for a bad head, or
+  /// naming the option for bad evaluation options.
+  HeadEvaluator(Head<T> head, const EvaluationOptions& options, std::string where = "head");
+
+  /// Every column of `method` with `options` on this head (landmark options without a window take the head's
+  /// token grid, on_token_grid; the kernel's own log_shift is replaced by the head's). New landmark terms of
+  /// a pnp-nystra point are computed beside the head reference and the point where overlap_landmark_terms
+  /// says so. Throws std::invalid_argument naming the value for options that do not fit the head, and naming
+  /// `where` and the largest logit where κ overflows even in double.
+  PointResult evaluate(Method method, const ApproximationOptions& options);
+
+  /// The log-shift c of `kernel` on this head (kernel_log_shift), computed once per kernel.
+  double log_shift(const Kernel& kernel);
+  /// The head reference of `kernel` (built on first use; one kernel is kept at a time).
+  const HeadReference<T>& reference(const Kernel& kernel);
+
+  const Head<T>& head() const { return head_; }
+  const EvaluationOptions& options() const { return options_; }
+
+ private:
+  /// Landmarks selected once per landmark options, and their Lemma 2.1 terms per kernel.
+  struct LandmarkSet {
+    Landmarks<T> landmarks;
+    std::map<std::string, std::pair<LandmarkTerms, double>> terms;  ///< by kernel: terms, seconds
+  };
+  /// The landmarks of `options`, selected on first use (`selected` says whether this call selected them).
+  LandmarkSet& landmark_set(const LandmarkOptions& options, bool& selected);
+  /// The reference of the shifted kernel, built when missing.
+  const HeadReference<T>& shifted_reference(const Kernel& shifted);
+  /// The softmax part of the reference (S, its row sums, ‖S‖₂), built when missing.
+  const typename HeadReference<T>::Attention& attention_reference(const Kernel& shifted);
+
+  PointResult kernel_point(Method method, const ApproximationOptions& options, const Kernel& shifted);
+  PointResult attention_point(Method method, const ApproximationOptions& options, const Kernel& shifted);
+  PointResult exact_point(const ApproximationOptions& options, const Kernel& shifted);
+
+  Head<T> head_;
+  EvaluationOptions options_;
+  std::string where_;
+  std::map<std::string, double> shifts_;  ///< log-shift by kernel (type and parameter)
+  std::optional<HeadReference<T>> reference_;
+  std::map<std::string, LandmarkSet> landmark_sets_;  ///< by landmark options
+};
 
 }  // namespace nystrom

@@ -3,9 +3,10 @@
 /// The tiled kernel evaluation behind every matrix-free kernel operator (operators.hpp's KernelOperator):
 /// tiles of G = κ(X, Y) (row panel × column tile) evaluated on the fly, threaded with OpenMP, every product
 /// accumulated in double (MATH.md §1, §7):
-///   exponential  logits s·X_P Y_Cᵀ by a GEMM in T, then exp in double
-///   Laplacian    ‖x − y‖₁ by a register-blocked, auto-vectorized tile loop in T, then exp(−·/λ) in double
-///   Gaussian     ‖x − y‖₂² by the same loop, then exp(−·/(2h²)) in double
+///   exponential  logits s·X_P Y_Cᵀ by a GEMM in T, then exp(· − c) in double
+///   Laplacian    ‖x − y‖₁ by a register-blocked, auto-vectorized tile loop in T, then exp(−·/λ − c) in
+///   double Gaussian     ‖x − y‖₂² by the same loop, then exp(−·/(2h²) − c) in double
+/// with c the kernel's log_shift (kernels.hpp).
 ///
 /// Cost model: one *kernel pass* evaluates every entry of G once (O(rows·cols·d)). A pass can form G x, Gᵀu
 /// and the fused Gram product Gᵀ(G x − s) together: in the Gram pass a row panel G_P is evaluated once, kept

@@ -1,9 +1,12 @@
 #pragma once
 /// @file kernels.hpp
-/// Kernels κ(q, k) = exp(φ(q, k)) as small value types evaluated on blocks of token rows (MATH.md §1):
+/// Kernels κ(q, k) = exp(φ(q, k) − c) as small value types evaluated on blocks of token rows (MATH.md §1):
 ///   exponential  φ = s·qᵀk                 (PnP-Nystra eq. (2); softmax attention S = D⁻¹G)
 ///   Laplacian    φ = −‖q − k‖₁ / λ          (LaplacianFormer Alg. 1)
 ///   Gaussian     φ = −‖q − k‖₂² / (2h²)     (LaplacianFormer, for comparison)
+/// with a log-shift c (`log_shift`, 0 by default): κ_c = e^{−c}κ, so a head whose logits reach a few hundred
+/// has kernel matrices, Gram products and spectra of representable size, every singular value, norm and
+/// error bound scaled by exactly e^{−c} (docs/mathematics.md §7).
 /// Callers evaluate only the panels they need, `kernel.block(Q.middleRows(r, b), K)`; nothing here forms an
 /// N×N matrix unless the caller passes all N rows on both sides.
 
@@ -27,32 +30,42 @@ std::string to_string(KernelType type);
 /// Inverse of to_string; throws std::invalid_argument naming an unknown kernel.
 KernelType kernel_type_from_string(const std::string& name);
 
-/// A kernel κ = exp(φ) with its one parameter: the scale s (exponential), λ (Laplacian) or h (Gaussian).
+/// A kernel κ = exp(φ − log_shift) with its one parameter: the scale s (exponential), λ (Laplacian) or h
+/// (Gaussian).
 struct Kernel {
   KernelType type = KernelType::exponential;
   double param = 0.125;  ///< s for exponential (1/√d by convention), λ > 0 for Laplacian, h > 0 for Gaussian
+  double log_shift = 0;  ///< c of κ_c = exp(φ − c) (finite); softmax attention S = D⁻¹G does not depend on it
 
   static Kernel exponential(double scale) { return {KernelType::exponential, scale}; }
   static Kernel laplacian(double lambda) { return {KernelType::laplacian, lambda}; }
   static Kernel gaussian(double bandwidth) { return {KernelType::gaussian, bandwidth}; }
 
   /// Throws std::invalid_argument naming the parameter unless it is finite (and > 0 for Laplacian and
-  /// Gaussian).
+  /// Gaussian), or naming log_shift unless it is finite.
   void validate() const;
 
-  /// "exp(s=0.125)", "laplacian(lambda=4)", ...
+  /// "exp(s=0.125)", "laplacian(lambda=4)", ...; "exp(s=0.125, log_shift=312.5)" with a shift.
   std::string label() const;
+
+  /// The same kernel with log_shift = c.
+  Kernel shifted(double c) const {
+    Kernel kernel = *this;
+    kernel.log_shift = c;
+    return kernel;
+  }
 
   /// Throws std::invalid_argument naming the value unless the parameter is valid, X (n×d) and Y (p×e) share
   /// d = e, and the output block is n×p.
   void require_block(Index n, Index p, Index d, Index e, Index out_rows, Index out_cols) const;
 
-  /// out(i, j) = φ(X_i, Y_j) for the rows of X (n×d) and Y (p×d); out must be n×p. O(n·p·d).
+  /// out(i, j) = φ(X_i, Y_j) for the rows of X (n×d) and Y (p×d), without the log-shift; out must be n×p.
+  /// O(n·p·d).
   template <class T>
   void exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const;
 
-  /// out(i, j) = κ(X_i, Y_j); out must be n×p. O(n·p·d). Blocks above detail::parallel_work multiply-adds
-  /// are filled in row panels over the OpenMP threads (threads.hpp).
+  /// out(i, j) = κ(X_i, Y_j) = exp(φ(X_i, Y_j) − log_shift); out must be n×p. O(n·p·d). Blocks above
+  /// detail::parallel_work multiply-adds are filled in row panels over the OpenMP threads (threads.hpp).
   template <class T>
   void evaluate(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const;
 
@@ -64,7 +77,7 @@ struct Kernel {
     return out;
   }
 
-  /// The exponent block φ(X, Y) as a new n×p matrix.
+  /// The exponent block φ(X, Y) (without the log-shift) as a new n×p matrix.
   template <class T>
   Matrix<T> exponent_block(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y) const {
     Matrix<T> out(X.rows(), Y.rows());
@@ -72,6 +85,22 @@ struct Kernel {
     return out;
   }
 };
+
+/// log(DBL_MAX): exp(x) overflows double for x above it.
+constexpr double double_exponent_limit = 709.782712893384;
+
+/// max_{i,j} φ(X_i, Y_j) over every pair (without the log-shift), from row panels of the exponent block
+/// spread over the OpenMP threads; nothing n×p is stored. O(n·p·d).
+template <class T>
+double largest_exponent(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y);
+
+/// The log-shift c for the kernel matrices of the tokens X, Y (docs/mathematics.md §7): max(0, largest
+/// exponent) for the exponential kernel, so every entry of κ_c(X, Y) is ≤ 1, and so is every entry of the
+/// landmark blocks of G̃ (landmarks are rows or averages of rows, and s·q̄ᵀk is then an average of logits);
+/// 0 for the Laplacian and Gaussian kernels (φ ≤ 0 already). Throws std::invalid_argument naming the largest
+/// logit when exp of it overflows double (above double_exponent_limit), where no shift recovers G in double.
+template <class T>
+double kernel_log_shift(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y);
 
 namespace detail {
 
@@ -140,6 +169,7 @@ void Kernel::evaluate(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, Ma
   const auto fill = [&](Index first, Index count) {
     auto block = out.middleRows(first, count);
     exponent<T>(X.middleRows(first, count), Y, block);
+    if (log_shift != 0) block.array() -= T(log_shift);
     block = block.array().exp().matrix();
   };
   if (work < detail::parallel_work || n < 2 * panel || omp_get_max_threads() == 1) {

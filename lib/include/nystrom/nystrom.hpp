@@ -37,15 +37,24 @@ struct NystromOptions {
   void validate(Index n, Index d) const;
 };
 
-/// The factors of Ĝ = diag(exp(left_log_scale)) · left · Z · upper, with Z = pinv.z ≈ core⁺.
-/// Without stabilization left = G_L, core = G_A, upper = G_U and left_log_scale = 0.
+/// The options the pseudoinverse of the core is computed with: options.pinv, except that plain blocks of a
+/// kernel with log-shift c (core e^{−c}G_A) get the absolute regularizations and an explicit α rescaled so
+/// that Z(e^{−c}G_A) = e^{c}Z(G_A) (εI by e^{−c}, Tikhonov's ε by e^{−2c}, α by e^{2c}; tolerances are
+/// relative already).
+PinvOptions core_pinv_options(const NystromOptions& options);
+
+/// The factors of Ĝ = diag(exp(left_log_scale)) · left · Z · upper, with Z = pinv.z ≈ core⁺, for the kernel
+/// κ_c = exp(φ − c) of options.kernel (c = its log_shift, kernels.hpp): Ĝ_c = e^{−c}·Ĝ in exact arithmetic.
+/// Without stabilization left = G_L, core = G_A, upper = G_U of κ_c and left_log_scale = 0; with row-max
+/// scaling the blocks are those of κ (exp(φ − l) for the row maxima l of φ) and the log scales are l − c; the
+/// clamped blocks are those of the authors' kernel on φ, and left_log_scale = −c.
 template <class T>
 struct NystromFactors {
-  Matrix<T> left;             ///< G_L or G_Lⁿ, N×m
-  Matrix<T> core;             ///< G_A or G_Aⁿ, m×m
-  Matrix<T> upper;            ///< G_U or G_Uⁿ, m×N (Cᵀ for the symmetric form)
-  Vector<T> left_log_scale;   ///< log diag(M_L), N (zeros unless row_max)
-  Vector<T> upper_log_scale;  ///< log diag(M_U), m (zeros unless row_max)
+  Matrix<T> left;            ///< G_L or G_Lⁿ, N×m
+  Matrix<T> core;            ///< G_A or G_Aⁿ, m×m
+  Matrix<T> upper;           ///< G_U or G_Uⁿ, m×N (Cᵀ for the symmetric form)
+  Vector<T> left_log_scale;  ///< log diag(M_L) relative to κ_c, N (row_max: l − c; none: 0; clamped: −c)
+  Vector<T> upper_log_scale;  ///< log diag(M_U) relative to κ_c, m (row_max: u − c; else 0)
   PinvResult<T> pinv;         ///< Z ≈ core⁺ with its diagnostics
   Landmarks<T> landmarks;     ///< Q̄, K̄ (and indices for selection strategies)
   NystromOptions options;     ///< what produced these factors
@@ -61,18 +70,31 @@ struct NystromFactors {
   Matrix<T> dense() const;
 };
 
-/// The generalized Nyström factors of G = κ(Q, K) for Q, K (N×d). O(Nmd + m³). G_L and G_U are formed in
-/// 256-row panels spread over the OpenMP threads (single-threaded BLAS inside); M_U's row maxima are reduced
-/// over the threads before G_U is exponentiated.
+/// The generalized Nyström factors of G = κ(Q, K) for Q, K (N×d) with the landmarks selected by
+/// options.landmarks. O(Nmd + m³). G_L and G_U are formed in 256-row panels spread over the OpenMP threads
+/// (single-threaded BLAS inside); M_U's row maxima are reduced over the threads before G_U is exponentiated.
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options);
 
+/// The same with given landmarks Q̄, K̄ (m×d each, e.g. selected once and shared with the bound terms of the
+/// same point); options.landmarks is recorded, not used for selection. Throws std::invalid_argument for
+/// landmarks of the wrong shape.
+template <class T>
+NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const Landmarks<T>& landmarks, const NystromOptions& options);
+
 /// The symmetric Nyström factors C W⁺ Cᵀ with W = κ(Q̄, K̄), C = κ(Q, K̄) (LaplacianFormer Alg. 1); exact only
-/// for a symmetric G. Use options.pinv.shift for LaplacianFormer's W + εI.
+/// for a symmetric G. Use options.pinv.shift for LaplacianFormer's W + εI (under a log-shift c of the
+/// kernel, ε is taken relative to κ: W_c + e^{−c}εI, so that Ĝ_c = e^{−c}Ĝ).
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const NystromOptions& options);
+
+/// The same with given landmarks (as for generalized_nystrom).
+template <class T>
+NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                    const Landmarks<T>& landmarks, const NystromOptions& options);
 
 /// PnP-Nystra Algorithm 1, reassociated: W = Z [G_U V, G_U 1_N] (m×(dv+1)), then Ĝ[V, 1] = G_L W and
 /// Ô = (G_L W_V) ⊘ (G_L W_1) row panel by row panel; the same Ô as (P(G_U V)) ⊘ (P(G_U 1_N)) with P = G_L Z

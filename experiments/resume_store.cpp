@@ -1,0 +1,104 @@
+#include "resume_store.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include <unistd.h>
+
+#include "nystrom/error.hpp"
+
+namespace nystrom::cli {
+
+namespace fs = std::filesystem;
+
+ResumeStore::ResumeStore(std::string output, std::string input, std::string group,
+                         std::vector<Column> columns, AttributeWriter write_attributes)
+    : output_(std::move(output)),
+      partial_(output_ + ".partial"),
+      input_(std::move(input)),
+      group_(std::move(group)),
+      columns_(std::move(columns)),
+      write_attributes_(std::move(write_attributes)) {
+  output_exists_ = fs::exists(output_);
+  if (output_exists_)
+    for (const auto& row : stored_rows(output_)) done_.insert(row_key(columns_, row));
+  partial_exists_ = fs::exists(partial_);
+  if (!partial_exists_) return;
+  try {
+    for (const auto& row : stored_rows(partial_)) done_.insert(row_key(columns_, row));
+  } catch (const std::invalid_argument& error) {
+    // Our own leftover that cannot be resumed: discard it; the finished output is untouched.
+    std::cerr << "nystrom: discarding unreadable " << partial_ << " (" << error.what() << ")\n";
+    fs::remove(partial_);
+    partial_exists_ = false;
+  }
+}
+
+std::vector<Row> ResumeStore::stored_rows(const std::string& path) const {
+  Handle file = open_file(path, false);
+  require(
+      has_attribute(file.get(), "format") && read_string_attribute(file.get(), "format") == "nystrom-results",
+      describe(path, ": exists and is not a nystrom results file; refusing to overwrite it"));
+  const auto version = has_attribute(file.get(), "format_version")
+                           ? read_numeric_attribute(file.get(), "format_version")
+                           : std::vector<double>{};
+  require(version.size() == 1 && version[0] == double(results_format_version),
+          describe(path, ": results format_version ", version.empty() ? 0.0 : version[0],
+                   ", this build writes ", results_format_version, "; choose another --output"));
+  const auto stored_input =
+      has_attribute(file.get(), "input") ? read_string_attribute(file.get(), "input") : "";
+  require(stored_input == input_, describe(path, ": holds results for input '", stored_input, "', not '",
+                                           input_, "'; choose another --output"));
+  return ResultsTable::open(file.get(), group_, columns_, path).read_rows();
+}
+
+void ResumeStore::open() {
+  // Complete under a temporary name, then renamed into place: the partial file is never half-written.
+  if (!partial_exists_ && output_exists_) {
+    const std::string temporary = partial_ + ".tmp-" + std::to_string(::getpid());
+    fs::copy_file(output_, temporary, fs::copy_options::overwrite_existing);
+    fs::rename(temporary, partial_);
+  } else if (!partial_exists_) {
+    AtomicFile created(partial_);
+    write_attributes_(created.get());
+    ResultsTable::create(created.get(), group_, columns_);
+    created.commit();
+  }
+  partial_exists_ = true;
+  file_ = open_file(partial_, true);
+  table_ = ResultsTable::open(file_.get(), group_, columns_, partial_);
+}
+
+void ResumeStore::append(const Row& row) {
+  table_->append(row);
+  H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+}
+
+void ResumeStore::close() {
+  table_.reset();
+  file_.reset();
+}
+
+hsize_t ResumeStore::commit(const std::unordered_map<std::string, std::size_t>& position) {
+  close();
+  std::vector<Row> rows;
+  {
+    Handle file = open_file(partial_, false);
+    rows = ResultsTable::open(file.get(), group_, columns_, partial_).read_rows();
+  }
+  const auto rank = [&](const Row& row) -> std::ptrdiff_t {
+    const auto found = position.find(row_key(columns_, row));
+    return found == position.end() ? -1 : std::ptrdiff_t(found->second);
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return rank(a) < rank(b); });
+  AtomicFile sorted(output_);
+  write_attributes_(sorted.get());
+  auto table = ResultsTable::create(sorted.get(), group_, columns_);
+  for (const auto& row : rows) table.append(row);
+  sorted.commit();
+  fs::remove(partial_);
+  return rows.size();
+}
+
+}  // namespace nystrom::cli

@@ -1,0 +1,70 @@
+#pragma once
+/// @file resume_store.hpp
+/// The results file of a resumable run (docs/formats.md §2): rows are appended to `<output>.partial` and
+/// flushed one by one, so a run stopped by a signal keeps every finished row; a rerun with the same output
+/// skips every point whose parameter cells (row_key) match a stored row, from the partial file or from a
+/// finished `<output>`, which is never modified in place; at the end the rows are rewritten onto `<output>`
+/// in grid order, so any schedule and any number of ranks give the same file.
+///
+/// Crash safety: the partial file appears only complete (header and empty table written under a temporary
+/// name, closed and renamed into place, or a finished output copied the same way) and is then reopened for
+/// appending, so a process killed at any moment before its first row (SIGKILL included) leaves a readable
+/// file.
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "hdf5_io.hpp"
+
+namespace nystrom::cli {
+
+/// One resumable results table /<group> of `output`.
+class ResumeStore {
+ public:
+  /// Writes a file's root attributes (provenance and run settings) on `file`.
+  using AttributeWriter = std::function<void(hid_t file)>;
+
+  /// Reads what is finished: the rows of a finished `output` (which must be a results file of `input` in
+  /// this format version, with these columns: std::invalid_argument otherwise) and of a readable partial
+  /// file (an unreadable one, a leftover of another version or of a failed run, is discarded with a message
+  /// on stderr). Creates nothing.
+  ResumeStore(std::string output, std::string input, std::string group, std::vector<Column> columns,
+              AttributeWriter write_attributes);
+
+  const std::string& partial() const { return partial_; }
+  /// Resume keys (row_key) of the finished rows.
+  const std::unordered_set<std::string>& done() const { return done_; }
+  /// True when there is something to write even without new rows (a partial file to finish, or no output).
+  bool unfinished() const { return partial_exists_ || !output_exists_; }
+
+  /// Opens the partial file for appending (see the file comment for how it is created).
+  void open();
+  /// Appends one row and flushes the file.
+  void append(const Row& row);
+  /// Rows in the partial file.
+  hsize_t rows() const { return table_ ? table_->rows() : 0; }
+  /// Closes the partial file (it stays for a rerun).
+  void close();
+  /// Closes the partial file and rewrites its rows onto `output`, sorted by `position` (the index of a row's
+  /// key in the grid; rows of points outside this grid, from an earlier sweep into the same file, first in
+  /// their stored order), then removes the partial file. Returns the number of rows.
+  hsize_t commit(const std::unordered_map<std::string, std::size_t>& position);
+
+ private:
+  /// The rows of an existing results file, checked as the constructor says.
+  std::vector<Row> stored_rows(const std::string& path) const;
+
+  std::string output_, partial_, input_, group_;
+  std::vector<Column> columns_;
+  AttributeWriter write_attributes_;
+  bool output_exists_ = false, partial_exists_ = false;
+  std::unordered_set<std::string> done_;
+  Handle file_;
+  std::optional<ResultsTable> table_;
+};
+
+}  // namespace nystrom::cli

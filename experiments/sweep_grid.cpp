@@ -1,0 +1,232 @@
+#include "sweep_grid.hpp"
+
+#include <algorithm>
+
+#include "nystrom/error.hpp"
+
+namespace nystrom::cli {
+
+namespace {
+
+/// The batch or head indices selected for a layer, every index checked.
+std::vector<Index> select_indices(const std::vector<Index>& requested, Index count, const DumpLayer& layer,
+                                  const char* option) {
+  if (requested.empty()) {
+    std::vector<Index> all(count);
+    for (Index i = 0; i < count; ++i) all[i] = i;
+    return all;
+  }
+  for (auto index : requested)
+    require(index < count, describe("option --", option, ": index ", index, " out of range for /layers/",
+                                    layer.name, " (", count, " available)"));
+  return requested;
+}
+
+/// The exponential kernel's scale: the option, else the layer's.
+Kernel resolve_kernel(const Kernel& kernel, const DumpLayer& layer) {
+  if (kernel.type == KernelType::exponential && kernel.param == 0) return Kernel::exponential(layer.scale);
+  return kernel;
+}
+
+/// Why window pooling cannot place landmarks on the tokens of `layer` ("" when it can): the landmark options'
+/// own check of the layer's window and prefix tokens (on_token_grid).
+std::string window_pool_obstacle(const DumpLayer& layer) {
+  LandmarkOptions pooled;
+  pooled.strategy = LandmarkStrategy::window_pool;
+  pooled.count = 1;
+  try {
+    on_token_grid(pooled, layer.window, layer.prefix_tokens).validate(layer.tokens, layer.dim);
+  } catch (const std::invalid_argument& error) {
+    return describe("window-pool needs a token window; /layers/", layer.name, ": ", error.what());
+  }
+  return "";
+}
+
+/// The pseudoinverse of a point: its method and iteration count over `base` (which keeps e.g. a shift).
+PinvOptions point_pinv(PinvMethod method, int iterations, PinvOptions base) {
+  base.method = method;
+  if (method != PinvMethod::exact) base.iterations = iterations;
+  return base;
+}
+
+/// The points of one method on one head and kernel, in grid order (strategy, m, stabilization, pinv), with
+/// `base` carrying the head, kernel and run fields: every combination of the axes the method has.
+std::vector<PointDescription> method_points(const PointDescription& base, const SweepGrid& grid) {
+  const Method method = base.method;
+  if (method == Method::exact) return {base};
+  std::vector<PointDescription> points;
+  if (method == Method::performer || method == Method::linformer) {
+    for (auto size : method == Method::performer ? grid.features : grid.projected) {
+      PointDescription point = base;
+      point.options.performer.features = size;
+      point.options.performer.seed = base.seed;
+      point.options.linformer.projected = size;
+      point.options.linformer.seed = base.seed;
+      point.options.linformer.share = grid.share_projections;
+      points.push_back(point);
+    }
+    return points;
+  }
+  const std::vector<LandmarkStrategy> strategies =
+      method == Method::nystromformer ? std::vector{LandmarkStrategy::segment_means} : grid.strategies;
+  const std::vector<Stabilization> stabilizations =
+      method == Method::pnp_nystra ? grid.stabilizations : std::vector{Stabilization::none};
+  const Kernel& kernel = base.options.kernel;
+  for (auto strategy : strategies)
+    for (auto m : grid.landmarks)
+      for (auto stabilization : stabilizations)
+        for (const auto& [pinv, iterations] : grid.pinvs) {
+          PointDescription point = base;
+          LandmarkOptions landmarks;
+          landmarks.strategy = strategy;
+          landmarks.count = m;
+          landmarks.seed = base.seed;
+          ApproximationOptions& o = point.options;
+          switch (method) {
+            case Method::pnp_nystra:
+              o.nystrom = {kernel, landmarks, point_pinv(pinv, iterations, {}), stabilization};
+              break;
+            case Method::symmetric_nystrom:
+              o.symmetric.kernel = kernel;
+              o.symmetric.landmarks = landmarks;
+              o.symmetric.pinv = point_pinv(pinv, iterations, o.symmetric.pinv);
+              break;
+            case Method::nystromformer:
+              o.nystromformer = {m, point_pinv(pinv, iterations, {}), grid.front_padding};
+              break;
+            case Method::cur:
+              o.cur.selection = landmarks;
+              o.cur.selection.same_indices = !grid.different_indices;
+              o.cur.pinv = point_pinv(pinv, iterations, {});
+              o.cur.copy_exact_rows = grid.copy_rows;
+              break;
+            default:
+              break;
+          }
+          points.push_back(point);
+        }
+  return points;
+}
+
+/// Why a point of the grid cannot run on `layer` ("" when it can): a softmax method on another kernel than
+/// exp, cur with a pooling strategy, window-pool without a token window (`window_obstacle`), a default
+/// landmark count above N.
+std::string obstacle(const PointDescription& point, const DumpLayer& layer,
+                     const std::string& window_obstacle) {
+  const Method method = point.method;
+  const Kernel& kernel = point.options.kernel;
+  if (error_matrix(method) == ErrorMatrix::attention && kernel.type != KernelType::exponential)
+    return describe(to_string(method), " is a softmax method; it has no ", kernel.label(), " version");
+  if (method == Method::cur && !is_selection(point.options.cur.selection.strategy))
+    return describe("cur selects rows; ", to_string(point.options.cur.selection.strategy),
+                    " is a pooling strategy");
+  const LandmarkOptions* landmarks = method == Method::pnp_nystra ? &point.options.nystrom.landmarks
+                                     : method == Method::symmetric_nystrom
+                                         ? &point.options.symmetric.landmarks
+                                     : method == Method::cur ? &point.options.cur.selection
+                                                             : nullptr;
+  if (landmarks && landmarks->strategy == LandmarkStrategy::window_pool && !window_obstacle.empty())
+    return window_obstacle;
+  const Index m = landmarks                         ? landmarks->count
+                  : method == Method::nystromformer ? point.options.nystromformer.landmarks
+                                                    : 0;
+  if (m > layer.tokens)  // default counts only: enumerate_points rejects given ones
+    return describe("the default landmark count m = ", m, " exceeds N = ", layer.tokens, " of /layers/",
+                    layer.name);
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> Skipped::lines() const {
+  std::vector<std::string> out;
+  for (const auto& [reason, count] : reasons)
+    out.push_back(describe("skipping ", count, " grid points: ", reason));
+  return out;
+}
+
+std::vector<DumpLayer> select_layers(const DumpInfo& dump, const SweepGrid& grid) {
+  if (grid.layers.empty()) return dump.layers;
+  std::vector<DumpLayer> selected;
+  for (const auto& name : grid.layers) {
+    auto found =
+        std::find_if(dump.layers.begin(), dump.layers.end(), [&](const auto& l) { return l.name == name; });
+    require(found != dump.layers.end(),
+            describe("option --layers: ", dump.path, " has no layer /layers/", name));
+    selected.push_back(*found);
+  }
+  return selected;
+}
+
+std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& layers, const SweepGrid& grid,
+                                               const std::string& input, Skipped& skipped) {
+  std::vector<PointDescription> points;
+  for (const auto& layer : layers) {
+    const std::string window_obstacle = window_pool_obstacle(layer);
+    for (auto m : grid.landmarks)
+      require(m <= layer.tokens || grid.default_landmarks,
+              describe("option --landmarks: m = ", m, " exceeds N = ", layer.tokens, " of /layers/",
+                       layer.name, " in ", input));
+    for (auto b : select_indices(grid.batches, layer.batch, layer, "batch"))
+      for (auto h : select_indices(grid.heads, layer.heads, layer, "heads"))
+        for (const auto& kernel : grid.kernels)
+          for (const auto method : grid.methods) {
+            PointDescription base;
+            base.layer = layer.name;
+            base.batch = b;
+            base.head = h;
+            base.n = layer.tokens;
+            base.d = layer.dim;
+            base.dv = layer.value_dim;
+            base.method = method;
+            base.options.kernel = resolve_kernel(kernel, layer);
+            base.precision = grid.precision;
+            base.seed = grid.seed;
+            const auto first = points.size();
+            for (auto& point : method_points(base, grid)) {
+              const std::string reason = obstacle(point, layer, window_obstacle);
+              if (reason.empty())
+                points.push_back(std::move(point));
+              else
+                skipped.add(reason);
+            }
+            for (auto p = first; p < points.size(); ++p) {
+              try {
+                on_token_grid(points[p].options, layer.window, layer.prefix_tokens)
+                    .validate(method, layer.tokens, layer.dim);
+              } catch (const std::invalid_argument& error) {
+                throw std::invalid_argument(describe(input, ": /layers/", layer.name, ": method ",
+                                                     to_string(method), ": ", error.what()));
+              }
+            }
+          }
+  }
+  return points;
+}
+
+std::string head_name(const PointDescription& point) {
+  return describe(point.layer, "/b", point.batch, "/h", point.head);
+}
+
+std::string reference_group(const PointDescription& point) {
+  return describe(head_name(point), "/", point.options.kernel.label());
+}
+
+std::string point_label(const PointDescription& point) {
+  const auto record = point_record(point, PointResult{});
+  const auto cell = [&](const std::string& name) {
+    for (const auto& c : record)
+      if (c.column.name == name) return c.value;
+    return Cell{};
+  };
+  const auto strategy = std::get<std::string>(cell("strategy"));
+  const auto pinv = std::get<std::string>(cell("pinv"));
+  const auto iterations = std::get<std::int64_t>(cell("pinv_iters"));
+  const auto size = std::get<std::int64_t>(cell("landmarks")) + std::get<std::int64_t>(cell("features")) +
+                    std::get<std::int64_t>(cell("projected"));
+  return describe(head_name(point), " ", point.options.kernel.label(), " ", to_string(point.method),
+                  strategy != "none" ? " " + strategy : "", " m=", size, pinv != "none" ? " " + pinv : "",
+                  iterations ? describe("x", iterations) : "");
+}
+
+}  // namespace nystrom::cli

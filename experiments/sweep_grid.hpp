@@ -1,0 +1,68 @@
+#pragma once
+/// @file sweep_grid.hpp
+/// The grid of `nystrom sweep`: layers × batch × heads × kernel × method × strategy × landmarks ×
+/// stabilization × pseudoinverse × iterations over a dump, one point per combination a method has. Each
+/// method spans only the axes it has: pnp-nystra all of them; symmetric-nystrom and cur strategy × m × pinv
+/// (stabilization none; cur only the selection strategies); nystromformer m × pinv (segment means);
+/// performer its feature counts (column `features`), linformer its projected lengths (column `projected`);
+/// exact one point. Points a method cannot run are left out and counted by reason (Skipped): softmax methods
+/// on other kernels than exp, cur with pooling strategies, window-pool on a layer without a token window
+/// (neither a `window` attribute nor N − prefix_tokens a square), default landmark counts above a layer's N;
+/// so the default grid runs on any valid dump.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hdf5_io.hpp"
+#include "nystrom/point_record.hpp"
+
+namespace nystrom::cli {
+
+/// The axes of a sweep and the options that apply to every point.
+struct SweepGrid {
+  std::vector<std::string> layers;    ///< empty: all
+  std::vector<Index> batches, heads;  ///< empty: all
+  std::vector<Kernel> kernels;        ///< exponential scale 0 means the layer's scale
+  std::vector<LandmarkStrategy> strategies;
+  std::vector<Index> landmarks;  ///< m
+  /// The landmark counts are the default ones: counts above a layer's N are left out there (given counts
+  /// above N are an error).
+  bool default_landmarks = false;
+  std::vector<Index> features;                    ///< performer's r
+  std::vector<Index> projected;                   ///< linformer's k
+  std::vector<std::pair<PinvMethod, int>> pinvs;  ///< method and iterations (0 for exact)
+  std::vector<Stabilization> stabilizations;
+  std::vector<Method> methods;
+  bool copy_rows = false, different_indices = false, front_padding = false, share_projections = false;
+  std::string precision = "double";
+  std::uint64_t seed = 0;
+};
+
+/// Grid points left out, counted by reason; reported once.
+struct Skipped {
+  std::map<std::string, std::int64_t> reasons;
+  void add(const std::string& reason) { ++reasons[reason]; }
+  /// One line per reason, "skipping <count> grid points: <reason>".
+  std::vector<std::string> lines() const;
+};
+
+/// The selected layers of the dump, every name checked.
+std::vector<DumpLayer> select_layers(const DumpInfo& dump, const SweepGrid& grid);
+
+/// Every point of the grid for the layers, in evaluation order (heads outermost, pseudoinverses innermost),
+/// every option validated against the layer's N and d (std::invalid_argument naming `input`, the layer and
+/// the method otherwise); points left out are counted in `skipped`.
+std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& layers, const SweepGrid& grid,
+                                               const std::string& input, Skipped& skipped);
+
+/// "00/b0/h3": the head a point is evaluated on.
+std::string head_name(const PointDescription& point);
+/// The head and kernel of a point: the state one evaluator builds once for a group of points.
+std::string reference_group(const PointDescription& point);
+/// A short description of a point for progress lines.
+std::string point_label(const PointDescription& point);
+
+}  // namespace nystrom::cli

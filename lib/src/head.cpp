@@ -1,0 +1,29 @@
+#include "nystrom/head.hpp"
+
+#include "nystrom/error.hpp"
+
+namespace nystrom {
+
+template <class T>
+void Head<T>::validate(const std::string& where) const {
+  require(q.rows() > 0 && q.cols() > 0, describe(where, ": empty head, Q is ", q.rows(), "x", q.cols()));
+  require(k.rows() == q.rows() && k.cols() == q.cols(),
+          describe(where, ": K is ", k.rows(), "x", k.cols(), ", expected the shape of Q, ", q.rows(), "x",
+                   q.cols()));
+  require(v.size() == 0 || v.rows() == q.rows(),
+          describe(where, ": V has ", v.rows(), " rows, expected N = ", q.rows()));
+  require(prefix_tokens >= 0 && prefix_tokens < q.rows(),
+          describe(where, ": prefix_tokens = ", prefix_tokens, " must lie in [0, N = ", q.rows(), ")"));
+  const Index grid = q.rows() - prefix_tokens;
+  require(window[0] * window[1] == 0 || (window[0] >= 1 && window[1] >= 1 && window[0] * window[1] == grid),
+          describe(where, ": window ", window[0], "x", window[1],
+                   " does not hold the N - prefix_tokens = ", grid, " grid tokens"));
+  require_finite(q, where + ": Q");
+  require_finite(k, where + ": K");
+  require_finite(v, where + ": V");
+}
+
+template struct Head<float>;
+template struct Head<double>;
+
+}  // namespace nystrom

@@ -1,0 +1,136 @@
+#pragma once
+/// @file matrix_errors.hpp
+/// The error measures of a point (internal to the library; evaluation.hpp states the rules): ‖·‖₂ of a stored
+/// matrix by the dense-or-Lanczos rule, ‖A − B‖_F accumulated in row panels, and the errors of a kernel
+/// approximation Ĝ against G or of an implied attention matrix Ŝ against S = D⁻¹G, dense or matrix-free.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "nystrom/backend.hpp"
+#include "nystrom/error.hpp"
+#include "nystrom/evaluation.hpp"
+#include "nystrom/factored_operator.hpp"
+#include "nystrom/nystrom.hpp"
+#include "nystrom/operators.hpp"
+#include "nystrom/spectral.hpp"
+
+namespace nystrom::detail {
+
+/// ‖E‖₂ and ‖E‖_F of one error matrix (NaN where the approximation is not finite).
+struct MatrixErrors {
+  double spectral = std::numeric_limits<double>::quiet_NaN();
+  double frobenius = std::numeric_limits<double>::quiet_NaN();
+};
+
+/// ‖A‖₂ of a stored matrix: full SVD up to options.dense_svd_limit, Lanczos on the stored matrix (one-pass
+/// Gram products) above it; NaN for a matrix with NaN or ±Inf entries.
+template <class T>
+double stored_norm(const Matrix<T>& a, const EvaluationOptions& options) {
+  if (!all_finite(a)) return std::numeric_limits<double>::quiet_NaN();
+  if (std::max(a.rows(), a.cols()) <= options.dense_svd_limit) return singular_values<T>(a)(0);
+  return spectral_norm(DenseOperator<T>(a), options.spectral).values(0);
+}
+
+/// ‖E‖₂ and ‖E‖_F of a stored error matrix.
+template <class T>
+MatrixErrors stored_errors(const Matrix<T>& error, const EvaluationOptions& options) {
+  MatrixErrors errors;
+  errors.spectral = stored_norm(error, options);
+  if (all_finite(error)) errors.frobenius = frobenius_norm<T>(error);
+  return errors;
+}
+
+/// ‖A − B‖_F for N×N matrices given by their row panels, `exact(first, count)` and `approximate(first,
+/// count)` (count×N each), evaluated panel by panel over the threads (reduce_over_panels) and accumulated in
+/// double; `work` is the multiply-adds of the whole sweep. Nothing N×N is stored.
+template <class T, class Exact, class Approximate>
+double panel_frobenius(Index n, Index panel_rows, double work, const Exact& exact,
+                       const Approximate& approximate) {
+  const Vector<double> total =
+      reduce_over_panels(n, panel_rows, 1, work, [&](Index first, Index count, Vector<double>& partial) {
+        Matrix<T> block = exact(first, count);
+        block -= approximate(first, count);
+        partial(0) += block.template cast<double>().squaredNorm();
+      });
+  return std::sqrt(total(0));
+}
+
+/// ‖G_c − Ĝ_c‖₂ and ‖G_c − Ĝ_c‖_F of kernel factors, matrix-free: Lanczos on error_operator (on
+/// options.device, products in double) and the Frobenius norm in row panels of κ_c on the host.
+template <class T>
+MatrixErrors matrix_free_kernel_errors(const Head<T>& head, const NystromFactors<T>& factors,
+                                       const EvaluationOptions& options) {
+  MatrixErrors errors;
+  errors.spectral =
+      spectral_norm(error_operator<T, double>(options.device, head.q, head.k, factors, options.tiling()),
+                    options.spectral)
+          .values(0);
+  const Kernel& kernel = factors.options.kernel;
+  const Matrix<T> right = factors.pinv.z * factors.upper;  // Z G_U, m×N
+  const Vector<T> row_scale = factors.left_log_scale.array().exp();
+  const double work =
+      double(head.q.rows()) * double(head.k.rows()) * double(head.q.cols() + factors.left.cols());
+  errors.frobenius = panel_frobenius<T>(
+      head.q.rows(), options.panel_rows, work,
+      [&](Index first, Index count) { return kernel.block<T>(head.q.middleRows(first, count), head.k); },
+      [&](Index first, Index count) {
+        Matrix<T> rows = factors.left.middleRows(first, count) * right;
+        rows.array().colwise() *= row_scale.segment(first, count).array();
+        return rows;
+      });
+  return errors;
+}
+
+/// ‖S − Ŝ‖₂ and ‖S − Ŝ‖_F for S = D⁻¹G_c (row sums `row_sums` = G_c 1) and an implied attention matrix,
+/// matrix-free: Lanczos on the difference of the row-scaled kernel operator (on options.device) and Ŝ in
+/// double, the Frobenius norm in row panels of κ_c on the host.
+template <class T>
+MatrixErrors matrix_free_attention_errors(const Head<T>& head, const Kernel& shifted,
+                                          const Vector<double>& row_sums, const FactoredOperator<T>& implied,
+                                          const EvaluationOptions& options) {
+  MatrixErrors errors;
+  const AnyOperator<double> g =
+      kernel_operator<T, double>(options.device, head.q, head.k, shifted, options.tiling());
+  const RowScaledOperator<AnyOperator<double>> exact(g, row_sums.cwiseInverse());
+  const FactoredOperator<double> approximate(
+      implied.left().template cast<double>(), implied.middle().template cast<double>(),
+      implied.right().template cast<double>(), implied.row_scale().template cast<double>());
+  const DifferenceOperator<RowScaledOperator<AnyOperator<double>>, FactoredOperator<double>> difference(
+      exact, approximate);
+  errors.spectral = spectral_norm(difference, options.spectral).values(0);
+  const Matrix<T> right =
+      implied.middle().size() ? Matrix<T>(implied.middle() * implied.right()) : implied.right();
+  const Vector<T> inverse_sums = row_sums.cwiseInverse().template cast<T>();
+  const double work = double(head.q.rows()) * double(head.k.rows()) * double(head.q.cols() + right.rows());
+  errors.frobenius = panel_frobenius<T>(
+      head.q.rows(), options.panel_rows, work,
+      [&](Index first, Index count) {
+        Matrix<T> rows = shifted.block<T>(head.q.middleRows(first, count), head.k);
+        rows.array().colwise() *= inverse_sums.segment(first, count).array();
+        return rows;
+      },
+      [&](Index first, Index count) {
+        Matrix<T> rows = implied.left().middleRows(first, count) * right;
+        if (implied.row_scale().size())
+          rows.array().colwise() *= implied.row_scale().segment(first, count).array();
+        return rows;
+      });
+  return errors;
+}
+
+/// True when every factor of Ĝ is finite (a numerical failure, e.g. plain blocks that overflowed, leaves the
+/// errors NaN instead of feeding NaN into a Lanczos run).
+template <class T>
+bool finite_factors(const NystromFactors<T>& f) {
+  return all_finite(f.left) && all_finite(f.upper) && all_finite(f.pinv.z) && all_finite(f.left_log_scale);
+}
+
+/// True when every factor of Ŝ is finite.
+template <class T>
+bool finite_factors(const FactoredOperator<T>& f) {
+  return all_finite(f.left()) && all_finite(f.middle()) && all_finite(f.right()) && all_finite(f.row_scale());
+}
+
+}  // namespace nystrom::detail
