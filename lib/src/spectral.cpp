@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lapack.hpp"
 #include "nystrom/error.hpp"
 
 namespace nystrom {
@@ -16,10 +17,39 @@ void SpectralOptions::validate() const {
 }
 
 template <class T>
+DenseSvd dense_svd(const ConstMatrixRef<T>& a, SvdVectors vectors) {
+  require_finite(a, "dense_svd: matrix");
+  const auto lapack_limit = static_cast<Index>(std::numeric_limits<lapack_int>::max());
+  require(a.rows() <= lapack_limit && a.cols() <= lapack_limit,
+          describe("dense_svd: a ", a.rows(), "x", a.cols(), " matrix exceeds LAPACK's index range"));
+  DenseSvd svd;
+  if (a.size() == 0) {
+    svd.u.resize(vectors == SvdVectors::thin ? a.rows() : 0, 0);
+    svd.v.resize(vectors == SvdVectors::thin ? a.cols() : 0, 0);
+    return svd;
+  }
+  const bool with_vectors = vectors == SvdVectors::thin;
+  Matrix<double> vt;
+  lapack_int info = 0;
+  for (const detail::SvdDriver driver : {detail::SvdDriver::gesdd, detail::SvdDriver::gesvd}) {
+    Matrix<double> work = a.template cast<double>();  // LAPACK overwrites its input
+    info = detail::lapack_svd(driver, work, with_vectors, svd.values, svd.u, vt);
+    if (info < 0)
+      throw std::logic_error(describe("dense_svd: LAPACK ", detail::driver_name(driver),
+                                      " rejected argument ", -info, " for a ", a.rows(), "x", a.cols(),
+                                      " matrix"));
+    if (info == 0) {
+      if (with_vectors) svd.v = vt.transpose();
+      return svd;
+    }
+  }
+  throw std::runtime_error(describe("dense_svd: LAPACK's dgesdd and dgesvd did not converge on a ", a.rows(),
+                                    "x", a.cols(), " matrix (dgesvd info = ", info, ")"));
+}
+
+template <class T>
 Vector<double> singular_values(const ConstMatrixRef<T>& a) {
-  require_finite(a, "singular_values: matrix");
-  if (a.size() == 0) return Vector<double>();
-  return Eigen::BDCSVD<Matrix<double>>(a.template cast<double>()).singularValues();
+  return dense_svd<T>(a, SvdVectors::none).values;
 }
 
 Index numerical_rank(const Vector<double>& singular_values, double tol) {
@@ -45,6 +75,7 @@ double frobenius_norm(const ConstMatrixRef<T>& a) {
 }
 
 #define NYSTROM_INSTANTIATE(T)                                          \
+  template DenseSvd dense_svd<T>(const ConstMatrixRef<T>&, SvdVectors); \
   template Vector<double> singular_values<T>(const ConstMatrixRef<T>&); \
   template double frobenius_norm<T>(const ConstMatrixRef<T>&);
 NYSTROM_INSTANTIATE(float)

@@ -59,7 +59,31 @@ SpectralResult augmented_spectral_norm(const Operator& op, const SpectralOptions
 template <class Operator>
 SpectralResult spectral_norm(const Operator& op, const SpectralOptions& options = {});
 
-/// All singular values of a dense matrix (full SVD in double), σ₁ first: the oracle and the small-N path.
+/// Which parts of a dense SVD to compute.
+enum class SvdVectors {
+  none,  ///< singular values only (LAPACK jobz = 'N')
+  thin   ///< also the thin U (rows×p) and V (cols×p), p = min(rows, cols) (jobz = 'S')
+};
+
+/// A thin singular value decomposition A = U diag(σ) Vᵀ of a dense rows×cols matrix, p = min(rows, cols).
+struct DenseSvd {
+  Vector<double> values;  ///< σ₁ ≥ … ≥ σ_p ≥ 0
+  Matrix<double> u;       ///< rows×p left singular vectors (empty for SvdVectors::none)
+  Matrix<double> v;       ///< cols×p right singular vectors (empty for SvdVectors::none)
+};
+
+/// The SVD of a dense matrix by LAPACK's dgesdd (divide and conquer) through LAPACKE, retried with dgesvd
+/// (QR iteration) where dgesdd does not converge. Always computed in double: a float matrix is widened
+/// (exactly), so the result is the SVD of the float matrix to double accuracy (absolute error about
+/// p·eps(double)·σ₁ on every σ_i, so exactly rank-deficient matrices give trailing values at that floor).
+/// O(rows·cols·p) time, one double copy of the matrix. Throws std::invalid_argument for NaN or Inf entries
+/// or sides beyond LAPACK's 32-bit index, std::runtime_error naming both drivers, the shape and LAPACK's info
+/// when neither converges.
+template <class T>
+DenseSvd dense_svd(const ConstMatrixRef<T>& a, SvdVectors vectors = SvdVectors::none);
+
+/// All singular values of a dense matrix, σ₁ first: dense_svd's values (LAPACK dgesdd, jobz = 'N', in
+/// double). The oracle of the Lanczos paths and their small-size path.
 template <class T>
 Vector<double> singular_values(const ConstMatrixRef<T>& a);
 

@@ -167,12 +167,13 @@ Vector<double> largest_eigenvalues(Symmetric& symmetric, Index k, Index basis, c
   return Vector<double>();
 }
 
-/// The k largest singular values of the formed operator by a full SVD (when a Krylov basis would span it).
+/// The k largest singular values of the formed operator by a full SVD (singular_values: LAPACK, when a
+/// Krylov basis would span it).
 template <class Operator>
 SpectralResult dense_top_singular_values(const Operator& op, Index k) {
   SpectralResult result;
   const Matrix<double> dense = materialize(op, result.matvecs);
-  result.values = Eigen::BDCSVD<Matrix<double>>(dense).singularValues().head(k);
+  result.values = singular_values<double>(dense).head(k);
   result.converged = true;
   return result;
 }
