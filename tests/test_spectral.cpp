@@ -253,6 +253,9 @@ TEST_CASE_TEMPLATE("singular values, numerical rank, energy fraction and Frobeni
   const Vector<double> s = (Vector<double>(3) << 3, 4, 0).finished();
   CHECK(energy_fraction(s, 1) == doctest::Approx(9.0 / 25.0));
   CHECK(energy_fraction(s, 0) == 0.0);
+  // Values whose squares overflow double (spectra of kernels with logits near 700).
+  CHECK(energy_fraction(s * 1e300, 1) == doctest::Approx(9.0 / 25.0));
+  CHECK(energy_fraction(Vector<double>::Zero(2), 1) == 1.0);
   CHECK(numerical_rank(s, 0.5) == 2);  // 0.5·σ_max = 2: values 3 and 4 exceed it
   CHECK(throws_naming([&] { energy_fraction(s, 4); }, "k = 4"));
   CHECK(frobenius_norm<T>(L) ==

@@ -62,9 +62,11 @@ Index numerical_rank(const Vector<double>& singular_values, double tol) {
 double energy_fraction(const Vector<double>& singular_values, Index k) {
   require(k >= 0 && k <= singular_values.size(),
           describe("energy_fraction: k = ", k, " must be in [0, ", singular_values.size(), "]"));
-  const double total = singular_values.squaredNorm();
-  if (total == 0) return k == 0 ? 0.0 : 1.0;
-  return singular_values.head(k).squaredNorm() / total;
+  // Σσ² of values near the top of double's range (kernels of logits near 700) overflows: scale by σ_max.
+  const double largest = singular_values.size() > 0 ? singular_values.cwiseAbs().maxCoeff() : 0.0;
+  if (largest == 0) return k == 0 ? 0.0 : 1.0;
+  const Vector<double> scaled = singular_values / largest;
+  return scaled.head(k).squaredNorm() / scaled.squaredNorm();
 }
 
 template <class T>

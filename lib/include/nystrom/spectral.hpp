@@ -90,7 +90,8 @@ Vector<double> singular_values(const ConstMatrixRef<T>& a);
 /// Number of singular values > tol·σ₁ (tol ≤ 0: n·eps(double) for n values).
 Index numerical_rank(const Vector<double>& singular_values, double tol);
 
-/// Fraction of Σσᵢ² captured by the first k singular values (of those given); 0 ≤ k ≤ their count.
+/// Fraction of Σσᵢ² captured by the first k singular values (of those given); 0 ≤ k ≤ their count. Computed
+/// on σ/σ_max, so it does not overflow for values near the top of double's range.
 double energy_fraction(const Vector<double>& singular_values, Index k);
 
 /// ‖A‖_F of a dense matrix accumulated in double.
