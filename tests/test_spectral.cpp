@@ -48,7 +48,81 @@ Matrix<T> exactly_low_rank_extended(Index n, Index d, Index blocks, std::uint64_
   return Kernel::exponential(1 / std::sqrt(double(d))).block<T>(tokens.queries, tokens.keys);
 }
 
+/// A stored matrix offering only single-vector products (and the one-pass Gram product): top_singular_values
+/// takes Spectra's restarted Lanczos on it, where a DenseOperator takes the block Lanczos.
+template <class T>
+struct VectorProductsOnly {
+  using Scalar = T;
+  DenseOperator<T> dense;
+  Index rows() const { return dense.rows(); }
+  Index cols() const { return dense.cols(); }
+  void perform_op(const T* x, T* y) const { dense.perform_op(x, y); }
+  void perform_transpose_op(const T* x, T* y) const { dense.perform_transpose_op(x, y); }
+  void perform_outer_gram_op(const T* x, T* y) const { dense.perform_outer_gram_op(x, y); }
+  void perform_inner_gram_op(const T* x, T* y) const { dense.perform_inner_gram_op(x, y); }
+};
+
 }  // namespace
+
+TEST_CASE_TEMPLATE("block Lanczos (stored matrices) and Spectra's restarted Lanczos both equal the SVD", T,
+                   float, double) {
+  const double eps = std::numeric_limits<T>::epsilon();
+  struct Case {
+    const char* name;
+    Matrix<double> a;
+    Index k;
+  };
+  // A clustered kernel spectrum (the sweep's G̃), a graded one, an exactly rank-3 one (the Krylov space is
+  // invariant after one block: deflated directions), tall and wide.
+  const Matrix<double> X = random_matrix<double>(330, 16, 91), Y = random_matrix<double>(330, 16, 92);
+  const Case cases[] = {{"kernel", Kernel::exponential(0.25).block<double>(X, Y), 17},
+                        {"graded", graded_matrix(300, 240, 93), 6},
+                        {"rank 3 tall", random_low_rank<double>(320, 260, 3, 94), 6},
+                        {"rank 3 wide", random_low_rank<double>(260, 320, 3, 95), 6},
+                        {"k = 1", random_matrix<double>(300, 280, 96), 1}};
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const Matrix<T> A = c.a.template cast<T>();
+    const Vector<double> oracle = oracle_singular_values(A.template cast<double>());
+    const double slack = std::sqrt(double(A.size())) * eps * oracle(0);
+    const SpectralResult block = top_singular_values(DenseOperator<T>(A), c.k);
+    const SpectralResult spectra = top_singular_values(VectorProductsOnly<T>{DenseOperator<T>(A)}, c.k);
+    for (const SpectralResult* result : {&block, &spectra}) {
+      CAPTURE(result == &block);
+      CHECK(result->converged);
+      REQUIRE(result->values.size() == c.k);
+      // Values resolvable by a Gram method (above √eps·σ₁) to the products' rounding; the rest within their
+      // certificate where it is finite.
+      for (Index i = 0; i < c.k; ++i) {
+        CAPTURE(i);
+        if (oracle(i) >= 10 * std::sqrt(eps) * oracle(0))
+          CHECK(std::abs(result->values(i) - oracle(i)) <= 10 * slack * oracle(0) / oracle(i));
+      }
+      if (std::isfinite(result->last_error_bound))
+        CHECK(distance_to_spectrum(result->values(c.k - 1), oracle) <= result->last_error_bound + slack);
+    }
+  }
+}
+
+TEST_CASE("block Lanczos: a non-finite product gives NaN values; a basis it cannot fill is left to Spectra") {
+  Vector<double> ritz;
+  const detail::BlockProduct nan_product = [](const ConstMatrixRef<double>& x, Matrix<double>& y) {
+    y = Matrix<double>::Constant(x.rows(), x.cols(), std::numeric_limits<double>::quiet_NaN());
+  };
+  const SpectralResult bad = detail::block_lanczos(500, 3, nan_product, ritz, {});
+  REQUIRE(bad.values.size() == 3);
+  CHECK(std::isnan(bad.values(0)));
+  CHECK_FALSE(bad.converged);
+  // The identity: every Ritz value is 1 at once, converged on the first check.
+  const detail::BlockProduct identity = [](const ConstMatrixRef<double>& x, Matrix<double>& y) { y = x; };
+  const SpectralResult one = detail::block_lanczos(500, 5, identity, ritz, {});
+  CHECK(one.converged);
+  CHECK((one.values.array() - 1).abs().maxCoeff() <= 1e-14);
+  CHECK(ritz.size() == 500);
+  // Too small for a basis of k + b vectors beside the operator size: empty values, for the caller's path.
+  CHECK(detail::block_lanczos(20, 17, identity, ritz, {}).values.size() == 0);
+  CHECK(ritz.size() == 0);
+}
 
 TEST_CASE_TEMPLATE("dense_svd equals the JacobiSVD oracle: values and thin vectors, both orientations", T,
                    float, double) {

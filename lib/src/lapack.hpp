@@ -1,12 +1,13 @@
 #pragma once
 /// @file lapack.hpp
-/// The library's one door to LAPACK (internal): the dense SVD drivers dgesdd (divide and conquer) and dgesvd
-/// (QR iteration) through LAPACKE, on a column-major double matrix. spectral.cpp's dense_svd is their only
-/// caller.
+/// The library's one door to LAPACK (internal), through LAPACKE on column-major double matrices: the dense
+/// SVD drivers dgesdd (divide and conquer) and dgesvd (QR iteration), behind spectral.hpp's dense_svd, and
+/// the symmetric eigensolver dsyevr (MRRR) for the Rayleigh–Ritz step of spectral.cpp's block Lanczos.
 
 #include <lapacke.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "nystrom/types.hpp"
 
@@ -40,6 +41,27 @@ inline lapack_int lapack_svd(SvdDriver driver, Matrix<double>& a, bool vectors, 
   Vector<double> superdiagonal(std::max<lapack_int>(1, p - 1));
   return LAPACKE_dgesvd(LAPACK_COL_MAJOR, job, job, rows, cols, a.data(), lda, sigma.data(), u.data(), ldu,
                         vt.data(), ldvt, superdiagonal.data());
+}
+
+/// The `count` largest eigenvalues (descending) and their unit eigenvectors (columns) of the symmetric
+/// matrix `a` (its upper triangle is read; `a` is overwritten) by dsyevr. Returns LAPACK's info (0 success).
+inline lapack_int lapack_top_eigenpairs(Matrix<double>& a, Index count, Vector<double>& values,
+                                        Matrix<double>& vectors) {
+  // All pairs by MRRR: for the small projected matrices here (n of a few hundred) it is several times faster
+  // than the bisection and inverse iteration dsyevr falls back to for a subset.
+  const auto n = static_cast<lapack_int>(a.rows());
+  lapack_int found = 0;
+  Vector<double> ascending(n);
+  Matrix<double> z(n, n);
+  std::vector<lapack_int> support(2 * static_cast<std::size_t>(n));
+  const lapack_int info =
+      LAPACKE_dsyevr(LAPACK_COL_MAJOR, 'V', 'A', 'U', n, a.data(), std::max<lapack_int>(1, n), 0.0, 0.0, 0, 0,
+                     0.0, &found, ascending.data(), z.data(), std::max<lapack_int>(1, n), support.data());
+  if (info != 0) return info;
+  const Index top = std::min<Index>(count, found);
+  values = ascending.segment(found - top, top).reverse();
+  vectors = z.middleCols(found - top, top).rowwise().reverse();
+  return 0;
 }
 
 }  // namespace nystrom::detail

@@ -102,6 +102,12 @@ class DenseOperator {
   void perform_inner_gram_residual_op(const T* x, const T* subtract, T* residual, T* y) const;
   /// r = Aᵀx − s (s: cols, may be null; r may be null), y = A r, in one pass over A by column panels J.
   void perform_outer_gram_residual_op(const T* x, const T* subtract, T* residual, T* y) const;
+  /// Y = A AᵀX for a block X of `count` vectors (rows × count, column-major) in one pass over A by column
+  /// panels: on a matrix beyond the caches a few vectors cost about what one does (the pass is memory-bound),
+  /// so it is threaded where a one-vector product is (spectral.hpp's block Lanczos).
+  void perform_outer_gram_block_op(const T* x, Index count, T* y) const;
+  /// Y = AᵀA X for a block X (cols × count) in one pass over A by row panels.
+  void perform_inner_gram_block_op(const T* x, Index count, T* y) const;
 
  private:
   double work() const { return double(rows()) * double(cols()); }
@@ -263,6 +269,36 @@ void DenseOperator<T>::perform_outer_gram_residual_op(const T* x, const T* subtr
                                    partial.noalias() += (block * projected).template cast<double>();
                                  });
   Eigen::Map<Vector<T>>(y, rows()) = total.template cast<T>();
+}
+
+template <class T>
+void DenseOperator<T>::perform_outer_gram_block_op(const T* x, Index count, T* y) const {
+  const Eigen::Map<const Matrix<T>> in(x, rows(), count);
+  const Vector<double> total =
+      detail::reduce_over_panels(cols(), detail::cache_panel(rows()), rows() * count, 2 * work(),
+                                 [&](Index first, Index lines, Vector<double>& partial) {
+                                   const auto block = a_.middleCols(first, lines);
+                                   const Matrix<T> projected = block.transpose() * in;
+                                   Eigen::Map<Matrix<double>>(partial.data(), rows(), count).noalias() +=
+                                       (block * projected).template cast<double>();
+                                 });
+  Eigen::Map<Matrix<T>>(y, rows(), count) =
+      Eigen::Map<const Matrix<double>>(total.data(), rows(), count).template cast<T>();
+}
+
+template <class T>
+void DenseOperator<T>::perform_inner_gram_block_op(const T* x, Index count, T* y) const {
+  const Eigen::Map<const Matrix<T>> in(x, cols(), count);
+  const Vector<double> total =
+      detail::reduce_over_panels(rows(), detail::cache_panel(cols()), cols() * count, 2 * work(),
+                                 [&](Index first, Index lines, Vector<double>& partial) {
+                                   const auto block = a_.middleRows(first, lines);
+                                   const Matrix<T> projected = block * in;
+                                   Eigen::Map<Matrix<double>>(partial.data(), cols(), count).noalias() +=
+                                       (block.transpose() * projected).template cast<double>();
+                                 });
+  Eigen::Map<Matrix<T>>(y, cols(), count) =
+      Eigen::Map<const Matrix<double>>(total.data(), cols(), count).template cast<T>();
 }
 
 template <class A, class B>

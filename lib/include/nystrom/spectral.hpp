@@ -11,7 +11,7 @@ namespace nystrom {
 
 /// Options for the Lanczos solvers.
 struct SpectralOptions {
-  int subspace = 0;          ///< Lanczos basis size ncv (0: max(2k + 1, 10), capped at the operator size)
+  int subspace = 0;  ///< Spectra's Lanczos basis size ncv (0: max(2k + 1, 10), capped at the operator size)
   int max_restarts = 1000;   ///< Spectra's maxit
   double tolerance = 1e-13;  ///< relative tolerance on the eigenvalues of AᵀA
   /// Throws std::invalid_argument naming the bad value (subspace < 0, max_restarts < 1, tolerance ≤ 0 or not
@@ -32,12 +32,15 @@ struct SpectralResult {
   double last_error_bound = 0;
 };
 
-/// Top-k singular values of `op` (1 ≤ k ≤ min(rows, cols)) by Lanczos (Spectra's SymEigsSolver, run in
-/// double) on AᵀA or AAᵀ, whichever is smaller, using a one-pass Gram product when the operator offers one
-/// (operators.hpp). When the Lanczos basis would cover the whole Gram matrix (small sizes), the operator is
-/// formed densely from its products and its singular values come from a full SVD instead. Squaring limits
-/// accuracy in the worst case to an absolute error of about eps·σ₁²/σ_i on σ_i (in practice, with accurate
-/// products, the values found come out far better, near eps·σ₁): `last_error_bound` says what σ_k holds.
+/// Top-k singular values of `op` (1 ≤ k ≤ min(rows, cols)) by Lanczos in double on AᵀA or AAᵀ, whichever is
+/// smaller: block Lanczos (full reorthogonalization, 4 vectors per one-pass block Gram product) where the
+/// operator offers block Gram products (a stored matrix, operators.hpp's DenseOperator), else Spectra's
+/// restarted SymEigsSolver using a one-pass Gram product when the operator offers one (and also where the
+/// block basis would outgrow max(10(k + 4), 240) vectors). When the Lanczos basis would cover the whole Gram
+/// matrix (small sizes), the operator is formed densely from its products and its singular values come from a
+/// full SVD instead. Squaring limits accuracy in the worst case to an absolute error of about eps·σ₁²/σ_i on
+/// σ_i (in practice, with accurate products, the values found come out far better, near eps·σ₁):
+/// `last_error_bound` says what σ_k holds.
 template <class Operator>
 SpectralResult top_singular_values(const Operator& op, Index k, const SpectralOptions& options = {});
 
