@@ -171,7 +171,7 @@ TEST_CASE_TEMPLATE("window pooling equals block means, with overlapping bins whe
   }
 }
 
-TEST_CASE("window grid names round-trip; pooling grids: aspect, square, fits, ties") {
+TEST_CASE("window grid names round-trip and pooling grids: aspect, square, ties") {
   for (auto grid : {WindowGrid::aspect, WindowGrid::square})
     CHECK(window_grid_from_string(to_string(grid)) == grid);
   CHECK(to_string(WindowGrid::aspect) == "aspect");
@@ -256,7 +256,7 @@ TEST_CASE_TEMPLATE(
 }
 
 TEST_CASE_TEMPLATE(
-    "prefix tokens are landmarks of their own; the strategy places the others on the remaining "
+    "prefix tokens are landmarks of their own and the strategy places the others on the remaining "
     "tokens",
     T, float, double) {
   const Index n = 101, d = 4, p = 2, m = 9;

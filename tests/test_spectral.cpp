@@ -104,7 +104,8 @@ TEST_CASE_TEMPLATE("block Lanczos (stored matrices) and Spectra's restarted Lanc
   }
 }
 
-TEST_CASE("block Lanczos: a non-finite product gives NaN values; a basis it cannot fill is left to Spectra") {
+TEST_CASE(
+    "block Lanczos: a non-finite product gives NaN values and a basis it cannot fill is left to Spectra") {
   Vector<double> ritz;
   const detail::BlockProduct nan_product = [](const ConstMatrixRef<double>& x, Matrix<double>& y) {
     y = Matrix<double>::Constant(x.rows(), x.cols(), std::numeric_limits<double>::quiet_NaN());
