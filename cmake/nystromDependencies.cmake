@@ -5,7 +5,8 @@
 #   Spectra::Spectra   header-only Spectra 1.0: its own package configuration where installed (spectra-config.cmake,
 #                      e.g. Debian's libspectra-dev), else an interface target on the directory holding
 #                      Spectra/SymEigsSolver.h (SPECTRA_INCLUDE_DIR)
-#   nystrom::openblas  LAPACKE and OpenBLAS (LAPACKE_LIBRARY, OPENBLAS_LIBRARY), when NYSTROM_WITH_OPENBLAS is ON
+#   nystrom::lapacke   LAPACK through LAPACKE (LAPACKE_LIBRARY, LAPACKE_INCLUDE_DIR): every dense SVD, always
+#   nystrom::openblas  OpenBLAS (OPENBLAS_LIBRARY) as Eigen's BLAS and LAPACK's, when NYSTROM_WITH_OPENBLAS is ON
 # Needs Eigen3 found first. Sets NYSTROM_MISSING_DEPENDENCIES to what was not found (empty when everything was).
 set(NYSTROM_MISSING_DEPENDENCIES "")
 
@@ -23,14 +24,24 @@ if(NOT TARGET Spectra::Spectra)
   endif()
 endif()
 
+if(NOT TARGET nystrom::lapacke)
+  find_library(LAPACKE_LIBRARY NAMES lapacke)
+  find_path(LAPACKE_INCLUDE_DIR lapacke.h)
+  if(LAPACKE_LIBRARY AND LAPACKE_INCLUDE_DIR)
+    add_library(nystrom::lapacke INTERFACE IMPORTED)
+    set_target_properties(nystrom::lapacke PROPERTIES INTERFACE_LINK_LIBRARIES "${LAPACKE_LIBRARY}"
+                                                      INTERFACE_INCLUDE_DIRECTORIES "${LAPACKE_INCLUDE_DIR}")
+  else()
+    list(APPEND NYSTROM_MISSING_DEPENDENCIES "LAPACKE (liblapacke, lapacke.h)")
+  endif()
+endif()
+
 if(NYSTROM_WITH_OPENBLAS AND NOT TARGET nystrom::openblas)
   find_library(OPENBLAS_LIBRARY NAMES openblas)
-  find_library(LAPACKE_LIBRARY NAMES lapacke)
-  if(OPENBLAS_LIBRARY AND LAPACKE_LIBRARY)
+  if(OPENBLAS_LIBRARY)
     add_library(nystrom::openblas INTERFACE IMPORTED)
-    set_target_properties(nystrom::openblas PROPERTIES
-                          INTERFACE_LINK_LIBRARIES "${LAPACKE_LIBRARY};${OPENBLAS_LIBRARY}")
+    set_target_properties(nystrom::openblas PROPERTIES INTERFACE_LINK_LIBRARIES "${OPENBLAS_LIBRARY}")
   else()
-    list(APPEND NYSTROM_MISSING_DEPENDENCIES "OpenBLAS and LAPACKE (libopenblas, liblapacke)")
+    list(APPEND NYSTROM_MISSING_DEPENDENCIES "OpenBLAS (libopenblas)")
   endif()
 endif()

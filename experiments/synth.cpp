@@ -230,7 +230,10 @@ int run_synth(const Invocation& invocation) {
                                     {"blocks", spec.blocks}})
     require(value >= 1, describe("option --", name, ": ", value, " must be >= 1"));
   require(spec.value_dim >= 0, describe("option --value-dim: ", spec.value_dim, " must be >= 0"));
-  require(spec.blocks <= spec.tokens,
+  const auto uses = [&](SynthKind kind) {
+    return std::find(spec.kinds.begin(), spec.kinds.end(), kind) != spec.kinds.end();
+  };
+  require(spec.blocks <= spec.tokens || !uses(SynthKind::block_constant),
           describe("option --blocks: ", spec.blocks, " exceeds N = ", spec.tokens));
   require(spec.noise >= 0 && std::isfinite(spec.noise),
           describe("option --noise: ", spec.noise, " must be >= 0"));
@@ -238,8 +241,7 @@ int run_synth(const Invocation& invocation) {
   require(dtype == "float32" || dtype == "float64",
           describe("option --dtype: '", dtype, "' (expected float32 or float64)"));
   require(!without_batch_axis || spec.batch == 1, "option --no-batch-axis needs --batch 1");
-  if (std::find(spec.kinds.begin(), spec.kinds.end(), SynthKind::window) != spec.kinds.end())
-    spec.window = parse_window(values["window"].as<std::string>(), spec.tokens);
+  if (uses(SynthKind::window)) spec.window = parse_window(values["window"].as<std::string>(), spec.tokens);
   apply_threads(values);
 
   AtomicFile file(values["output"].as<std::string>());

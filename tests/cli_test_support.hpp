@@ -85,6 +85,24 @@ struct Table {
   }
 };
 
+/// Every value of the double dataset `name` (e.g. "spectra/00/sv_Gext") of a results file, flattened in
+/// storage order, with its dimensions.
+struct Doubles {
+  std::vector<hsize_t> dims;
+  std::vector<double> values;
+};
+
+inline Doubles read_doubles(const std::string& path, const std::string& name) {
+  cli::Handle file = cli::open_file(path, false);
+  cli::Handle dataset = cli::open_dataset(file.get(), name);
+  Doubles out{cli::dataset_dims(dataset.get()), {}};
+  hsize_t count = 1;
+  for (hsize_t dim : out.dims) count *= dim;
+  out.values.resize(count);
+  H5Dread(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.values.data());
+  return out;
+}
+
 inline Table read_sweep(const std::string& path) {
   cli::Handle file = cli::open_file(path, false);
   cli::Handle group = cli::open_group(file.get(), "sweep");

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "nystrom/bounds.hpp"
+#include "nystrom/landmarks.hpp"
+#include "nystrom/spectral.hpp"
 #include "test_support.hpp"
 
 using namespace nystrom;
@@ -85,6 +87,42 @@ TEST_CASE("Corollary 2.2: a rank-m extended matrix gives E = 0 and zero bounds")
   CHECK(c.report.theorem1_applies);
   CHECK(c.report.theorem1 <= 1e-10 * c.report.sigma1_ext);
   CHECK(c.report.holds());
+}
+
+TEST_CASE_TEMPLATE(
+    "Corollary 2.2 on block-constant tokens: σ_{m+1}(G̃) at the rounding floor, every bound finite", T, float,
+    double) {
+  // The sweep's exact-recovery case: segment-constant tokens and m = blocks segment-means landmarks give
+  // rank(G̃) = m, so σ_{m+1}(G̃) is O((N + m)·eps·σ₁) and the bounds are tiny, finite and respected.
+  for (auto [n, d, m] : {std::array<Index, 3>{480, 12, 8}, {301, 3, 5}}) {
+    CAPTURE(n);
+    const Matrix<T> Q = segment_constant<T>(n, d, m, 81), K = segment_constant<T>(n, d, m, 82);
+    LandmarkOptions options;
+    options.count = m;
+    const Landmarks<T> marks = select_landmarks<T>(Q, K, options);
+    const Kernel kernel = Kernel::exponential(1 / std::sqrt(double(d)));
+    const Matrix<T> core = kernel.block<T>(marks.q, marks.k), upper = kernel.block<T>(marks.q, K),
+                    left = kernel.block<T>(Q, marks.k), g = kernel.block<T>(Q, K);
+    const ExtendedTokens<T> tokens = extended_tokens<T>(Q, K, marks);
+    const Vector<double> sigma = singular_values<T>(kernel.block<T>(tokens.queries, tokens.keys));
+    const double floor = double(n + m) * std::numeric_limits<T>::epsilon() * sigma(0);
+    CHECK(sigma(m) <= floor);
+    const Matrix<double> a = core.template cast<double>();
+    const double sigma_m_core = singular_values<T>(core)(m - 1);
+    CHECK(sigma_m_core > 1e-8 * sigma(0));  // a nonsingular core
+    const Matrix<double> error = g.template cast<double>() -
+                                 left.template cast<double>() * a.inverse() * upper.template cast<double>();
+    const BoundReport report = evaluate_bounds(
+        {sigma(0), sigma(m), sigma_m_core, norm2(error), theorem3_constant<T>(left, core, upper)});
+    CHECK(report.spectral_error <= floor);
+    CHECK(report.theorem1_applies);
+    CHECK(report.theorem2_applies);
+    CHECK(report.theorem3_applies);
+    for (double bound : {report.ratio, report.theorem1, report.theorem2, report.theorem3, report.theorem3_k})
+      CHECK(std::isfinite(bound));
+    CHECK(report.ratio <= floor / sigma_m_core);
+    CHECK(report.holds(1e-8));
+  }
 }
 
 TEST_CASE("evaluate_bounds follows the table of MATH.md §3, NaN and false where a bound does not apply") {

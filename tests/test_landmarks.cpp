@@ -40,6 +40,24 @@ std::vector<Index> top_by_sort(const Vector<double>& score, Index m) {
   return order;
 }
 
+/// Adaptive average pooling straight from MATH.md §5 (bins [⌊I·H/h⌋, ⌈(I+1)·H/h⌉) by floating-point floor and
+/// ceil) of the window tokens rows [first, first + h·w) of X to a gh×gw grid, cells row-major, in double.
+template <class T>
+Matrix<double> pooling_oracle(const Matrix<T>& X, Index first, Index h, Index w, Index gh, Index gw) {
+  Matrix<double> out(gh * gw, X.cols());
+  for (Index I = 0; I < gh; ++I) {
+    for (Index J = 0; J < gw; ++J) {
+      std::vector<Index> rows;
+      for (Index r = Index(std::floor(double(I) * h / gh)); r < Index(std::ceil(double(I + 1) * h / gh)); ++r)
+        for (Index c = Index(std::floor(double(J) * w / gw)); c < Index(std::ceil(double(J + 1) * w / gw));
+             ++c)
+          rows.push_back(first + r * w + c);
+      out.row(I * gw + J) = mean_of_rows<T>(X, rows).transpose();
+    }
+  }
+  return out;
+}
+
 LandmarkOptions options_for(LandmarkStrategy strategy, Index m) {
   LandmarkOptions options;
   options.strategy = strategy;
@@ -107,7 +125,7 @@ TEST_CASE("closest-square factors") {
 TEST_CASE_TEMPLATE("window pooling equals block means, with overlapping bins when uneven", T, float, double) {
   SUBCASE("32x32 window, m = 16: the 4x4 grid of 8x8 block means") {
     const Matrix<T> X = random_matrix<T>(32 * 32, 3, 201);
-    const Matrix<T> pooled = window_pool<T>(X, 32, 32, 16);
+    const Matrix<T> pooled = window_pool<T>(X, 32, 32, 16, WindowGrid::aspect);
     REQUIRE(pooled.rows() == 16);
     for (Index I = 0; I < 4; ++I) {
       for (Index J = 0; J < 4; ++J) {
@@ -127,7 +145,7 @@ TEST_CASE_TEMPLATE("window pooling equals block means, with overlapping bins whe
     // Token value = its index t = 7r + c, so each bin mean is known in closed form: mean(7r) + mean(c).
     Matrix<T> X(49, 1);
     for (Index t = 0; t < 49; ++t) X(t, 0) = T(t);
-    const Matrix<T> pooled = window_pool<T>(X, 7, 7, 4);
+    const Matrix<T> pooled = window_pool<T>(X, 7, 7, 4, WindowGrid::aspect);
     const double low = (0 + 1 + 2 + 3) / 4.0, high = (3 + 4 + 5 + 6) / 4.0;  // means over [0,4) and [3,7)
     CHECK(double(pooled(0, 0)) == doctest::Approx(7 * low + low));
     CHECK(double(pooled(1, 0)) == doctest::Approx(7 * low + high));
@@ -135,9 +153,10 @@ TEST_CASE_TEMPLATE("window pooling equals block means, with overlapping bins whe
     CHECK(double(pooled(3, 0)) == doctest::Approx(7 * high + high));
   }
   SUBCASE("rectangular window and a non-square m") {
-    // 6x10 grid, m = 8 → 2x4 bins: rows [0,3),[3,6); columns [0,3),[2,5),[5,8),[7,10).
+    // 6x10 grid, m = 8 → 2x4 bins with either grid: rows [0,3),[3,6); columns [0,3),[2,5),[5,8),[7,10).
     const Matrix<T> X = random_matrix<T>(60, 2, 202);
-    const Matrix<T> pooled = window_pool<T>(X, 6, 10, 8);
+    const Matrix<T> pooled = window_pool<T>(X, 6, 10, 8, WindowGrid::square);
+    CHECK(window_pool<T>(X, 6, 10, 8, WindowGrid::aspect) == pooled);
     const Index column_bins[4][2] = {{0, 3}, {2, 5}, {5, 8}, {7, 10}};
     for (Index I = 0; I < 2; ++I) {
       for (Index J = 0; J < 4; ++J) {
@@ -149,6 +168,142 @@ TEST_CASE_TEMPLATE("window pooling equals block means, with overlapping bins whe
               tolerance<T>(9) * (1 + oracle.norm()));
       }
     }
+  }
+}
+
+TEST_CASE("window grid names round-trip and pooling grids: aspect, square, ties") {
+  for (auto grid : {WindowGrid::aspect, WindowGrid::square})
+    CHECK(window_grid_from_string(to_string(grid)) == grid);
+  CHECK(to_string(WindowGrid::aspect) == "aspect");
+  CHECK(to_string(WindowGrid::square) == "square");
+  CHECK(throws_naming([] { window_grid_from_string("round"); }, "round"));
+  using Grid = std::array<Index, 2>;
+  // m = 16 on an 8×32 window: aspect 2×8 (exactly h/w), square 4×4; transposed windows transpose the grid.
+  CHECK(pooling_grid(8, 32, 16, WindowGrid::aspect) == Grid{2, 8});
+  CHECK(pooling_grid(32, 8, 16, WindowGrid::aspect) == Grid{8, 2});
+  CHECK(pooling_grid(8, 32, 16, WindowGrid::square) == Grid{4, 4});
+  // Ties in log ratio (1×8 and 2×4 are both a factor 2 from 8/32) go to the squarer grid.
+  CHECK(pooling_grid(8, 32, 8, WindowGrid::aspect) == Grid{2, 4});
+  // m = h·w: the window itself. Otherwise the closest aspect in log ratio (5×7, m = 6: 2×3 is 7% off, 3×2
+  // 110%), also where no grid fits (2×5, m = 9: 3×3 repeats rows, as the square grid does, but is closer
+  // than 1×9).
+  CHECK(pooling_grid(3, 5, 15, WindowGrid::aspect) == Grid{3, 5});
+  CHECK(pooling_grid(5, 3, 15, WindowGrid::aspect) == Grid{5, 3});
+  CHECK(pooling_grid(2, 50, 16, WindowGrid::aspect) == Grid{1, 16});
+  CHECK(pooling_grid(5, 7, 6, WindowGrid::aspect) == Grid{2, 3});
+  CHECK(pooling_grid(2, 5, 9, WindowGrid::aspect) == Grid{3, 3});
+  // On square windows aspect equals the closest-square grid, for every m up to N.
+  for (Index side = 1; side <= 12; ++side)
+    for (Index m = 1; m <= side * side; ++m) {
+      CAPTURE(side);
+      CAPTURE(m);
+      CHECK(pooling_grid(side, side, m, WindowGrid::aspect) == closest_square_factors(m));
+    }
+  CHECK(throws_naming([] { pooling_grid(0, 4, 2, WindowGrid::aspect); }, "0x4"));
+  CHECK(throws_naming([] { pooling_grid(4, 4, 0, WindowGrid::square); }, "cells = 0"));
+}
+
+TEST_CASE_TEMPLATE(
+    "window pooling equals the naive pooling oracle: square and rectangular windows, prefix tokens, "
+    "odd sizes, m = N",
+    T, float, double) {
+  struct Case {
+    Index prefix, h, w, m;  // m counts the prefix tokens
+    WindowGrid grid;
+    Index gh, gw;  // the expected grid of the m − prefix cells
+  };
+  const Case cases[] = {
+      {0, 8, 32, 16, WindowGrid::aspect, 2, 8},  {0, 8, 32, 16, WindowGrid::square, 4, 4},
+      {0, 32, 8, 16, WindowGrid::aspect, 8, 2},  {1, 14, 14, 17, WindowGrid::aspect, 4, 4},
+      {1, 14, 14, 50, WindowGrid::aspect, 7, 7}, {2, 5, 7, 8, WindowGrid::aspect, 2, 3},
+      {3, 9, 11, 10, WindowGrid::square, 1, 7},  {0, 7, 9, 63, WindowGrid::aspect, 7, 9},
+      {1, 3, 5, 16, WindowGrid::aspect, 3, 5},   {1, 3, 5, 16, WindowGrid::square, 3, 5},
+      {0, 2, 6, 12, WindowGrid::square, 3, 4},  // gh > h: repeated bins, as the authors' code
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.prefix);
+    CAPTURE(c.h);
+    CAPTURE(c.w);
+    CAPTURE(c.m);
+    CAPTURE(to_string(c.grid));
+    const Index n = c.prefix + c.h * c.w;
+    REQUIRE(pooling_grid(c.h, c.w, c.m - c.prefix, c.grid) == std::array<Index, 2>{c.gh, c.gw});
+    const Matrix<T> Q = random_matrix<T>(n, 3, 211 + std::uint64_t(n)), K = random_matrix<T>(n, 3, 212);
+    LandmarkOptions options = options_for(LandmarkStrategy::window_pool, c.m);
+    options.window = {c.h, c.w};
+    options.window_grid = c.grid;
+    options.prefix_tokens = c.prefix;
+    const Landmarks<T> marks = select_landmarks<T>(Q, K, options);
+    REQUIRE(marks.q.rows() == c.m);
+    CHECK(marks.q_indices.empty());
+    for (const auto& [X, pooled] : {std::pair{&Q, &marks.q}, {&K, &marks.k}}) {
+      // The prefix tokens themselves, then the oracle's cells.
+      CHECK(pooled->topRows(c.prefix) == X->topRows(c.prefix));
+      const Matrix<double> oracle = pooling_oracle<T>(*X, c.prefix, c.h, c.w, c.gh, c.gw);
+      CHECK((pooled->bottomRows(c.m - c.prefix).template cast<double>() - oracle).cwiseAbs().maxCoeff() <=
+            tolerance<T>(n) * (1 + oracle.cwiseAbs().maxCoeff()));
+    }
+    // m = N: every cell is one token, so the landmarks are the tokens.
+    if (c.m == n && c.gh == c.h) CHECK(marks.q == Q);
+  }
+  // Without a window, N − p square: the square window is inferred (197 = 1 + 14²).
+  const Matrix<T> X = random_matrix<T>(197, 2, 213);
+  LandmarkOptions inferred = options_for(LandmarkStrategy::window_pool, 17);
+  inferred.prefix_tokens = 1;
+  LandmarkOptions explicit_window = inferred;
+  explicit_window.window = {14, 14};
+  CHECK(select_landmarks<T>(X, X, inferred).q == select_landmarks<T>(X, X, explicit_window).q);
+}
+
+TEST_CASE_TEMPLATE(
+    "prefix tokens are landmarks of their own and the strategy places the others on the remaining "
+    "tokens",
+    T, float, double) {
+  const Index n = 101, d = 4, p = 2, m = 9;
+  const Matrix<T> Q = random_matrix<T>(n, d, 221), K = random_matrix<T>(n, d, 222);
+  SUBCASE("pooling strategies: the prefix rows, then the strategy on the other N − p tokens with m − p") {
+    for (auto strategy : {LandmarkStrategy::segment_means, LandmarkStrategy::kmeans}) {
+      CAPTURE(to_string(strategy));
+      LandmarkOptions with_prefix = options_for(strategy, m);
+      with_prefix.prefix_tokens = p;
+      with_prefix.seed = 5;
+      LandmarkOptions rest = options_for(strategy, m - p);
+      rest.seed = 5;
+      const Landmarks<T> marks = select_landmarks<T>(Q, K, with_prefix);
+      const Matrix<T> q_rest = Q.bottomRows(n - p), k_rest = K.bottomRows(n - p);
+      const Landmarks<T> others = select_landmarks<T>(q_rest, k_rest, rest);
+      REQUIRE(marks.q.rows() == m);
+      CHECK(marks.q.topRows(p) == Q.topRows(p));
+      CHECK(marks.k.topRows(p) == K.topRows(p));
+      CHECK(marks.q.bottomRows(m - p) == others.q);
+      CHECK(marks.k.bottomRows(m - p) == others.k);
+    }
+  }
+  SUBCASE("selection strategies: the prefix tokens are forced rows") {
+    for (auto strategy : {LandmarkStrategy::step, LandmarkStrategy::random, LandmarkStrategy::top_sum,
+                          LandmarkStrategy::top_abs, LandmarkStrategy::top_embed}) {
+      CAPTURE(to_string(strategy));
+      LandmarkOptions with_prefix = options_for(strategy, m);
+      with_prefix.prefix_tokens = p;
+      with_prefix.same_indices = false;
+      with_prefix.forced = {1, 50};  // overlaps the prefix in token 1
+      LandmarkOptions forced = with_prefix;
+      forced.prefix_tokens = 0;
+      forced.forced = {0, 1, 50};
+      const Landmarks<T> marks = select_landmarks<T>(Q, K, with_prefix);
+      const Landmarks<T> oracle = select_landmarks<T>(Q, K, forced);
+      CHECK(marks.q_indices == oracle.q_indices);
+      CHECK(marks.k_indices == oracle.k_indices);
+      CHECK(std::vector<Index>(marks.q_indices.begin(), marks.q_indices.begin() + 2) ==
+            std::vector<Index>{0, 1});
+      CHECK(marks.q.row(0) == Q.row(0));
+    }
+  }
+  SUBCASE("given indices are used as they are") {
+    LandmarkOptions options = options_for(LandmarkStrategy::given, 2);
+    options.q_indices = {7, 9};
+    options.prefix_tokens = 5;
+    CHECK(select_landmarks<T>(Q, K, options).q_indices == std::vector<Index>{7, 9});
   }
 }
 
@@ -337,6 +492,25 @@ TEST_CASE("bad landmark options throw naming the value") {
   CHECK(fails(options, "N = 20 is not a square"));
   options.window = {3, 7};
   CHECK(fails(options, "window 3x7"));
+  options = options_for(LandmarkStrategy::window_pool, 4);
+  options.prefix_tokens = -1;
+  CHECK(fails(options, "prefix_tokens = -1"));
+  options.prefix_tokens = 4;
+  CHECK(fails(options, "prefix_tokens = 4 must be < m = 4"));
+  options = options_for(LandmarkStrategy::segment_means, 3);
+  options.prefix_tokens = 3;
+  CHECK(fails(options, "prefix_tokens = 3"));
+  options = options_for(LandmarkStrategy::window_pool, 4);
+  options.prefix_tokens = 2;
+  CHECK(fails(options, "N - prefix_tokens = 20 - 2 = 18 is not a square"));
+  options.window = {4, 5};
+  CHECK(fails(options, "window 4x5 does not hold N - prefix_tokens = 20 - 2 = 18"));
+  options.window = {3, 6};
+  CHECK_NOTHROW(select_landmarks<double>(Q, K, options));
+  options = options_for(LandmarkStrategy::step, 3);
+  options.prefix_tokens = 2;
+  options.forced = {5, 9};
+  CHECK(fails(options, "4 forced indices (prefix tokens included) exceed m = 3"));
   options = options_for(LandmarkStrategy::top_embed, 4);
   options.embed_column = 4;
   CHECK(fails(options, "embed_column = 4"));
@@ -348,5 +522,5 @@ TEST_CASE("bad landmark options throw naming the value") {
   CHECK(throws_naming([&] { select_landmarks<double>(bad, K, options_for(LandmarkStrategy::step, 2)); },
                       "non-finite"));
   CHECK(throws_naming([&] { segment_means<double>(Q, 21); }, "m = 21"));
-  CHECK(throws_naming([&] { window_pool<double>(Q, 4, 4, 4); }, "4x4"));
+  CHECK(throws_naming([&] { window_pool<double>(Q, 4, 4, 4, WindowGrid::aspect); }, "4x4"));
 }

@@ -24,18 +24,34 @@ Vector<T> backward(const Op& op, const Vector<T>& x) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("DenseOperator products and its one-pass A Aᵀ equal dense products", T, float, double) {
-  for (auto [rows, cols] : {std::pair<Index, Index>{300, 170}, {170, 300}, {1, 5}}) {
+TEST_CASE_TEMPLATE("DenseOperator products and its one-pass Gram products equal dense products", T, float,
+                   double) {
+  for (auto [rows, cols] : {std::pair<Index, Index>{300, 170}, {170, 300}, {1, 5}, {5000, 7}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
     const Matrix<T> A = random_matrix<T>(rows, cols, 1);
     const Vector<T> x = random_matrix<T>(cols, 1, 2), w = random_matrix<T>(rows, 1, 3);
+    const Vector<T> s = random_matrix<T>(rows, 1, 4), t = random_matrix<T>(cols, 1, 5);
     const DenseOperator<T> op(A);
     CHECK(relative_difference(forward(op, x), A * x) <= tolerance<T>(cols));
     CHECK(relative_difference(backward(op, w), A.transpose() * w) <= tolerance<T>(rows));
-    Vector<T> gram(rows);
-    op.perform_outer_gram_op(w.data(), gram.data());
     const Matrix<double> Ad = A.template cast<double>();
-    CHECK(relative_difference(gram, Ad * (Ad.transpose() * w.template cast<double>())) <=
-          tolerance<T>(rows * cols));
+    const Vector<double> xd = x.template cast<double>(), wd = w.template cast<double>();
+    Vector<T> outer(rows), inner(cols);
+    op.perform_outer_gram_op(w.data(), outer.data());
+    CHECK(relative_difference(outer, Ad * (Ad.transpose() * wd)) <= tolerance<T>(rows * cols));
+    op.perform_inner_gram_op(x.data(), inner.data());
+    CHECK(relative_difference(inner, Ad.transpose() * (Ad * xd)) <= tolerance<T>(rows * cols));
+    // Fused with a subtraction: r = A x − s, y = Aᵀr and r = Aᵀw − t, y = A r.
+    const Vector<double> r_inner = Ad * xd - s.template cast<double>();
+    const Vector<double> r_outer = Ad.transpose() * wd - t.template cast<double>();
+    Vector<T> residual_inner(rows), residual_outer(cols);
+    op.perform_inner_gram_residual_op(x.data(), s.data(), residual_inner.data(), inner.data());
+    op.perform_outer_gram_residual_op(w.data(), t.data(), residual_outer.data(), outer.data());
+    CHECK(relative_difference(residual_inner, r_inner) <= tolerance<T>(cols) * 10);
+    CHECK(relative_difference(inner, Ad.transpose() * r_inner) <= tolerance<T>(rows * cols) * 10);
+    CHECK(relative_difference(residual_outer, r_outer) <= tolerance<T>(rows) * 10);
+    CHECK(relative_difference(outer, Ad * r_outer) <= tolerance<T>(rows * cols) * 10);
   }
 }
 
@@ -51,9 +67,11 @@ TEST_CASE("DenseOperator products above parallel_work agree on one and two threa
     set_threads(count);
     CHECK(relative_difference(forward(op, x), A * x) <= tolerance<double>(cols));
     CHECK(relative_difference(backward(op, w), A.transpose() * w) <= tolerance<double>(rows));
-    Vector<double> gram(rows);
+    Vector<double> gram(rows), inner(cols);
     op.perform_outer_gram_op(w.data(), gram.data());
     CHECK(relative_difference(gram, A * (A.transpose() * w)) <= tolerance<double>(rows * cols));
+    op.perform_inner_gram_op(x.data(), inner.data());
+    CHECK(relative_difference(inner, A.transpose() * (A * x)) <= tolerance<double>(rows * cols));
   }
   set_threads(before);
 }
@@ -96,6 +114,18 @@ TEST_CASE_TEMPLATE("DifferenceOperator and NystromOperator equal G − Ĝ", T, f
   CHECK(relative_difference(forward(error, x), E * x.template cast<double>()) <= tolerance<T>(n * d) * scale);
   CHECK(relative_difference(backward(error, x), E.transpose() * x.template cast<double>()) <=
         tolerance<T>(n * d) * scale);
+  // A stored G: the fused Gram products EᵀE x and EEᵀx read G once and equal the dense ones.
+  const Matrix<T> stored = naive_kernel<T>(Q, K, options.kernel);
+  const DenseOperator<T> g_stored(stored);
+  const DifferenceOperator<DenseOperator<T>, NystromOperator<T>> stored_error(g_stored, approximation);
+  static_assert(detail::HasInnerGram<decltype(stored_error)> && detail::HasOuterGram<decltype(stored_error)>);
+  Vector<T> gram(n);
+  stored_error.perform_inner_gram_op(x.data(), gram.data());
+  CHECK(relative_difference(gram, E.transpose() * (E * x.template cast<double>())) <=
+        tolerance<T>(n * n) * scale * scale);
+  stored_error.perform_outer_gram_op(x.data(), gram.data());
+  CHECK(relative_difference(gram, E * (E.transpose() * x.template cast<double>())) <=
+        tolerance<T>(n * n) * scale * scale);
   const Matrix<T> other(n, n + 1);
   const DenseOperator<T> wrong(other);
   CHECK(throws_naming([&] { DifferenceOperator<KernelOperator<T>, DenseOperator<T>>(g, wrong); }, "121"));

@@ -89,6 +89,27 @@ TEST_CASE_TEMPLATE("exact pinv equals the dense SVD pseudoinverse", T, float, do
     // The residual ‖I − AZ‖_F of a rank-5 projector is √(m − 5).
     CHECK(result.residual() == doctest::Approx(std::sqrt(double(m - 5))).epsilon(tol));
   }
+  SUBCASE("repeated landmarks: a kernel core with exactly repeated rows and columns") {
+    // 12 landmarks, 4 distinct tokens each repeated 3 times (segment means of block-constant tokens with
+    // m > blocks): rank exactly 4, the case a divide-and-conquer SVD must not trip over.
+    const Matrix<T> distinct = random_matrix<T>(4, 6, 1004), other = random_matrix<T>(4, 6, 1005);
+    Matrix<T> q(12, 6), k(12, 6);
+    for (Index i = 0; i < 12; ++i) {
+      q.row(i) = distinct.row(i / 3);
+      k.row(i) = other.row(i % 4);
+    }
+    const Matrix<T> A = Kernel::exponential(0.4).block<T>(q, k);
+    const PinvResult<T> result = pseudoinverse<T>(A, PinvOptions{});
+    CHECK(result.status == PinvStatus::converged);
+    CHECK(result.rank == 4);
+    const Matrix<double> a = A.template cast<double>(), z = result.z.template cast<double>();
+    const Matrix<double> oracle = dense_pinv(a, 12 * std::numeric_limits<T>::epsilon());
+    const double tol = tolerance<T>(12) * largest_singular_value<T>(A) *
+                       Eigen::JacobiSVD<Matrix<double>>(oracle).singularValues()(0);
+    CHECK(relative_difference(a * z * a, a) <= tol);
+    CHECK(relative_difference(z * a * z, z) <= tol);
+    CHECK(relative_difference(z, oracle) <= tol);
+  }
   SUBCASE("a relative cut drops the small singular values") {
     // Singular values 1..0.1 evenly; a cut at 0.5 keeps those > 0.5·σ₁.
     const Matrix<T> A = conditioned_matrix<T>(m, 0.1, 1, 1003);

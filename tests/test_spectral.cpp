@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "nystrom/landmarks.hpp"
 #include "nystrom/operators.hpp"
 #include "nystrom/spectral.hpp"
 #include "test_support.hpp"
@@ -34,7 +35,178 @@ double distance_to_spectrum(double value, const Vector<double>& spectrum) {
   return (spectrum.array() - value).abs().minCoeff();
 }
 
+/// G̃ = κ([Q̄; Q], [K̄; K]) (exponential kernel) of segment-constant tokens with `blocks` segment-means
+/// landmarks: its rows (and columns) repeat within each block, so rank(G̃) ≤ blocks exactly (Corollary 2.2).
+template <class T>
+Matrix<T> exactly_low_rank_extended(Index n, Index d, Index blocks, std::uint64_t seed) {
+  const Matrix<T> Q = segment_constant<T>(n, d, blocks, seed),
+                  K = segment_constant<T>(n, d, blocks, seed + 1);
+  LandmarkOptions options;
+  options.strategy = LandmarkStrategy::segment_means;
+  options.count = blocks;
+  const ExtendedTokens<T> tokens = extended_tokens<T>(Q, K, select_landmarks<T>(Q, K, options));
+  return Kernel::exponential(1 / std::sqrt(double(d))).block<T>(tokens.queries, tokens.keys);
+}
+
+/// A stored matrix offering only single-vector products (and the one-pass Gram product): top_singular_values
+/// takes Spectra's restarted Lanczos on it, where a DenseOperator takes the block Lanczos.
+template <class T>
+struct VectorProductsOnly {
+  using Scalar = T;
+  DenseOperator<T> dense;
+  Index rows() const { return dense.rows(); }
+  Index cols() const { return dense.cols(); }
+  void perform_op(const T* x, T* y) const { dense.perform_op(x, y); }
+  void perform_transpose_op(const T* x, T* y) const { dense.perform_transpose_op(x, y); }
+  void perform_outer_gram_op(const T* x, T* y) const { dense.perform_outer_gram_op(x, y); }
+  void perform_inner_gram_op(const T* x, T* y) const { dense.perform_inner_gram_op(x, y); }
+};
+
 }  // namespace
+
+TEST_CASE_TEMPLATE("block Lanczos (stored matrices) and Spectra's restarted Lanczos both equal the SVD", T,
+                   float, double) {
+  const double eps = std::numeric_limits<T>::epsilon();
+  struct Case {
+    const char* name;
+    Matrix<double> a;
+    Index k;
+  };
+  // A clustered kernel spectrum (the sweep's G̃), a graded one, an exactly rank-3 one (the Krylov space is
+  // invariant after one block: deflated directions), tall and wide.
+  const Matrix<double> X = random_matrix<double>(330, 16, 91), Y = random_matrix<double>(330, 16, 92);
+  const Case cases[] = {{"kernel", Kernel::exponential(0.25).block<double>(X, Y), 17},
+                        {"graded", graded_matrix(300, 240, 93), 6},
+                        {"rank 3 tall", random_low_rank<double>(320, 260, 3, 94), 6},
+                        {"rank 3 wide", random_low_rank<double>(260, 320, 3, 95), 6},
+                        {"k = 1", random_matrix<double>(300, 280, 96), 1}};
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const Matrix<T> A = c.a.template cast<T>();
+    const Vector<double> oracle = oracle_singular_values(A.template cast<double>());
+    const double slack = std::sqrt(double(A.size())) * eps * oracle(0);
+    const SpectralResult block = top_singular_values(DenseOperator<T>(A), c.k);
+    const SpectralResult spectra = top_singular_values(VectorProductsOnly<T>{DenseOperator<T>(A)}, c.k);
+    for (const SpectralResult* result : {&block, &spectra}) {
+      CAPTURE(result == &block);
+      CHECK(result->converged);
+      REQUIRE(result->values.size() == c.k);
+      // Values resolvable by a Gram method (above √eps·σ₁) to the products' rounding; the rest within their
+      // certificate where it is finite.
+      for (Index i = 0; i < c.k; ++i) {
+        CAPTURE(i);
+        if (oracle(i) >= 10 * std::sqrt(eps) * oracle(0))
+          CHECK(std::abs(result->values(i) - oracle(i)) <= 10 * slack * oracle(0) / oracle(i));
+      }
+      if (std::isfinite(result->last_error_bound))
+        CHECK(distance_to_spectrum(result->values(c.k - 1), oracle) <= result->last_error_bound + slack);
+    }
+  }
+}
+
+TEST_CASE(
+    "block Lanczos: a non-finite product gives NaN values and a basis it cannot fill is left to Spectra") {
+  Vector<double> ritz;
+  const detail::BlockProduct nan_product = [](const ConstMatrixRef<double>& x, Matrix<double>& y) {
+    y = Matrix<double>::Constant(x.rows(), x.cols(), std::numeric_limits<double>::quiet_NaN());
+  };
+  const SpectralResult bad = detail::block_lanczos(500, 3, nan_product, ritz, {});
+  REQUIRE(bad.values.size() == 3);
+  CHECK(std::isnan(bad.values(0)));
+  CHECK_FALSE(bad.converged);
+  // The identity: every Ritz value is 1 at once, converged on the first check.
+  const detail::BlockProduct identity = [](const ConstMatrixRef<double>& x, Matrix<double>& y) { y = x; };
+  const SpectralResult one = detail::block_lanczos(500, 5, identity, ritz, {});
+  CHECK(one.converged);
+  CHECK((one.values.array() - 1).abs().maxCoeff() <= 1e-14);
+  CHECK(ritz.size() == 500);
+  // Too small for a basis of k + b vectors beside the operator size: empty values, for the caller's path.
+  CHECK(detail::block_lanczos(20, 17, identity, ritz, {}).values.size() == 0);
+  CHECK(ritz.size() == 0);
+}
+
+TEST_CASE_TEMPLATE("dense_svd equals the JacobiSVD oracle: values and thin vectors, both orientations", T,
+                   float, double) {
+  for (auto [rows, cols] : {std::pair<Index, Index>{70, 40}, {40, 70}, {50, 50}, {1, 9}, {9, 1}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const Index p = std::min(rows, cols);
+    const Matrix<T> A = random_matrix<T>(rows, cols, 61);
+    const Matrix<double> a = A.template cast<double>();  // exact: the SVD is computed in double
+    const Vector<double> oracle = oracle_singular_values(a);
+    const DenseSvd values = dense_svd<T>(A);
+    REQUIRE(values.values.size() == p);
+    CHECK(values.u.size() == 0);
+    CHECK(values.v.size() == 0);
+    CHECK((values.values - oracle).cwiseAbs().maxCoeff() <= tolerance<double>(rows * cols) * oracle(0));
+    CHECK(singular_values<T>(A) == values.values);
+    const DenseSvd thin = dense_svd<T>(A, SvdVectors::thin);
+    REQUIRE(thin.u.rows() == rows);
+    REQUIRE(thin.u.cols() == p);
+    REQUIRE(thin.v.rows() == cols);
+    REQUIRE(thin.v.cols() == p);
+    CHECK((thin.values - oracle).cwiseAbs().maxCoeff() <= tolerance<double>(rows * cols) * oracle(0));
+    const Matrix<double> identity = Matrix<double>::Identity(p, p);
+    CHECK((thin.u.transpose() * thin.u - identity).norm() <= tolerance<double>(rows * p));
+    CHECK((thin.v.transpose() * thin.v - identity).norm() <= tolerance<double>(cols * p));
+    CHECK((thin.u * thin.values.asDiagonal() * thin.v.transpose() - a).norm() <=
+          tolerance<double>(rows * cols) * a.norm());
+  }
+  const DenseSvd empty = dense_svd<T>(Matrix<T>(0, 3), SvdVectors::thin);
+  CHECK(empty.values.size() == 0);
+  CHECK(empty.v.rows() == 3);
+  Matrix<T> bad = random_matrix<T>(4, 4, 62);
+  bad(1, 2) = std::numeric_limits<T>::infinity();
+  CHECK(throws_naming([&] { dense_svd<T>(bad); }, "non-finite"));
+}
+
+TEST_CASE_TEMPLATE(
+    "exactly rank-deficient G̃: the SVD and both Lanczos forms place σ_{m+1} at the rounding "
+    "floor and certify it",
+    T, float, double) {
+  // The sweep's Corollary 2.2 case (N = 480, d = 12, 8 blocks, m = 8) and an uneven split: rank(G̃) = m.
+  for (auto [n, d, m] : {std::array<Index, 3>{480, 12, 8}, {333, 5, 7}}) {
+    CAPTURE(n);
+    CAPTURE(m);
+    const Matrix<T> extended = exactly_low_rank_extended<T>(n, d, m, 71 + std::uint64_t(n));
+    const Matrix<double> wide = extended.template cast<double>();
+    const Vector<double> oracle = oracle_singular_values(wide);
+    const double sigma1 = oracle(0);
+    // Rows repeat exactly (or up to the kernel's rounding in T): every σ beyond the m-th lies at the floor.
+    const double floor = double(n + m) * std::numeric_limits<T>::epsilon() * sigma1;
+    REQUIRE(oracle(m) <= floor);
+    REQUIRE(oracle(m - 1) > 1e-6 * sigma1);  // the m nonzero values are resolvable by every method
+    const Vector<double> sigma = singular_values<T>(extended);
+    CHECK((sigma.head(m) - oracle.head(m)).cwiseAbs().maxCoeff() <= tolerance<double>(n * n) * sigma1);
+    CHECK(sigma.tail(n).maxCoeff() <= floor);
+    // Lanczos on the operator in T: its products carry the rounding slack n·eps(T)·σ₁.
+    const DenseOperator<T> op(extended);
+    const double slack = double(n + m) * std::numeric_limits<T>::epsilon() * sigma1;
+    struct Run {
+      const char* form;
+      SpectralResult top;
+      bool squared;  // the Gram form: σ_i carries about slack·σ₁/σ_i
+    };
+    const Run runs[] = {{"gram", top_singular_values(op, m + 1), true},
+                        {"augmented", top_singular_values_augmented(op, m + 1), false}};
+    for (const Run& run : runs) {
+      CAPTURE(run.form);
+      CAPTURE(run.top.last_error_bound);
+      const SpectralResult& top = run.top;
+      REQUIRE(top.values.size() == m + 1);
+      for (Index i = 0; i < m; ++i)
+        CHECK(std::abs(top.values(i) - oracle(i)) <=
+              (run.squared ? slack * sigma1 / oracle(i) : slack) + 1e-12 * sigma1);
+      // σ_{m+1} lies within its certificate of the true spectrum (the floor) up to the products' rounding.
+      // In double both forms return it; with float products the augmented form may stop short of the
+      // zero cluster and say so (NaN value and certificate, as documented).
+      if (std::is_same_v<T, double>) REQUIRE(std::isfinite(top.last_error_bound));
+      if (std::isnan(top.last_error_bound)) continue;
+      CHECK(std::isfinite(top.values(m)));
+      CHECK(distance_to_spectrum(top.values(m), oracle) <= top.last_error_bound + slack);
+    }
+  }
+}
 
 TEST_CASE("Lanczos ‖A‖₂ and top-k equal the dense SVD for stored matrices of both orientations") {
   for (auto [rows, cols] : {std::pair<Index, Index>{400, 250}, {250, 400}, {300, 300}}) {
@@ -156,6 +328,9 @@ TEST_CASE_TEMPLATE("singular values, numerical rank, energy fraction and Frobeni
   const Vector<double> s = (Vector<double>(3) << 3, 4, 0).finished();
   CHECK(energy_fraction(s, 1) == doctest::Approx(9.0 / 25.0));
   CHECK(energy_fraction(s, 0) == 0.0);
+  // Values whose squares overflow double (spectra of kernels with logits near 700).
+  CHECK(energy_fraction(s * 1e300, 1) == doctest::Approx(9.0 / 25.0));
+  CHECK(energy_fraction(Vector<double>::Zero(2), 1) == 1.0);
   CHECK(numerical_rank(s, 0.5) == 2);  // 0.5·σ_max = 2: values 3 and 4 exceed it
   CHECK(throws_naming([&] { energy_fraction(s, 4); }, "k = 4"));
   CHECK(frobenius_norm<T>(L) ==

@@ -37,6 +37,20 @@ Matrix<T> random_low_rank(Index rows, Index cols, Index rank, std::uint64_t seed
   return (left * right).template cast<T>();
 }
 
+/// Tokens constant on the `blocks` segments of the segment-means partition of N rows (MATH.md §5: with
+/// s = ⌊N/blocks⌋ the first (s+1)·blocks − N segments have s rows, the rest s+1), one N(0, 1) row per block:
+/// with `blocks` segment-means landmarks, G̃ = κ([Q̄; Q], [K̄; K]) has rank ≤ blocks (Corollary 2.2).
+template <class T>
+Matrix<T> segment_constant(Index n, Index d, Index blocks, std::uint64_t seed) {
+  const Matrix<T> values = random_matrix<T>(blocks, d, seed);
+  const Index s = n / blocks, short_segments = (s + 1) * blocks - n;
+  Matrix<T> out(n, d);
+  Index row = 0;
+  for (Index b = 0; b < blocks; ++b)
+    for (Index i = 0; i < (b < short_segments ? s : s + 1); ++i) out.row(row++) = values.row(b);
+  return out;
+}
+
 /// Relative tolerance for a computation whose error accumulates over n terms: 8·√n·eps(T).
 template <class T>
 double tolerance(Index n) {

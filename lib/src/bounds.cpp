@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "nystrom/error.hpp"
+#include "nystrom/spectral.hpp"
 
 namespace nystrom {
 
@@ -62,13 +63,11 @@ double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>&
   require(left.cols() == m && upper.rows() == m,
           describe("theorem3_constant: left is ", left.rows(), "x", left.cols(), " and upper is ",
                    upper.rows(), "x", upper.cols(), ", expected N x ", m, " and ", m, " x N"));
-  const Matrix<double> a = core.template cast<double>();
-  Eigen::JacobiSVD<Matrix<double>> svd(a, Eigen::ComputeFullU | Eigen::ComputeFullV);
-  const Vector<double>& sigma = svd.singularValues();
+  const DenseSvd svd = dense_svd<T>(core, SvdVectors::thin);  // LAPACK dgesdd in double
+  const Vector<double>& sigma = svd.values;
   if (!(sigma(m - 1) > static_cast<double>(m) * std::numeric_limits<double>::epsilon() * sigma(0)))
     return std::numeric_limits<double>::infinity();
-  const Matrix<double> inverse =
-      svd.matrixV() * sigma.cwiseInverse().asDiagonal() * svd.matrixU().transpose();
+  const Matrix<double> inverse = svd.v * sigma.cwiseInverse().asDiagonal() * svd.u.transpose();
   const Matrix<double> l = left.template cast<double>();
   const Matrix<double> u = upper.template cast<double>();
   // ‖G_L G_A⁻¹‖₂² = λ_max(G_A⁻ᵀ (G_LᵀG_L) G_A⁻¹), ‖G_A⁻¹G_U‖₂² = λ_max(G_A⁻¹ (G_U G_Uᵀ) G_A⁻ᵀ): m×m only.

@@ -25,6 +25,11 @@ constexpr std::array<EnumName<LandmarkStrategy>, 9> strategy_names{{
     {LandmarkStrategy::given, "given"},
 }};
 
+constexpr std::array<EnumName<WindowGrid>, 2> window_grid_names{{
+    {WindowGrid::aspect, "aspect"},
+    {WindowGrid::square, "square"},
+}};
+
 /// Throws unless every index lies in [0, n) and none repeats; `what` names the list in the message.
 void require_valid_indices(const std::vector<Index>& indices, Index n, const std::string& what) {
   std::set<Index> seen;
@@ -83,14 +88,22 @@ Vector<double> row_scores(const ConstMatrixRef<T>& X, const LandmarkOptions& opt
   }
 }
 
-/// Selection (MATH.md §5): the forced tokens plus m − |forced| tokens of X chosen by the strategy among the
-/// others; returned ascending. `engine` drives the random strategy.
+/// The tokens every selection includes: options.forced and the prefix tokens 0 … p − 1, ascending, each once.
+std::vector<Index> forced_tokens(const LandmarkOptions& options) {
+  std::set<Index> forced(options.forced.begin(), options.forced.end());
+  for (Index t = 0; t < options.prefix_tokens; ++t) forced.insert(t);
+  return {forced.begin(), forced.end()};
+}
+
+/// Selection (MATH.md §5): the forced tokens (forced_tokens) plus m − |forced| tokens of X chosen by the
+/// strategy among the others; returned ascending. `engine` drives the random strategy.
 template <class T>
 std::vector<Index> select_rows(const ConstMatrixRef<T>& X, const LandmarkOptions& options,
                                std::mt19937_64& engine) {
-  std::vector<Index> free = unforced_tokens(X.rows(), options.forced);
-  const auto wanted = static_cast<std::size_t>(options.count) - options.forced.size();
-  std::vector<Index> chosen = options.forced;
+  const std::vector<Index> forced = forced_tokens(options);
+  std::vector<Index> free = unforced_tokens(X.rows(), forced);
+  const auto wanted = static_cast<std::size_t>(options.count) - forced.size();
+  std::vector<Index> chosen = forced;
   switch (options.strategy) {
     case LandmarkStrategy::step: {
       // CURformer "Step": every ⌊n/k⌋-th of the n free tokens, starting with the first.
@@ -194,6 +207,14 @@ LandmarkStrategy landmark_strategy_from_string(const std::string& name) {
   return parse(name, strategy_names, "landmark strategy");
 }
 
+std::string to_string(WindowGrid grid) {
+  return name_of(grid, window_grid_names);
+}
+
+WindowGrid window_grid_from_string(const std::string& name) {
+  return parse(name, window_grid_names, "window grid");
+}
+
 bool is_selection(LandmarkStrategy strategy) {
   switch (strategy) {
     case LandmarkStrategy::step:
@@ -217,17 +238,48 @@ std::array<Index, 2> closest_square_factors(Index m) {
   return {a, m / a};
 }
 
+std::array<Index, 2> pooling_grid(Index h, Index w, Index cells, WindowGrid grid) {
+  require(h >= 1 && w >= 1, describe("pooling_grid: window ", h, "x", w, " must have sides >= 1"));
+  require(cells >= 1, describe("pooling_grid: cells = ", cells, " must be >= 1"));
+  if (grid == WindowGrid::square) return closest_square_factors(cells);
+  // Aspect: the factorization gh·gw = cells with the smallest |log(gh/gw) − log(h/w)|, ties to the squarer
+  // grid (larger min(gh, gw)), then gh ≤ gw.
+  const double target = std::log(static_cast<double>(h) / static_cast<double>(w));
+  std::array<Index, 2> best{0, 0};
+  double best_distance = 0;
+  for (Index gh = 1; gh <= cells; ++gh) {
+    if (cells % gh != 0) continue;
+    const Index gw = cells / gh;
+    const double distance = std::abs(std::log(static_cast<double>(gh) / static_cast<double>(gw)) - target);
+    const double tie = 1e-12 * (1 + distance);
+    const bool better = best[0] == 0 || distance < best_distance - tie ||
+                        (distance <= best_distance + tie && std::min(gh, gw) > std::min(best[0], best[1]));
+    if (better) {
+      best = {gh, gw};
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
 void LandmarkOptions::validate(Index n, Index d) const {
   const std::string name = to_string(strategy);
   require(n >= 1, describe("landmarks: no tokens (N = ", n, ")"));
   require(count >= 1, describe("landmarks: m = ", count, " must be >= 1"));
   require(count <= n, describe("landmarks: m = ", count, " exceeds the number of tokens N = ", n));
+  require(prefix_tokens >= 0, describe("landmarks: prefix_tokens = ", prefix_tokens, " must be >= 0"));
+  if (strategy != LandmarkStrategy::given)
+    require(prefix_tokens < count,
+            describe("landmarks: prefix_tokens = ", prefix_tokens, " must be < m = ", count,
+                     " (the other N - prefix_tokens tokens need at least one landmark)"));
   if (!forced.empty()) {
     require(is_selection(strategy) && strategy != LandmarkStrategy::given,
             describe("landmarks: forced indices apply to step, random and top-* selection, not to ", name));
-    require(static_cast<Index>(forced.size()) <= count,
-            describe("landmarks: ", forced.size(), " forced indices exceed m = ", count));
     require_valid_indices(forced, n, "forced");
+    const auto total = forced_tokens(*this).size();
+    require(static_cast<Index>(total) <= count,
+            describe("landmarks: ", total, " forced indices",
+                     prefix_tokens > 0 ? " (prefix tokens included)" : "", " exceed m = ", count));
   }
   if (strategy == LandmarkStrategy::given) {
     require(static_cast<Index>(q_indices.size()) == count,
@@ -241,12 +293,17 @@ void LandmarkOptions::validate(Index n, Index d) const {
   if (strategy == LandmarkStrategy::window_pool) {
     require(window[0] >= 0 && window[1] >= 0,
             describe("landmarks: window ", window[0], "x", window[1], " has a negative side"));
+    const Index tokens = n - prefix_tokens;
+    const std::string held = prefix_tokens > 0
+                                 ? describe("N - prefix_tokens = ", n, " - ", prefix_tokens, " = ", tokens)
+                                 : describe("N = ", n);
     if (window[0] == 0 && window[1] == 0) {
-      const auto side = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(n))));
-      require(side * side == n, describe("landmarks: N = ", n, " is not a square; give the window h x w"));
+      const auto side = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(tokens))));
+      require(side * side == tokens,
+              describe("landmarks: ", held, " is not a square; give the window h x w"));
     } else {
-      require(window[0] * window[1] == n,
-              describe("landmarks: window ", window[0], "x", window[1], " does not hold N = ", n, " tokens"));
+      require(window[0] * window[1] == tokens,
+              describe("landmarks: window ", window[0], "x", window[1], " does not hold ", held, " tokens"));
     }
   }
   if (strategy == LandmarkStrategy::top_embed)
@@ -292,11 +349,11 @@ Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m) {
 }
 
 template <class T>
-Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m) {
+Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m, WindowGrid grid) {
   require(h >= 1 && w >= 1 && h * w == X.rows(),
           describe("window_pool: window ", h, "x", w, " does not hold N = ", X.rows(), " tokens"));
   require(m >= 1 && m <= X.rows(), describe("window_pool: m = ", m, " must lie in [1, N = ", X.rows(), "]"));
-  const auto [grid_rows, grid_cols] = closest_square_factors(m);
+  const auto [grid_rows, grid_cols] = pooling_grid(h, w, m, grid);
   // Adaptive average pooling (PnP-Nystra code): bin I covers [⌊I·h/gh⌋, ⌈(I+1)·h/gh⌉); bins may overlap.
   const auto bin = [](Index i, Index size, Index bins) {
     return std::array<Index, 2>{i * size / bins, ((i + 1) * size + bins - 1) / bins};
@@ -324,25 +381,37 @@ Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T
   options.validate(Q.rows(), Q.cols());
   require_finite(Q, "landmarks: Q");
   require_finite(K, "landmarks: K");
-  const Index n = Q.rows(), m = options.count;
+  const Index n = Q.rows(), m = options.count, p = options.prefix_tokens;
   Landmarks<T> out;
   std::mt19937_64 engine(options.seed);
+  if (!is_selection(options.strategy)) {
+    // Pooling: the p prefix tokens themselves, then m − p landmarks pooled from the other N − p tokens.
+    const auto pooled = [&](const ConstMatrixRef<T>& X) {
+      const auto tokens = X.bottomRows(n - p);
+      Matrix<T> marks(m, X.cols());
+      marks.topRows(p) = X.topRows(p);
+      switch (options.strategy) {
+        case LandmarkStrategy::segment_means:
+          marks.bottomRows(m - p) = segment_means<T>(tokens, m - p);
+          break;
+        case LandmarkStrategy::window_pool: {
+          Index h = options.window[0], w = options.window[1];
+          if (h == 0 && w == 0)
+            h = w = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(n - p))));
+          marks.bottomRows(m - p) = window_pool<T>(tokens, h, w, m - p, options.window_grid);
+          break;
+        }
+        default:
+          marks.bottomRows(m - p) = kmeans_centroids<T>(tokens, m - p, options.kmeans_iterations, engine);
+          break;
+      }
+      return marks;
+    };
+    out.q = pooled(Q);
+    out.k = pooled(K);
+    return out;
+  }
   switch (options.strategy) {
-    case LandmarkStrategy::segment_means:
-      out.q = segment_means<T>(Q, m);
-      out.k = segment_means<T>(K, m);
-      return out;
-    case LandmarkStrategy::window_pool: {
-      Index h = options.window[0], w = options.window[1];
-      if (h == 0 && w == 0) h = w = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(n))));
-      out.q = window_pool<T>(Q, h, w, m);
-      out.k = window_pool<T>(K, h, w, m);
-      return out;
-    }
-    case LandmarkStrategy::kmeans:
-      out.q = kmeans_centroids<T>(Q, m, options.kmeans_iterations, engine);
-      out.k = kmeans_centroids<T>(K, m, options.kmeans_iterations, engine);
-      return out;
     case LandmarkStrategy::given:
       out.q_indices = options.q_indices;
       out.k_indices = options.k_indices.empty() ? options.q_indices : options.k_indices;
@@ -364,7 +433,7 @@ template Landmarks<double> select_landmarks<double>(const ConstMatrixRef<double>
                                                     const ConstMatrixRef<double>&, const LandmarkOptions&);
 template Matrix<float> segment_means<float>(const ConstMatrixRef<float>&, Index);
 template Matrix<double> segment_means<double>(const ConstMatrixRef<double>&, Index);
-template Matrix<float> window_pool<float>(const ConstMatrixRef<float>&, Index, Index, Index);
-template Matrix<double> window_pool<double>(const ConstMatrixRef<double>&, Index, Index, Index);
+template Matrix<float> window_pool<float>(const ConstMatrixRef<float>&, Index, Index, Index, WindowGrid);
+template Matrix<double> window_pool<double>(const ConstMatrixRef<double>&, Index, Index, Index, WindowGrid);
 
 }  // namespace nystrom

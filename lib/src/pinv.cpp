@@ -5,6 +5,7 @@
 
 #include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
+#include "nystrom/spectral.hpp"
 
 namespace nystrom {
 
@@ -60,12 +61,12 @@ double identity_residual(const Matrix<T>& M, const Matrix<T>& Z) {
   return (Matrix<double>::Identity(M.rows(), M.cols()) - product).stableNorm();  // no overflow before 1e308
 }
 
-/// Exact pseudoinverse of M by SVD in double (MATH.md §4): singular values ≤ cut·σ₁ are dropped.
+/// Exact pseudoinverse of M by SVD in double (MATH.md §4; spectral.hpp's dense_svd, LAPACK dgesdd):
+/// singular values ≤ cut·σ₁ are dropped.
 template <class T>
 void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result) {
-  const Eigen::BDCSVD<Matrix<double>> svd(M.template cast<double>(),
-                                          Eigen::ComputeThinU | Eigen::ComputeThinV);
-  const Vector<double>& sigma = svd.singularValues();
+  const DenseSvd svd = dense_svd<T>(M, SvdVectors::thin);
+  const Vector<double>& sigma = svd.values;
   const double threshold = sigma.size() > 0 ? cut * sigma(0) : 0;
   Vector<double> inverse = Vector<double>::Zero(sigma.size());
   for (Index i = 0; i < sigma.size(); ++i) {
@@ -74,7 +75,7 @@ void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result) 
       ++result.rank;
     }
   }
-  result.z = (svd.matrixV() * inverse.asDiagonal() * svd.matrixU().transpose()).template cast<T>();
+  result.z = (svd.v * inverse.asDiagonal() * svd.u.transpose()).template cast<T>();
   result.residuals.push_back(identity_residual(M, result.z));
   result.status = PinvStatus::converged;
 }

@@ -81,18 +81,21 @@ std::string blas_core() {
 #endif
 }
 
-BlasThreads::BlasThreads(int count) {
+BlasThreads::BlasThreads(int count) : count_(count) {
   require(count >= 1, describe("BlasThreads: count = ", count, " must be >= 1"));
 #ifdef NYSTROM_WITH_OPENBLAS
   previous_ = openblas_get_num_threads();
-  openblas_set_num_threads(count);
+  // Already at `count` (the usual case after set_threads): nothing to change. Setting it anyway restarts
+  // OpenBLAS's stopped worker pool, one thread per guard, which then spins beside ours.
+  if (previous_ != count) openblas_set_num_threads(count);
 #else
-  previous_ = 1;
+  previous_ = count;
 #endif
 }
 
 BlasThreads::~BlasThreads() {
 #ifdef NYSTROM_WITH_OPENBLAS
+  if (previous_ == count_) return;
   if (previous_ == 1)
     single_threaded_blas();
   else

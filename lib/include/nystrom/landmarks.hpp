@@ -3,6 +3,13 @@
 /// Landmark strategies of MATH.md §5: pooling strategies (segment means, 2-D window pooling, k-means) return
 /// averages; selection strategies (step, random, top-sum, top-abs, top-embed, given indices) return rows of Q
 /// and K and their indices. Forced tokens (e.g. a CLS token) are always included by selection strategies.
+///
+/// Prefix tokens (LandmarkOptions::prefix_tokens = p, e.g. a ViT's class token before its patch window) are
+/// the leading p tokens, which are not on the window grid. Every strategy but `given` takes them as landmarks
+/// of their own, the first p rows of Q̄ and K̄ (as CURformer's forced tokens), and places the other m − p
+/// landmarks on the N − p remaining tokens: segment means of those tokens in m − p segments, window pooling
+/// of their h×w window (h·w = N − p) in m − p cells, k-means of them with m − p centroids, or a selection
+/// among them (the prefix tokens join the forced ones). `given` uses its indices as they are.
 
 #include <array>
 #include <cstdint>
@@ -34,6 +41,18 @@ LandmarkStrategy landmark_strategy_from_string(const std::string& name);
 /// True for strategies whose landmarks are rows of Q and K (step, random, top-*, given).
 bool is_selection(LandmarkStrategy strategy);
 
+/// The pooling grid gh×gw (gh·gw = cells) of window-pool on an h×w window (docs/mathematics.md §5).
+enum class WindowGrid {
+  aspect,  ///< the factorization whose aspect gh/gw is closest to h/w (in log ratio), ties to the squarer
+           ///< grid, then gh ≤ gw: m = 16 on 8×32 gives 2×8; on a square window, the closest-square grid
+  square   ///< the closest-square factors, gh ≤ gw, whatever the window (PnP-Nystra's code)
+};
+
+/// "aspect", "square".
+std::string to_string(WindowGrid grid);
+/// Inverse of to_string; throws std::invalid_argument naming an unknown grid.
+WindowGrid window_grid_from_string(const std::string& name);
+
 /// Options for select_landmarks.
 struct LandmarkOptions {
   LandmarkStrategy strategy = LandmarkStrategy::segment_means;
@@ -44,18 +63,23 @@ struct LandmarkOptions {
   std::vector<Index> forced;      ///< selection: indices always included (counted within m)
   std::vector<Index> q_indices;   ///< given: indices into Q
   std::vector<Index> k_indices;   ///< given: indices into K (empty: the same as q_indices)
-  std::array<Index, 2> window{};  ///< window-pool: token grid h×w with h·w = N; {0, 0} means a square grid
-  Index embed_column = 0;         ///< top-embed: the embedding column scored
-  int kmeans_iterations = 25;     ///< k-means: Lloyd iterations after k-means++ seeding
+  std::array<Index, 2> window{};  ///< window-pool: the h×w grid of the N − prefix_tokens window tokens
+                                  ///< (row-major, h·w = N − p); {0, 0}: a square grid, N − p a square
+  WindowGrid window_grid = WindowGrid::aspect;  ///< window-pool: the pooling grid of the window
+  Index prefix_tokens = 0;     ///< p leading tokens not on the window grid, landmarks of their own for every
+                               ///< strategy but `given` (0 ≤ p < m; see the file comment)
+  Index embed_column = 0;      ///< top-embed: the embedding column scored
+  int kmeans_iterations = 25;  ///< k-means: Lloyd iterations after k-means++ seeding
 
-  /// Throws std::invalid_argument naming the bad value (m = 0, m > N, indices out of range, bad window, ...).
+  /// Throws std::invalid_argument naming the bad value (m = 0, m > N, indices out of range, bad window,
+  /// prefix_tokens < 0 or ≥ m, ...).
   void validate(Index n, Index d) const;
 };
 
 /// Landmarks Q̄, K̄ (m×d each) and, for selection strategies, the rows they were taken from.
 template <class T>
 struct Landmarks {
-  Matrix<T> q;                   ///< Q̄, m×d
+  Matrix<T> q;                   ///< Q̄, m×d (with prefix tokens, its first p rows are theirs)
   Matrix<T> k;                   ///< K̄, m×d
   std::vector<Index> q_indices;  ///< rows of Q behind Q̄ (empty for pooling strategies)
   std::vector<Index> k_indices;  ///< rows of K behind K̄ (empty for pooling strategies)
@@ -82,7 +106,8 @@ ExtendedTokens<T> extended_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixR
   return tokens;
 }
 
-/// Landmarks of Q and K (both N×d) by `options`. Deterministic for a given seed.
+/// Landmarks of Q and K (both N×d) by `options` (prefix tokens first where options.prefix_tokens > 0).
+/// Deterministic for a given seed.
 template <class T>
 Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                               const LandmarkOptions& options);
@@ -92,11 +117,15 @@ Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T
 template <class T>
 Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m);
 
-/// Adaptive average pooling of the rows of X (tokens t = r·w + c on an h×w grid) to a gh×gw grid, gh·gw = m
-/// with (gh, gw) the closest-square factors of m; bin I covers rows [⌊I·h/gh⌋, ⌈(I+1)h/gh⌉), likewise
-/// columns.
+/// Adaptive average pooling of the rows of X (tokens t = r·w + c on an h×w grid) to the gh×gw grid
+/// pooling_grid(h, w, m, grid), cells row-major; bin I covers rows [⌊I·h/gh⌋, ⌈(I+1)h/gh⌉), likewise columns
+/// (bins overlap when the window does not divide evenly, and repeat where gh > h or gw > w).
 template <class T>
-Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m);
+Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m, WindowGrid grid);
+
+/// The pooling grid {gh, gw}, gh·gw = cells, of an h×w window by `grid` (WindowGrid). Throws
+/// std::invalid_argument naming the value for h, w or cells < 1.
+std::array<Index, 2> pooling_grid(Index h, Index w, Index cells, WindowGrid grid);
 
 /// The closest-square factorisation m = a·b with a ≤ b and a as large as possible.
 std::array<Index, 2> closest_square_factors(Index m);

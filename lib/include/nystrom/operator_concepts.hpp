@@ -5,6 +5,8 @@
 
 #include <concepts>
 
+#include "nystrom/types.hpp"
+
 namespace nystrom::detail {
 
 /// y = A Aᵀ x in one pass (x, y: rows).
@@ -26,6 +28,15 @@ template <class Op>
 concept HasGramResidual = requires(const Op& op, const typename Op::Scalar* x, typename Op::Scalar* y) {
   op.perform_inner_gram_residual_op(x, x, y, y);
   op.perform_outer_gram_residual_op(x, x, y, y);
+};
+
+/// Gram products of a block of `count` vectors in one pass (X, Y column-major): Y = A AᵀX (rows × count) and
+/// Y = AᵀA X (cols × count). spectral.hpp's block Lanczos uses them.
+template <class Op>
+concept HasBlockGram = requires(const Op& op, const typename Op::Scalar* x, typename Op::Scalar* y,
+                                Index count) {
+  op.perform_outer_gram_block_op(x, count, y);
+  op.perform_inner_gram_block_op(x, count, y);
 };
 
 /// A one-pass product by [[0, A], [Aᵀ, 0]] (x, y: rows + cols).

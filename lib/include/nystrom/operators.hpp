@@ -9,8 +9,9 @@
 ///   void perform_inner_gram_op(const Scalar* x, Scalar* y) const; // y = AᵀA x  (x, y: cols())
 /// and spectral.hpp uses it instead of two products (halving the memory traffic or kernel evaluations).
 /// KernelOperator is the one matrix-free kernel operator: it evaluates κ on the fly in tiles
-/// (kernel_passes.hpp, threaded, accumulating in double), so no N×N matrix is stored, and fuses Gram products
-/// with a subtraction so that DifferenceOperator's EᵀE x = Gᵀ(Gx − Ĝx) − Ĝᵀ(Gx − Ĝx) costs one kernel pass.
+/// (kernel_passes.hpp, threaded, accumulating in double), so no N×N matrix is stored. It and DenseOperator
+/// fuse Gram products with a subtraction, so that DifferenceOperator's EᵀE x = Gᵀ(Gx − Ĝx) − Ĝᵀ(Gx − Ĝx)
+/// costs one kernel pass, or one pass over a stored G.
 
 #include <algorithm>
 #include <memory>
@@ -67,10 +68,10 @@ void for_each_panel(Index n, Index panel, double work, const Body& body) {
   for (Index p = 0; p < panels; ++p) body(p * panel, std::min(panel, n - p * panel));
 }
 
-/// Columns per panel so that a panel of `rows` doubles stays within about 256 KiB (L2-resident between its
-/// two uses).
-inline Index cache_panel(Index rows) {
-  return std::max<Index>(8, (Index{1} << 15) / std::max<Index>(rows, 1));
+/// Lines per panel (columns of a column panel, rows of a row panel) so that a panel of lines `length` doubles
+/// long stays within about 256 KiB (L2-resident between its two uses).
+inline Index cache_panel(Index length) {
+  return std::max<Index>(8, (Index{1} << 15) / std::max<Index>(length, 1));
 }
 
 }  // namespace detail
@@ -88,7 +89,25 @@ class DenseOperator {
   /// y = Aᵀx, threaded over column panels.
   void perform_transpose_op(const T* x, T* y) const;
   /// y = A Aᵀ x in one pass over A: Σ_J A_J (A_Jᵀ x) over cache-sized column panels J (column-major storage).
-  void perform_outer_gram_op(const T* x, T* y) const;
+  void perform_outer_gram_op(const T* x, T* y) const {
+    perform_outer_gram_residual_op(x, nullptr, nullptr, y);
+  }
+  /// y = AᵀA x in one pass over A: Σ_P A_Pᵀ(A_P x) over cache-sized row panels P.
+  void perform_inner_gram_op(const T* x, T* y) const {
+    perform_inner_gram_residual_op(x, nullptr, nullptr, y);
+  }
+  /// r = A x − s (s: rows, may be null; r may be null), y = Aᵀr, in one pass over A by row panels P
+  /// (r_P = A_P x − s_P, then y += A_Pᵀ r_P while A_P is in cache): DifferenceOperator's EᵀE x for a stored
+  /// G reads G once.
+  void perform_inner_gram_residual_op(const T* x, const T* subtract, T* residual, T* y) const;
+  /// r = Aᵀx − s (s: cols, may be null; r may be null), y = A r, in one pass over A by column panels J.
+  void perform_outer_gram_residual_op(const T* x, const T* subtract, T* residual, T* y) const;
+  /// Y = A AᵀX for a block X of `count` vectors (rows × count, column-major) in one pass over A by column
+  /// panels: on a matrix beyond the caches a few vectors cost about what one does (the pass is memory-bound),
+  /// so it is threaded where a one-vector product is (spectral.hpp's block Lanczos).
+  void perform_outer_gram_block_op(const T* x, Index count, T* y) const;
+  /// Y = AᵀA X for a block X (cols × count) in one pass over A by row panels.
+  void perform_inner_gram_block_op(const T* x, Index count, T* y) const;
 
  private:
   double work() const { return double(rows()) * double(cols()); }
@@ -220,16 +239,66 @@ void DenseOperator<T>::perform_transpose_op(const T* x, T* y) const {
 }
 
 template <class T>
-void DenseOperator<T>::perform_outer_gram_op(const T* x, T* y) const {
+void DenseOperator<T>::perform_inner_gram_residual_op(const T* x, const T* subtract, T* residual,
+                                                      T* y) const {
+  Eigen::Map<const Vector<T>> in(x, cols());
+  const Vector<double> total = detail::reduce_over_panels(
+      rows(), detail::cache_panel(cols()), cols(), 2 * work(),
+      [&](Index first, Index count, Vector<double>& partial) {
+        const auto block = a_.middleRows(first, count);
+        Vector<T> projected = block * in;
+        if (subtract) projected -= Eigen::Map<const Vector<T>>(subtract + first, count);
+        if (residual) Eigen::Map<Vector<T>>(residual + first, count) = projected;
+        partial.noalias() += (block.transpose() * projected).template cast<double>();
+      });
+  Eigen::Map<Vector<T>>(y, cols()) = total.template cast<T>();
+}
+
+template <class T>
+void DenseOperator<T>::perform_outer_gram_residual_op(const T* x, const T* subtract, T* residual,
+                                                      T* y) const {
   Eigen::Map<const Vector<T>> in(x, rows());
   const Vector<double> total =
       detail::reduce_over_panels(cols(), detail::cache_panel(rows()), rows(), 2 * work(),
                                  [&](Index first, Index count, Vector<double>& partial) {
                                    const auto block = a_.middleCols(first, count);
-                                   const Vector<T> projected = block.transpose() * in;
+                                   Vector<T> projected = block.transpose() * in;
+                                   if (subtract)
+                                     projected -= Eigen::Map<const Vector<T>>(subtract + first, count);
+                                   if (residual) Eigen::Map<Vector<T>>(residual + first, count) = projected;
                                    partial.noalias() += (block * projected).template cast<double>();
                                  });
   Eigen::Map<Vector<T>>(y, rows()) = total.template cast<T>();
+}
+
+template <class T>
+void DenseOperator<T>::perform_outer_gram_block_op(const T* x, Index count, T* y) const {
+  const Eigen::Map<const Matrix<T>> in(x, rows(), count);
+  const Vector<double> total =
+      detail::reduce_over_panels(cols(), detail::cache_panel(rows()), rows() * count, 2 * work(),
+                                 [&](Index first, Index lines, Vector<double>& partial) {
+                                   const auto block = a_.middleCols(first, lines);
+                                   const Matrix<T> projected = block.transpose() * in;
+                                   Eigen::Map<Matrix<double>>(partial.data(), rows(), count).noalias() +=
+                                       (block * projected).template cast<double>();
+                                 });
+  Eigen::Map<Matrix<T>>(y, rows(), count) =
+      Eigen::Map<const Matrix<double>>(total.data(), rows(), count).template cast<T>();
+}
+
+template <class T>
+void DenseOperator<T>::perform_inner_gram_block_op(const T* x, Index count, T* y) const {
+  const Eigen::Map<const Matrix<T>> in(x, cols(), count);
+  const Vector<double> total =
+      detail::reduce_over_panels(rows(), detail::cache_panel(cols()), cols() * count, 2 * work(),
+                                 [&](Index first, Index lines, Vector<double>& partial) {
+                                   const auto block = a_.middleRows(first, lines);
+                                   const Matrix<T> projected = block * in;
+                                   Eigen::Map<Matrix<double>>(partial.data(), cols(), count).noalias() +=
+                                       (block.transpose() * projected).template cast<double>();
+                                 });
+  Eigen::Map<Matrix<T>>(y, cols(), count) =
+      Eigen::Map<const Matrix<double>>(total.data(), cols(), count).template cast<T>();
 }
 
 template <class A, class B>

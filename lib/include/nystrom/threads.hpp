@@ -50,6 +50,7 @@ class BlasThreads {
   BlasThreads& operator=(const BlasThreads&) = delete;
 
  private:
+  int count_;
   int previous_;
 };
 
