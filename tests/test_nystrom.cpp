@@ -152,21 +152,35 @@ TEST_CASE_TEMPLATE("nystrom_attention equals (Ĝ V) ⊘ (Ĝ 1) from the dense Ĝ
   }
 }
 
-TEST_CASE("clamped variant uses exp(min(x,5)) + max(x-5,0) in all three blocks") {
+TEST_CASE("clamped variant uses exp(min(x,c)) + max(x-c,0) in all three blocks, c = clamp_threshold") {
   const Index n = 40, d = 4, m = 4;
   const Matrix<double> Q = random_matrix<double>(n, d, 61, 3.0);  // large logits reach the clamp
   const Matrix<double> K = random_matrix<double>(n, d, 62, 3.0);
   const Kernel kernel = Kernel::exponential(1.0);
-  const auto f = generalized_nystrom<double>(Q, K, options_for(kernel, m, Stabilization::clamped));
-  const auto clamp = [](double x) { return std::exp(std::min(x, 5.0)) + std::max(x - 5.0, 0.0); };
-  const auto naive_clamped = [&](const Matrix<double>& X, const Matrix<double>& Y) {
-    return naive_kernel<double>(X, Y, kernel).unaryExpr([&](double g) { return clamp(std::log(g)); }).eval();
-  };
   CHECK((Q * K.transpose()).maxCoeff() > 5.0);
-  CHECK(relative_difference(f.left, naive_clamped(Q, f.landmarks.k)) <= 1e-13);
-  CHECK(relative_difference(f.core, naive_clamped(f.landmarks.q, f.landmarks.k)) <= 1e-13);
-  CHECK(relative_difference(f.upper, naive_clamped(f.landmarks.q, K)) <= 1e-13);
-  CHECK(f.left_log_scale.isZero());
+  CHECK((Q * K.transpose()).minCoeff() < 0.0);
+  // 5: the authors' SwinIR code; 0: their Uformer and RVRT code.
+  for (double threshold : {5.0, 0.0}) {
+    CAPTURE(threshold);
+    auto options = options_for(kernel, m, Stabilization::clamped);
+    options.clamp_threshold = threshold;
+    const auto f = generalized_nystrom<double>(Q, K, options);
+    const auto clamp = [&](double x) {
+      return std::exp(std::min(x, threshold)) + std::max(x - threshold, 0.0);
+    };
+    const auto naive_clamped = [&](const Matrix<double>& X, const Matrix<double>& Y) {
+      return naive_kernel<double>(X, Y, kernel)
+          .unaryExpr([&](double g) { return clamp(std::log(g)); })
+          .eval();
+    };
+    CHECK(relative_difference(f.left, naive_clamped(Q, f.landmarks.k)) <= 1e-13);
+    CHECK(relative_difference(f.core, naive_clamped(f.landmarks.q, f.landmarks.k)) <= 1e-13);
+    CHECK(relative_difference(f.upper, naive_clamped(f.landmarks.q, K)) <= 1e-13);
+    CHECK(f.left_log_scale.isZero());
+    const auto g = symmetric_nystrom<double>(Q, K, options);
+    CHECK(relative_difference(g.left, naive_clamped(Q, g.landmarks.k)) <= 1e-13);
+    CHECK(relative_difference(g.core, naive_clamped(g.landmarks.q, g.landmarks.k)) <= 1e-13);
+  }
 }
 
 TEST_CASE("symmetric Nyström equals C W⁺ Cᵀ and is exact on blockwise-constant symmetric tokens") {
@@ -194,6 +208,11 @@ TEST_CASE("bad arguments throw std::invalid_argument naming the value") {
   CHECK_THROWS_AS(generalized_nystrom<double>(Q, K, with_m), std::invalid_argument);
   with_m.landmarks.count = 21;
   CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K, with_m); }, "21"));
+  for (double threshold : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+    auto bad_clamp = options;
+    bad_clamp.clamp_threshold = threshold;
+    CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K, bad_clamp); }, "clamp_threshold"));
+  }
   auto bad_lambda = options;
   bad_lambda.kernel = Kernel::laplacian(-2.0);
   CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K, bad_lambda); }, "-2"));

@@ -32,18 +32,21 @@ Stabilization stabilization_from_string(const std::string& name) {
 
 void NystromOptions::validate(Index n, Index d) const {
   kernel.validate();
+  require(std::isfinite(clamp_threshold),
+          describe("nystrom: clamp_threshold = ", clamp_threshold, " must be finite"));
   landmarks.validate(n, d);
   pinv.validate();
 }
 
 namespace {
 
-/// The authors' clamped exponential exp(min(x, 5)) + max(x − 5, 0) (PnP-Nystra public code), elementwise in
-/// place.
+/// The authors' clamped exponential exp(min(x, c)) + max(x − c, 0) with threshold c (PnP-Nystra public code),
+/// elementwise in place.
 template <class Block>
-void clamped_exp(Block&& x) {
+void clamped_exp(Block&& x, double threshold) {
   using T = typename std::decay_t<Block>::Scalar;
-  x = x.unaryExpr([](T v) { return std::exp(std::min(v, T(5))) + std::max(v - T(5), T(0)); });
+  const T c = T(threshold);
+  x = x.unaryExpr([c](T v) { return std::exp(std::min(v, c)) + std::max(v - c, T(0)); });
 }
 
 /// Rows per panel of the thin N×m and m×N steps (Algorithm 1 steps 2, 4, 6, 7): a panel's kernel block is
@@ -77,11 +80,11 @@ void exp_shifted_rows(Block&& exponent, const Vector<T>& log_scale) {
 }
 
 /// The blocks from their exponents, in place: exp(φ − l) with the row log-scales l (zero without
-/// stabilization), or the clamped exponential.
+/// stabilization), or the clamped exponential with options.clamp_threshold.
 template <class T, class Block>
-void kernel_from_exponent(Block&& exponent, const Vector<T>& log_scale, Stabilization stabilization) {
-  if (stabilization == Stabilization::clamped)
-    clamped_exp(exponent);
+void kernel_from_exponent(Block&& exponent, const Vector<T>& log_scale, const NystromOptions& options) {
+  if (options.stabilization == Stabilization::clamped)
+    clamped_exp(exponent, options.clamp_threshold);
   else
     exp_shifted_rows<T>(exponent, log_scale);
 }
@@ -96,8 +99,7 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
   f.options = options;
   f.landmarks = select_landmarks<T>(Q, K, options.landmarks);
   const Kernel& kernel = options.kernel;
-  const Stabilization stabilization = options.stabilization;
-  const bool row_max_scaled = stabilization == Stabilization::row_max;
+  const bool row_max_scaled = options.stabilization == Stabilization::row_max;
   const Index n = Q.rows(), m = f.landmarks.q.rows();
   f.core = kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
   f.left.resize(n, m);
@@ -128,16 +130,16 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
         f.left_log_scale.segment(r, b) = left_scale;
         upper_max = upper_max.cwiseMax(upper.rowwise().maxCoeff());
       }
-      kernel_from_exponent<T>(left, left_scale, stabilization);
+      kernel_from_exponent<T>(left, left_scale, options);
     }
     if (row_max_scaled) {
 #pragma omp critical
       f.upper_log_scale = f.upper_log_scale.cwiseMax(upper_max);
     }
 #pragma omp barrier
-    kernel_from_exponent<T>(f.upper.middleCols(begin, end - begin), f.upper_log_scale, stabilization);
+    kernel_from_exponent<T>(f.upper.middleCols(begin, end - begin), f.upper_log_scale, options);
   }
-  kernel_from_exponent<T>(f.core, f.upper_log_scale, stabilization);
+  kernel_from_exponent<T>(f.core, f.upper_log_scale, options);
   f.pinv = pseudoinverse<T>(f.core, options.pinv);
   return f;
 }
@@ -157,8 +159,8 @@ NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatri
   f.core = options.kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
   f.left_log_scale = Vector<T>::Zero(f.left.rows());
   f.upper_log_scale = Vector<T>::Zero(f.core.rows());
-  kernel_from_exponent<T>(f.left, f.left_log_scale, options.stabilization);
-  kernel_from_exponent<T>(f.core, f.upper_log_scale, options.stabilization);
+  kernel_from_exponent<T>(f.left, f.left_log_scale, options);
+  kernel_from_exponent<T>(f.core, f.upper_log_scale, options);
   f.upper = f.left.transpose();
   f.pinv = pseudoinverse<T>(f.core, options.pinv);
   return f;

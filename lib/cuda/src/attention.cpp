@@ -46,7 +46,7 @@ DeviceFactors<T> device_factors(const DeviceMatrix<T>& q, const DeviceMatrix<T>&
   exponent(kernel, k.data(), k.ld(), n, q_bar.data(), q_bar.ld(), m, d, f.upper_t.data(), f.upper_t.ld());
   exponent(kernel, q_bar.data(), q_bar.ld(), m, k_bar.data(), k_bar.ld(), m, d, f.core.data(), f.core.ld());
   const bool row_max = options.stabilization == Stabilization::row_max;
-  const ExpMap map = options.stabilization == Stabilization::clamped ? ExpMap::clamped : ExpMap::exp;
+  const ExpMap map{options.stabilization == Stabilization::clamped, options.clamp_threshold};
   if (!row_max) {
     fill<T>(f.left_shift.data(), n, T(0), stream);
     fill<T>(f.upper_shift.data(), m, T(0), stream);
@@ -82,7 +82,7 @@ Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K
     const int b = std::min(panel, n - r);
     // Logits of queries r .. r+b as columns (keys × b), so each query's row-max and sum run down a column.
     exponent(kernel, k.data(), k.ld(), keys, q.data() + r, q.ld(), b, d, logits.data(), logits.ld());
-    map_lines<T>(logits.data(), logits.ld(), keys, b, ExpMap::exp, true, nullptr, sums.data(), stream);
+    map_lines<T>(logits.data(), logits.ld(), keys, b, ExpMap{}, true, nullptr, sums.data(), stream);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, b, dv, keys, T(1), logits.data(), logits.ld(), v.data(), v.ld(), T(0),
          out.data() + r, out.ld());
     divide_rows<T>(out.data() + r, out.ld(), b, dv, sums.data(), T(0), stream);

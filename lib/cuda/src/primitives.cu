@@ -54,8 +54,11 @@ __device__ inline double min_of(double a, double b) {
 
 template <class T>
 __device__ inline T apply_map(ExpMap map, T x) {
-  // PnP-Nystra public code: exp(min(x, 5)) + max(x − 5, 0) keeps large logits from overflowing.
-  if (map == ExpMap::clamped) return exp_of(min_of(x, T(5))) + max_of(x - T(5), T(0));
+  // PnP-Nystra public code: exp(min(x, c)) + max(x − c, 0) keeps large logits from overflowing.
+  if (map.clamped) {
+    const T c = static_cast<T>(map.threshold);
+    return exp_of(min_of(x, c)) + max_of(x - c, T(0));
+  }
   return exp_of(x);
 }
 

@@ -16,9 +16,12 @@ using Offset = std::int64_t;
 /// Distance exponents of MATH.md §1: L1 (Laplacian) or squared L2 (Gaussian).
 enum class Distance { l1, squared_l2 };
 
-/// The elementwise map applied to an exponent x: exp(x), or the authors' clamped exp(min(x,5)) + max(x−5,0)
-/// (PnP-Nystra public code; MATH.md §2).
-enum class ExpMap { exp, clamped };
+/// The elementwise map applied to an exponent x: exp(x), or with `clamped` the authors' clamped exponential
+/// exp(min(x, c)) + max(x − c, 0) with c = `threshold` (PnP-Nystra public code; docs/mathematics.md §2).
+struct ExpMap {
+  bool clamped = false;
+  double threshold = 5;
+};
 
 /// out(i, j) = factor · Σ_c dist(x(i, c), y(j, c)) for x n×d, y p×d, out n×p (LaplacianFormer Alg. 1 with
 /// factor = −1/λ). Tiled in shared memory, direct differences (no ‖x‖² + ‖y‖² − 2xᵀy cancellation). O(n·p·d).

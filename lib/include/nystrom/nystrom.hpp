@@ -17,8 +17,9 @@ namespace nystrom {
 enum class Stabilization {
   none,     ///< plain blocks G_L, G_A, G_U
   row_max,  ///< PnP-Nystra eq. (8): G_Lⁿ = M_L⁻¹G_L, G_Aⁿ = M_U⁻¹G_A, G_Uⁿ = M_U⁻¹G_U with row-max exponents
-  clamped   ///< the authors' code: exp(x) → exp(min(x,5)) + max(x−5,0) in all three blocks (changes the
-            ///< kernel)
+  clamped   ///< the authors' code: exp(x) → exp(min(x, c)) + max(x − c, 0) in all three blocks, c =
+            ///< NystromOptions::clamp_threshold (5 in their SwinIR code, 0 in their Uformer and RVRT code);
+            ///< changes the kernel
 };
 
 /// "none", "row-max", "clamped".
@@ -32,6 +33,7 @@ struct NystromOptions {
   LandmarkOptions landmarks;
   PinvOptions pinv;
   Stabilization stabilization = Stabilization::row_max;
+  double clamp_threshold = 5;  ///< c of Stabilization::clamped, exp(min(x, c)) + max(x − c, 0); finite
 
   /// Validates every member for N tokens of dimension d; throws std::invalid_argument naming the bad value.
   void validate(Index n, Index d) const;
