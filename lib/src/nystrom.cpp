@@ -1,7 +1,5 @@
 #include "nystrom/nystrom.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -50,18 +48,21 @@ void clamped_exp(Block&& x, double threshold) {
 }
 
 /// Rows per panel of the thin N×m and m×N steps (Algorithm 1 steps 2, 4, 6, 7): a panel's kernel block is
-/// exponentiated, or multiplied, right after it is formed, while it is still in L1/L2.
+/// exponentiated, or multiplied, right after it is formed, while it is still in L1/L2. The panels are the
+/// same for any thread count, and the threads take them one at a time (dynamic schedule), so a thread that
+/// another process keeps off its core leaves its panels to the others, and every sum over N is added panel
+/// by panel in the same order: the factors and Ô are the same bits on 1 and 2 threads.
 constexpr Index nystrom_panel_rows = 256;
 
-/// OpenMP threads worth starting for N tokens: one per two panels at most (below that the fork and the
-/// barrier cost more than the thin products save).
-int nystrom_threads(Index n) {
-  return int(std::clamp<Index>(n / (2 * nystrom_panel_rows), 1, threads()));
+/// The panels of n rows.
+Index panel_count(Index n) {
+  return (n + nystrom_panel_rows - 1) / nystrom_panel_rows;
 }
 
-/// The contiguous share [begin, end) of `n` items that thread `thread` of `count` works on.
-std::pair<Index, Index> thread_share(Index n, int thread, int count) {
-  return {n * thread / count, n * (thread + 1) / count};
+/// Rows [first, first + rows) of panel p of n rows.
+std::pair<Index, Index> panel_rows(Index p, Index n) {
+  const Index first = p * nystrom_panel_rows;
+  return {first, std::min(nystrom_panel_rows, n - first)};
 }
 
 /// exp(φ − l 1ᵀ) in place: a stabilized kernel block from its exponent φ and row log-scales l. Two passes on
@@ -112,14 +113,16 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
   // finished at once; M_U = diag(exp(max_j φ(Q̄, K)_ij)) needs the maxima over all N columns, so G_U is
   // exponentiated after a reduction. M_U scales the rows of both G_A and G_U, so Ĝ = M_L G_Lⁿ (G_Aⁿ)⁺ G_Uⁿ
   // for a nonsingular G_A.
+  // Threads only above detail::parallel_work multiply-adds: a parallel region waits for all its threads, and
+  // one that another process keeps off its core costs a scheduler time slice (milliseconds).
+  const Index panels = panel_count(n);
   const SingleThreadedBlas single_threaded_blas;
-  const int workers = nystrom_threads(n);
-#pragma omp parallel num_threads(workers)
+#pragma omp parallel num_threads(detail::workers_for(panels, 2.0 * double(n) * double(m) * double(Q.cols())))
   {
-    const auto [begin, end] = thread_share(n, omp_get_thread_num(), omp_get_num_threads());
     Vector<T> upper_max = Vector<T>::Constant(m, -std::numeric_limits<T>::infinity());
-    for (Index r = begin; r < end; r += nystrom_panel_rows) {
-      const Index b = std::min(nystrom_panel_rows, end - r);
+#pragma omp for schedule(dynamic, 1) nowait
+    for (Index p = 0; p < panels; ++p) {
+      const auto [r, b] = panel_rows(p, n);
       auto left = f.left.middleRows(r, b);
       auto upper = f.upper.middleCols(r, b);
       detail::kernel_exponent<T>(kernel, Q.middleRows(r, b), f.landmarks.k, left);
@@ -137,7 +140,11 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
       f.upper_log_scale = f.upper_log_scale.cwiseMax(upper_max);
     }
 #pragma omp barrier
-    kernel_from_exponent<T>(f.upper.middleCols(begin, end - begin), f.upper_log_scale, options);
+#pragma omp for schedule(dynamic, 1)
+    for (Index p = 0; p < panels; ++p) {
+      const auto [r, b] = panel_rows(p, n);
+      kernel_from_exponent<T>(f.upper.middleCols(r, b), f.upper_log_scale, options);
+    }
   }
   kernel_from_exponent<T>(f.core, f.upper_log_scale, options);
   f.pinv = pseudoinverse<T>(f.core, options.pinv);
@@ -196,39 +203,40 @@ template <class T>
 Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V) {
   require(V.rows() == factors.cols(),
           describe("nystrom_attention: V has ", V.rows(), " rows, expected N = ", factors.cols()));
-  // PnP-Nystra Algorithm 1 with the products reassociated: [G_U V, G_U 1] (m×(dv+1), summed over the threads'
-  // column shares), W = Z [G_U V, G_U 1] (m×(dv+1)), then Ĝ[V, 1] = G_L W one row panel at a time, and the
+  // PnP-Nystra Algorithm 1 with the products reassociated: [G_U V, G_U 1] (m×(dv+1), summed over the panels
+  // of keys in order), W = Z [G_U V, G_U 1] (m×(dv+1)), then Ĝ[V, 1] = G_L W one row panel at a time, and the
   // ratio. Never N×N, and the N×m P = G_L Z of the paper is never formed. The row scale M_L cancels in the
   // ratio, so it is never applied. A NaN or ±∞ in V reaches G_U V (the entries of G_U are finite and ≥ 0,
   // and ∞·0 is NaN), so V is scanned only when [G_U V, G_U 1] is not finite: then either V is bad (throws)
   // or the finite sums overflowed (a numerical outcome). The scan cost 3% of the whole at N = 4096.
   const Index n = factors.rows(), keys = factors.cols(), m = factors.upper.rows(), dv = V.cols();
-  Matrix<T> upper_values = Matrix<T>::Zero(m, dv + 1);  // [G_U V, G_U 1]
+  // [G_U V, G_U 1] of each panel of keys, summed below in panel order.
+  const Index key_panels = panel_count(keys);
+  Matrix<T> partials(m, (dv + 1) * key_panels);
   const SingleThreadedBlas single_threaded_blas;
-#pragma omp parallel num_threads(nystrom_threads(keys))
-  {
-    const auto [begin, end] = thread_share(keys, omp_get_thread_num(), omp_get_num_threads());
-    Matrix<T> partial = Matrix<T>::Zero(m, dv + 1);
-    for (Index r = begin; r < end; r += nystrom_panel_rows) {
-      const Index b = std::min(nystrom_panel_rows, end - r);
-      const auto values = V.middleRows(r, b);
-      const auto upper = factors.upper.middleCols(r, b);
-      detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), upper, values, T(1), partial.leftCols(dv));
-      partial.col(dv).noalias() += upper * Vector<T>::Ones(b);  // G_U 1 as a GEMV
-    }
-#pragma omp critical
-    upper_values += partial;
+#pragma omp parallel for schedule(dynamic, 1) \
+    num_threads(detail::workers_for(key_panels, double(m) * double(keys) * double(dv + 1)))
+  for (Index p = 0; p < key_panels; ++p) {
+    const auto [r, b] = panel_rows(p, keys);
+    const auto upper = factors.upper.middleCols(r, b);
+    auto partial = partials.middleCols(p * (dv + 1), dv + 1);
+    detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), upper, V.middleRows(r, b), T(0),
+                    partial.leftCols(dv));
+    partial.col(dv).noalias() = upper * Vector<T>::Ones(b);  // G_U 1 as a GEMV
   }
+  Matrix<T> upper_values = partials.leftCols(dv + 1);
+  for (Index p = 1; p < key_panels; ++p) upper_values += partials.middleCols(p * (dv + 1), dv + 1);
   if (!all_finite(upper_values)) require_finite(V, "nystrom_attention: V");
   const Matrix<T> weights = factors.pinv.z * upper_values;  // W = Z [G_U V, G_U 1]
   const T denominator_shift = factors.options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
   Matrix<T> out(n, dv);
-#pragma omp parallel num_threads(nystrom_threads(n))
+  const Index panels = panel_count(n);
+#pragma omp parallel num_threads(detail::workers_for(panels, double(n) * double(m) * double(dv + 1)))
   {
-    const auto [begin, end] = thread_share(n, omp_get_thread_num(), omp_get_num_threads());
     Matrix<T> panel(nystrom_panel_rows, dv + 1);
-    for (Index r = begin; r < end; r += nystrom_panel_rows) {
-      const Index b = std::min(nystrom_panel_rows, end - r);
+#pragma omp for schedule(dynamic, 1)
+    for (Index p = 0; p < panels; ++p) {
+      const auto [r, b] = panel_rows(p, n);
       auto block = panel.topRows(b);
       detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), factors.left.middleRows(r, b), weights,
                       T(0), block);

@@ -64,8 +64,9 @@ struct NystromFactors {
 };
 
 /// The generalized Nyström factors of G = κ(Q, K) for Q, K (N×d). O(Nmd + m³). G_L and G_U are formed in
-/// 256-row panels spread over the OpenMP threads (single-threaded BLAS inside); M_U's row maxima are reduced
-/// over the threads before G_U is exponentiated.
+/// 256-row panels handed to the OpenMP threads one at a time (above detail::parallel_work multiply-adds;
+/// single-threaded BLAS inside); M_U's row maxima are reduced over the threads before G_U is exponentiated.
+/// The same factors on any thread count.
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options);
@@ -78,8 +79,10 @@ NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatri
 
 /// PnP-Nystra Algorithm 1, reassociated: W = Z [G_U V, G_U 1_N] (m×(dv+1)), then Ĝ[V, 1] = G_L W and
 /// Ô = (G_L W_V) ⊘ (G_L W_1) row panel by row panel; the same Ô as (P(G_U V)) ⊘ (P(G_U 1_N)) with P = G_L Z
-/// up to rounding, without the N×m P. O(Nm(d + dv)), never N×N; threads over column shares of G_U and row
-/// panels of G_L. The clamped variant divides by (Ĝ1 + 1e-12) as the authors' code does.
+/// up to rounding, without the N×m P. O(Nm(d + dv)), never N×N; threads (above detail::parallel_work
+/// multiply-adds per step) over 256-column panels of G_U, summed in panel order, and row panels of G_L, so
+/// the result is the same on any thread count. The clamped variant divides by (Ĝ1 + 1e-12) as the authors'
+/// code does.
 template <class T>
 Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V);
 
