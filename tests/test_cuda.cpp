@@ -189,7 +189,7 @@ TEST_SUITE("backend") {
     CHECK(throws_naming([] { gemm_seconds<T>(Device::cpu, 0); }, "n = 0"));
   }
 
-  TEST_CASE_TEMPLATE("a CPU batched plan runs batched_attention; CPU device arrays hold host memory", T,
+  TEST_CASE_TEMPLATE("a CPU batched plan runs batched_attention, and CPU device arrays hold host memory", T,
                      float, double) {
     const BatchShape shape{2, 3, 40, 6, 4};
     const Tensor<T> q(shape, 6, 1), k(shape, 6, 2), v(shape, 4, 3);
