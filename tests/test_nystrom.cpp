@@ -152,6 +152,24 @@ TEST_CASE_TEMPLATE("nystrom_attention equals (Ĝ V) ⊘ (Ĝ 1) from the dense Ĝ
   }
 }
 
+TEST_CASE_TEMPLATE("nystrom_attention with row-major V and output equals the column-major one", T, float,
+                   double) {
+  const Index n = 600, d = 6, dv = 5, m = 9;  // three 256-row panels, the last one ragged
+  const Matrix<T> Q = random_matrix<T>(n, d, 91), K = random_matrix<T>(n, d, 92),
+                  V = random_matrix<T>(n, dv, 93);
+  for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+    CAPTURE(to_string(stabilization));
+    const auto f = generalized_nystrom<T>(Q, K, options_for(Kernel::exponential(0.4), m, stabilization));
+    const RowMajorMatrix<T> row_major_v = V;
+    RowMajorMatrix<T> out(n, dv);
+    nystrom_attention<T>(f, row_major_v, out);
+    CHECK(relative_difference(out, nystrom_attention<T>(f, V)) <=
+          tolerance<T>(n * m) * condition(f.core.template cast<double>()));
+    RowMajorMatrix<T> wrong(n, dv + 1);
+    CHECK(throws_naming([&] { nystrom_attention<T>(f, row_major_v, wrong); }, "out is 600x6"));
+  }
+}
+
 TEST_CASE("clamped variant uses exp(min(x,c)) + max(x-c,0) in all three blocks, c = clamp_threshold") {
   const Index n = 40, d = 4, m = 4;
   const Matrix<double> Q = random_matrix<double>(n, d, 61, 3.0);  // large logits reach the clamp

@@ -69,35 +69,41 @@ void transpose_copy(const T* in, Index rows, Index cols, T* out) {
 #endif
 }
 
-/// One head's q, k, v copied to column-major N×d matrices for the per-head code; one per thread, reused.
+/// The four views of a batched call.
+template <class T>
+struct Batch {
+  BatchView<const T> q, k, v;
+  BatchView<T> out;
+};
+
+/// One head's q, k (and v) copied to column-major N×d matrices for the per-head code; one per thread, kept
+/// from call to call.
 template <class T>
 struct HeadTokens {
   Matrix<T> q, k, v;
 
-  void load(const BatchView<const T>& Q, const BatchView<const T>& K, const BatchView<const T>& V, Index i) {
-    load_one(Q, i, q);
-    load_one(K, i, k);
-    load_one(V, i, v);
+  void load_tokens(const Batch<T>& batch, Index i) {
+    load(batch.q, i, q);
+    load(batch.k, i, k);
+  }
+  void load_all(const Batch<T>& batch, Index i) {
+    load_tokens(batch, i);
+    load(batch.v, i, v);
   }
 
-  static void load_one(const BatchView<const T>& X, Index i, Matrix<T>& to) {
+ private:
+  static void load(const BatchView<const T>& X, Index i, Matrix<T>& to) {
     to.resize(X.tokens, X.dim);
     transpose_copy(X.data + i * X.head_size(), X.tokens, X.dim, to.data());
   }
 };
 
-/// Writes a head's column-major N×dv output into its place in `out`.
-template <class T>
-void store(const Matrix<T>& output, const BatchView<T>& out, Index i) {
-  // The transpose of a column-major N×dv is a row-major dv×N: omatcopy reads it as rows×cols = dv×N.
-  transpose_copy(output.data(), output.cols(), output.rows(), out.data + i * out.head_size());
-}
-
-/// Runs head(i, scratch) for i < count, each head on one thread. With threads() > 1 and more than one head,
-/// the heads go one at a time (dynamic schedule) to the OpenMP threads, each of which sets its own thread
-/// count to 1 first, so the per-head code sees threads() == 1 and opens no nested regions; otherwise in order
-/// on the calling thread, the per-head code keeping the caller's threads. The first exception (naming the
-/// head when it is std::invalid_argument) is rethrown once the threads have stopped.
+/// Runs head(i, scratch) for i < count, each head on one thread, with the thread's own scratch. With
+/// threads() > 1 and more than one head, the heads go one at a time (dynamic schedule) to the OpenMP threads,
+/// each of which sets its own thread count to 1 first, so the per-head code sees threads() == 1 and opens no
+/// nested regions; otherwise in order on the calling thread, the per-head code keeping the caller's threads.
+/// The first exception (naming the head when it is std::invalid_argument) is rethrown once the threads have
+/// stopped.
 template <class Scratch, class Head>
 void for_each_head(Index count, Index heads_per_batch, const Head& head) {
   const auto run = [&](Index i, Scratch& scratch) {
@@ -108,9 +114,11 @@ void for_each_head(Index count, Index heads_per_batch, const Head& head) {
                                            ", h = ", i % heads_per_batch, "): ", error.what()));
     }
   };
+  // Each thread keeps its scratch between calls (OpenMP's threads persist): fresh buffers of a few MiB per
+  // call cost their page faults every time, 0.4 ms of a 1 ms call at N = 4096.
+  thread_local Scratch scratch;
   const int workers = int(std::min<Index>(threads(), count));
   if (workers < 2 || omp_in_parallel()) {
-    Scratch scratch;
     for (Index i = 0; i < count; ++i) run(i, scratch);
     return;
   }
@@ -119,7 +127,6 @@ void for_each_head(Index count, Index heads_per_batch, const Head& head) {
 #pragma omp parallel num_threads(workers)
   {
     omp_set_num_threads(1);  // this thread's count: the steps of a head stay on it
-    Scratch scratch;
 #pragma omp for schedule(dynamic, 1)
     for (Index i = 0; i < count; ++i) {
       try {
@@ -150,6 +157,26 @@ ApproximationOptions batch_options(Method method, const ApproximationOptions& op
   return prepared;
 }
 
+/// The Nyström methods' options as approximate_attention builds them (the kernel taken from `options`).
+NystromOptions nystrom_options(Method method, const ApproximationOptions& options) {
+  NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+  nystrom.kernel = options.kernel;
+  return nystrom;
+}
+
+bool is_nystrom(Method method) {
+  return method == Method::pnp_nystra || method == Method::symmetric_nystrom;
+}
+
+/// The factors of a Nyström method on one head's column-major q and k, as approximate_attention makes them.
+template <class T>
+NystromFactors<T> nystrom_factors(Method method, const HeadTokens<T>& head,
+                                  const ApproximationOptions& options) {
+  const NystromOptions nystrom = nystrom_options(method, options);
+  return method == Method::pnp_nystra ? generalized_nystrom<T>(head.q, head.k, nystrom)
+                                      : symmetric_nystrom<T>(head.q, head.k, nystrom);
+}
+
 /// The first pass of AlphaScope::batch for one head: the matrix its pseudoinverse inverts (the core of
 /// docs/mathematics.md §2, §6) and, for the Nyström methods, the factors themselves, so that the second pass
 /// only redoes the m×m pseudoinverse.
@@ -159,41 +186,51 @@ struct CoreOfHead {
   std::optional<NystromFactors<T>> factors;
 };
 
-/// The Nyström methods' options as approximate_attention builds them (the kernel taken from `options`).
-NystromOptions nystrom_options(Method method, const ApproximationOptions& options) {
-  NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
-  nystrom.kernel = options.kernel;
-  return nystrom;
-}
-
 template <class T>
-CoreOfHead<T> core_of_head(Method method, const HeadTokens<T>& head, const ApproximationOptions& options,
-                           const PinvOptions& pinv) {
+CoreOfHead<T> core_of_head(Method method, const Batch<T>& batch, Index i, HeadTokens<T>& head,
+                           const ApproximationOptions& options, const PinvOptions& pinv) {
   CoreOfHead<T> out;
-  switch (method) {
-    case Method::pnp_nystra:
-      out.factors = generalized_nystrom<T>(head.q, head.k, nystrom_options(method, options));
-      out.inverted = inverted_matrix<T>(out.factors->core, pinv);
-      break;
-    case Method::symmetric_nystrom:
-      out.factors = symmetric_nystrom<T>(head.q, head.k, nystrom_options(method, options));
-      out.inverted = inverted_matrix<T>(out.factors->core, pinv);
-      break;
-    case Method::nystromformer:
-      out.inverted = inverted_matrix<T>(
-          nystromformer_core<T>(head.q, head.k, options.kernel.param, options.nystromformer), pinv);
-      break;
-    default:  // cur: U = C[q_idx, :] needs C; the method runs once more in the second pass
-      out.inverted = inverted_matrix<T>(
-          cur_attention<T>(head.q, head.k, head.v, options.kernel.param, options.cur).intersection, pinv);
-      break;
+  if (is_nystrom(method)) {
+    head.load_tokens(batch, i);
+    out.factors = nystrom_factors<T>(method, head, options);
+    out.inverted = inverted_matrix<T>(out.factors->core, pinv);
+  } else if (method == Method::nystromformer) {
+    head.load_tokens(batch, i);
+    out.inverted = inverted_matrix<T>(
+        nystromformer_core<T>(head.q, head.k, options.kernel.param, options.nystromformer), pinv);
+  } else {  // cur: U = C[q_idx, :] needs C; the method runs once more in the second pass
+    head.load_all(batch, i);
+    out.inverted = inverted_matrix<T>(
+        cur_attention<T>(head.q, head.k, head.v, options.kernel.param, options.cur).intersection, pinv);
   }
   return out;
 }
 
+/// Head i into batch.out: a Nyström method by its factors (`kept` ones from the first pass of
+/// AlphaScope::batch, with only Z ≈ G_A⁺ redone) and the row-major Algorithm 1, V and Ô in place; the other
+/// methods by approximate_attention on column-major copies of q, k and v, the output copied back.
 template <class T>
-HeadDiagnostics diagnostics_of(const Approximation<T>& result) {
-  return {result.pinv_status, result.pinv_residual};
+HeadDiagnostics run_head(Method method, const Batch<T>& batch, Index i, HeadTokens<T>& head,
+                         const ApproximationOptions& options, std::optional<NystromFactors<T>>& kept) {
+  if (is_nystrom(method)) {
+    NystromFactors<T> factors;
+    if (kept) {
+      factors = std::move(*kept);
+      kept.reset();
+      factors.pinv = pseudoinverse<T>(factors.core, nystrom_options(method, options).pinv);
+    } else {
+      head.load_tokens(batch, i);
+      factors = nystrom_factors<T>(method, head, options);
+    }
+    nystrom_attention<T>(factors, batch.v.head(i), batch.out.head(i));
+    return {factors.pinv.status, factors.pinv.residual()};
+  }
+  head.load_all(batch, i);
+  const Approximation<T> approximation = approximate_attention<T>(method, head.q, head.k, head.v, options);
+  // The transpose of the column-major N×dv output is a row-major dv×N: omatcopy reads it as rows×cols = dv×N.
+  const Matrix<T>& output = approximation.output;
+  transpose_copy(output.data(), output.cols(), output.rows(), batch.out.data + i * batch.out.head_size());
+  return {approximation.pinv_status, approximation.pinv_residual};
 }
 
 }  // namespace
@@ -208,43 +245,23 @@ BatchedDiagnostics batched_attention(Method method, const BatchView<const T>& Q,
   ApproximationOptions prepared = batch_options(method, options, Q.tokens, Q.dim);
   BatchedDiagnostics result;
   result.heads.resize(static_cast<std::size_t>(count));
+  const Batch<T> batch{Q, K, V, out};
   PinvOptions* pinv = pinv_options(method, prepared);
-  const bool batch_alpha_pass = alpha_scope == AlphaScope::batch && pinv && pinv->method != PinvMethod::exact;
-  if (!batch_alpha_pass) {
-    for_each_head<HeadTokens<T>>(count, Q.heads, [&](Index i, HeadTokens<T>& head) {
-      head.load(Q, K, V, i);
-      const Approximation<T> approximation =
-          approximate_attention<T>(method, head.q, head.k, head.v, prepared);
-      store<T>(approximation.output, out, i);
-      result.heads[std::size_t(i)] = diagnostics_of(approximation);
-    });
-    return result;
-  }
-  // AlphaScope::batch: every head's core first, then α over all of them (docs/mathematics.md §4).
+  // AlphaScope::batch with an iterative pseudoinverse: every head's core first, then α over all of them
+  // (docs/mathematics.md §4), then the heads with that α.
   std::vector<CoreOfHead<T>> cores(static_cast<std::size_t>(count));
+  if (alpha_scope == AlphaScope::batch && pinv && pinv->method != PinvMethod::exact) {
+    for_each_head<HeadTokens<T>>(count, Q.heads, [&](Index i, HeadTokens<T>& head) {
+      cores[std::size_t(i)] = core_of_head<T>(method, batch, i, head, prepared, *pinv);
+    });
+    std::vector<Matrix<T>> inverted(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < cores.size(); ++i) inverted[i] = std::move(cores[i].inverted);
+    result.alpha = batch_alpha<T>(inverted);
+    pinv->alpha = result.alpha;
+  }
   for_each_head<HeadTokens<T>>(count, Q.heads, [&](Index i, HeadTokens<T>& head) {
-    head.load(Q, K, V, i);
-    cores[std::size_t(i)] = core_of_head<T>(method, head, prepared, *pinv);
-  });
-  std::vector<Matrix<T>> inverted(static_cast<std::size_t>(count));
-  for (std::size_t i = 0; i < cores.size(); ++i) inverted[i] = std::move(cores[i].inverted);
-  result.alpha = batch_alpha<T>(inverted);
-  pinv->alpha = result.alpha;
-  for_each_head<HeadTokens<T>>(count, Q.heads, [&](Index i, HeadTokens<T>& head) {
-    std::optional<NystromFactors<T>>& factors = cores[std::size_t(i)].factors;
-    if (factors) {
-      // approximate_attention's Nyström branch from the kept factors: only Z ≈ G_A⁺ depends on α.
-      HeadTokens<T>::load_one(V, i, head.v);
-      factors->pinv = pseudoinverse<T>(factors->core, *pinv);
-      store<T>(nystrom_attention<T>(*factors, head.v), out, i);
-      result.heads[std::size_t(i)] = {factors->pinv.status, factors->pinv.residual()};
-      factors.reset();
-      return;
-    }
-    head.load(Q, K, V, i);
-    const Approximation<T> approximation = approximate_attention<T>(method, head.q, head.k, head.v, prepared);
-    store<T>(approximation.output, out, i);
-    result.heads[std::size_t(i)] = diagnostics_of(approximation);
+    result.heads[std::size_t(i)] =
+        run_head<T>(method, batch, i, head, prepared, cores[std::size_t(i)].factors);
   });
   return result;
 }

@@ -199,10 +199,21 @@ Matrix<T> NystromFactors<T>::dense() const {
   return out;
 }
 
-template <class T>
-Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V) {
-  require(V.rows() == factors.cols(),
-          describe("nystrom_attention: V has ", V.rows(), " rows, expected N = ", factors.cols()));
+namespace {
+
+/// G_U V for a panel of V's rows, straight from V's storage: a row-major panel enters the GEMM as the
+/// transpose of a column-major one.
+template <class T, class Values>
+void upper_times_values(const ConstMatrixRef<T>& upper, const Values& values, MatrixRef<T> out) {
+  if constexpr (Values::IsRowMajor)
+    detail::gemm<T>(detail::Op::plain, detail::Op::transposed, T(1), upper, values.transpose(), T(0), out);
+  else
+    detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), upper, values, T(0), out);
+}
+
+/// PnP-Nystra Algorithm 1 (nystrom_attention) into `out`, V and `out` column-major or row-major.
+template <class T, class Values, class Output>
+void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) {
   // PnP-Nystra Algorithm 1 with the products reassociated: [G_U V, G_U 1] (m×(dv+1), summed over the panels
   // of keys in order), W = Z [G_U V, G_U 1] (m×(dv+1)), then Ĝ[V, 1] = G_L W one row panel at a time, and the
   // ratio. Never N×N, and the N×m P = G_L Z of the paper is never formed. The row scale M_L cancels in the
@@ -220,8 +231,7 @@ Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixR
     const auto [r, b] = panel_rows(p, keys);
     const auto upper = factors.upper.middleCols(r, b);
     auto partial = partials.middleCols(p * (dv + 1), dv + 1);
-    detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), upper, V.middleRows(r, b), T(0),
-                    partial.leftCols(dv));
+    upper_times_values<T>(upper, V.middleRows(r, b), partial.leftCols(dv));
     partial.col(dv).noalias() = upper * Vector<T>::Ones(b);  // G_U 1 as a GEMV
   }
   Matrix<T> upper_values = partials.leftCols(dv + 1);
@@ -229,23 +239,55 @@ Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixR
   if (!all_finite(upper_values)) require_finite(V, "nystrom_attention: V");
   const Matrix<T> weights = factors.pinv.z * upper_values;  // W = Z [G_U V, G_U 1]
   const T denominator_shift = factors.options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
-  Matrix<T> out(n, dv);
   const Index panels = panel_count(n);
 #pragma omp parallel num_threads(detail::workers_for(panels, double(n) * double(m) * double(dv + 1)))
   {
-    Matrix<T> panel(nystrom_panel_rows, dv + 1);
+    // Ĝ[V, 1] of a panel of b queries, b×(dv+1), or for a row-major Ô its transpose (dv+1)×b = Wᵀ G_Lᵀ, so
+    // that each query's output row is written from a contiguous column. One division per query, then
+    // products.
+    Matrix<T> panel =
+        Output::IsRowMajor ? Matrix<T>(dv + 1, nystrom_panel_rows) : Matrix<T>(nystrom_panel_rows, dv + 1);
 #pragma omp for schedule(dynamic, 1)
     for (Index p = 0; p < panels; ++p) {
       const auto [r, b] = panel_rows(p, n);
-      auto block = panel.topRows(b);
-      detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), factors.left.middleRows(r, b), weights,
-                      T(0), block);
-      // One division per row, then products.
-      const Vector<T> inverse_denominator = (block.col(dv).array() + denominator_shift).inverse().matrix();
-      out.middleRows(r, b) = block.leftCols(dv).array().colwise() * inverse_denominator.array();
+      const auto left = factors.left.middleRows(r, b);
+      if constexpr (Output::IsRowMajor) {
+        auto block = panel.leftCols(b);
+        detail::gemm<T>(detail::Op::transposed, detail::Op::transposed, T(1), weights, left, T(0), block);
+        const Vector<T> inverse_denominator = (block.row(dv).array() + denominator_shift).inverse().matrix();
+        out.middleRows(r, b).transpose() =
+            block.topRows(dv).array().rowwise() * inverse_denominator.transpose().array();
+      } else {
+        auto block = panel.topRows(b);
+        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), left, weights, T(0), block);
+        const Vector<T> inverse_denominator = (block.col(dv).array() + denominator_shift).inverse().matrix();
+        out.middleRows(r, b) = block.leftCols(dv).array().colwise() * inverse_denominator.array();
+      }
     }
   }
+}
+
+void require_values(Index rows, Index n) {
+  require(rows == n, describe("nystrom_attention: V has ", rows, " rows, expected N = ", n));
+}
+
+}  // namespace
+
+template <class T>
+Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V) {
+  require_values(V.rows(), factors.cols());
+  Matrix<T> out(factors.rows(), V.cols());
+  algorithm1<T>(factors, V, out);
   return out;
+}
+
+template <class T>
+void nystrom_attention(const NystromFactors<T>& factors, const ConstRowMajorRef<T>& V, RowMajorRef<T> out) {
+  require_values(V.rows(), factors.cols());
+  require(out.rows() == factors.rows() && out.cols() == V.cols(),
+          describe("nystrom_attention: out is ", out.rows(), "x", out.cols(), ", expected ", factors.rows(),
+                   "x", V.cols()));
+  algorithm1<T>(factors, V, out);
 }
 
 #define NYSTROM_INSTANTIATE(T)                                                                          \
@@ -254,7 +296,8 @@ Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixR
                                                     const NystromOptions&);                             \
   template NystromFactors<T> symmetric_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,   \
                                                   const NystromOptions&);                               \
-  template Matrix<T> nystrom_attention<T>(const NystromFactors<T>&, const ConstMatrixRef<T>&);
+  template Matrix<T> nystrom_attention<T>(const NystromFactors<T>&, const ConstMatrixRef<T>&);          \
+  template void nystrom_attention<T>(const NystromFactors<T>&, const ConstRowMajorRef<T>&, RowMajorRef<T>);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)
 #undef NYSTROM_INSTANTIATE

@@ -86,4 +86,9 @@ NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatri
 template <class T>
 Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V);
 
+/// The same with V and Ô row-major (a head of a [B, H, N, dv] batch, batched.hpp): Ô is written into `out`
+/// (N×dv), and neither V nor Ô is copied to another layout.
+template <class T>
+void nystrom_attention(const NystromFactors<T>& factors, const ConstRowMajorRef<T>& V, RowMajorRef<T> out);
+
 }  // namespace nystrom
