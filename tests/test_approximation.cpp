@@ -1,29 +1,12 @@
 #include <doctest/doctest.h>
 
 #include "attention_oracles.hpp"
+#include "method_options.hpp"
 #include "nystrom/approximation.hpp"
 #include "test_support.hpp"
 
 using namespace nystrom;
 using namespace nystrom::test;
-
-namespace {
-constexpr Method methods[] = {
-    Method::pnp_nystra, Method::nystromformer, Method::cur,  Method::symmetric_nystrom,
-    Method::performer,  Method::linformer,     Method::exact};
-
-ApproximationOptions small_options(Index m) {
-  ApproximationOptions options;
-  options.kernel = Kernel::exponential(0.25);
-  options.nystrom.landmarks.count = m;
-  options.symmetric.landmarks.count = m;
-  options.nystromformer.landmarks = m;
-  options.cur.selection.count = m;
-  options.performer.features = 4 * m;
-  options.linformer.projected = m;
-  return options;
-}
-}  // namespace
 
 TEST_CASE("method names round-trip and unknown names are rejected") {
   for (auto method : methods) CHECK(method_from_string(to_string(method)) == method);

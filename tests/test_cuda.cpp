@@ -13,9 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "batch_tensor.hpp"
+#include "method_options.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
 #include "nystrom/evaluation.hpp"
+#include "nystrom/batched.hpp"
 #include "nystrom/nystrom.hpp"
 #include "nystrom/operators.hpp"
 #include "nystrom/pinv.hpp"
@@ -25,6 +28,7 @@
 using namespace nystrom;
 using test::random_matrix;
 using test::relative_difference;
+using test::Tensor;
 using test::throws_naming;
 
 namespace {
@@ -82,6 +86,29 @@ NystromOptions nystrom_options(Kernel kernel, Index m, Stabilization stabilizati
 
 const Kernel tested_kernels[] = {Kernel::exponential(0.25), Kernel::laplacian(4), Kernel::gaussian(3)};
 
+/// Options of every method with m landmarks (method_options.hpp) and the given kernel.
+ApproximationOptions batch_options(const Kernel& kernel, Index m) {
+  ApproximationOptions options = test::small_options(m);
+  options.kernel = kernel;
+  return options;
+}
+
+/// Runs `plan` on copies of q, k and v in the memory of its device (DeviceArray) and returns the output
+/// copied back.
+template <class T>
+std::vector<T> run_on_device(BatchedAttentionPlan<T>& plan, const Tensor<T>& q, const Tensor<T>& k,
+                             const Tensor<T>& v) {
+  DeviceArray<T> dq(plan.device(), Index(q.values.size())), dk(plan.device(), Index(k.values.size())),
+      dv(plan.device(), Index(v.values.size())), dout(plan.device(), Index(v.values.size()));
+  dq.copy_from(q.values.data());
+  dk.copy_from(k.values.data());
+  dv.copy_from(v.values.data());
+  plan.run(dq.data(), dk.data(), dv.data(), dout.data());
+  std::vector<T> out(v.values.size());
+  dout.copy_to(out.data());
+  return out;
+}
+
 }  // namespace
 
 TEST_SUITE("backend") {
@@ -138,6 +165,13 @@ TEST_SUITE("backend") {
     CHECK(throws_naming([&] { kernel_operator<double>(Device::cuda, Q, K, kernel); }, why));
     CHECK(throws_naming([&] { error_operator<double>(Device::cuda, Q, K, factors); }, why));
     CHECK(throws_naming([&] { gemm_seconds<double>(Device::cuda, 64); }, why));
+    CHECK(throws_naming([] { DeviceArray<double>(Device::cuda, 8); }, why));
+    CHECK(throws_naming(
+        [&] {
+          BatchedAttentionPlan<double>(Device::cuda, Method::exact, {1, 1, 32, 4, 3},
+                                       batch_options(kernel, 4));
+        },
+        why));
   }
 
   TEST_CASE_TEMPLATE("Device::cpu runs the CPU code unchanged", T, float, double) {
@@ -156,6 +190,43 @@ TEST_SUITE("backend") {
     const double seconds = gemm_seconds<T>(Device::cpu, 64);
     CHECK((std::isfinite(seconds) && seconds > 0));
     CHECK(throws_naming([] { gemm_seconds<T>(Device::cpu, 0); }, "n = 0"));
+  }
+
+  TEST_CASE_TEMPLATE("a CPU batched plan runs batched_attention, and CPU device arrays hold host memory", T,
+                     float, double) {
+    const BatchShape shape{2, 3, 40, 6, 4};
+    const Tensor<T> q(shape, 6, 1), k(shape, 6, 2), v(shape, 4, 3);
+    for (auto method : {Method::exact, Method::pnp_nystra, Method::nystromformer}) {
+      CAPTURE(to_string(method));
+      const ApproximationOptions options = batch_options(Kernel::exponential(0.4), 8);
+      Tensor<T> expected(shape, 4, 4), planned(shape, 4, 5);
+      const BatchedDiagnostics direct = batched_attention<T>(method, q.view(), k.view(), v.view(),
+                                                             expected.view(), options, AlphaScope::batch);
+      BatchedAttentionPlan<T> plan(Device::cpu, method, shape, options, AlphaScope::batch);
+      const TransferSeconds seconds = plan.run(q.view(), k.view(), v.view(), planned.view());
+      CHECK(seconds.to_device == 0);
+      CHECK(seconds.compute > 0);
+      CHECK(planned.values == expected.values);
+      CHECK(plan.diagnostics().alpha == direct.alpha);
+      // The device-resident entry point with arrays of the CPU "device".
+      CHECK(run_on_device(plan, q, k, v) == expected.values);
+    }
+    const ApproximationOptions options = batch_options(Kernel::exponential(0.4), 8);
+    CHECK(throws_naming(
+        [&] {
+          BatchedAttentionPlan<T>(Device::cpu, Method::exact, {2, 0, 40, 6, 4}, options);
+        },
+        "H = 0"));
+    CHECK(throws_naming(
+        [&] {
+          BatchedAttentionPlan<T>(Device::cpu, Method::pnp_nystra, {1, 1, 5, 6, 4}, options);
+        },
+        "exceeds the number of tokens N = 5"));
+    BatchedAttentionPlan<T> plan(Device::cpu, Method::exact, shape, options);
+    Tensor<T> wrong(BatchShape{2, 3, 41, 6, 4}, 4, 7);
+    CHECK(
+        throws_naming([&] { plan.run(q.view(), k.view(), v.view(), wrong.view()); }, "out is [2, 3, 41, 4]"));
+    CHECK(throws_naming([] { DeviceArray<T>(Device::cpu, -1); }, "size = -1"));
   }
 
   TEST_CASE_TEMPLATE("the CPU operators behind AnyOperator equal dense products", T, float, double) {
@@ -496,6 +567,109 @@ TEST_SUITE("gpu") {
         CHECK(same(b.output_relative_error, a.output_relative_error));
         CHECK(same(b.sigma1_ext, a.sigma1_ext));
         CHECK(b.log_shift == a.log_shift);
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE("GPU batched exact attention equals the CPU batched call, host and device arrays", T,
+                     float, double) {
+    skip_without_gpu();
+    const BatchShape shape{2, 3, 67, 16, 8};  // N odd, off the tiles of the distance kernel
+    const Tensor<T> q(shape, 16, 111), k(shape, 16, 112), v(shape, 8, 113);
+    for (const Kernel& kernel : tested_kernels) {
+      CAPTURE(kernel.label());
+      const ApproximationOptions options = batch_options(kernel, 8);
+      Tensor<T> cpu(shape, 8, 114), gpu(shape, 8, 115);
+      batched_attention<T>(Method::exact, q.view(), k.view(), v.view(), cpu.view(), options);
+      BatchedAttentionPlan<T> plan(Device::cuda, Method::exact, shape, options);
+      const TransferSeconds seconds = plan.run(q.view(), k.view(), v.view(), gpu.view());
+      CHECK((seconds.to_device > 0 && seconds.compute > 0 && seconds.to_host > 0));
+      double largest_logit = 0;
+      for (Index i = 0; i < shape.count(); ++i)
+        largest_logit = std::max(
+            largest_logit,
+            kernel.exponent_block<T>(q.head(i), k.head(i)).template cast<double>().cwiseAbs().maxCoeff());
+      for (Index i = 0; i < shape.count(); ++i) {
+        CAPTURE(i);
+        CHECK(relative_difference(gpu.head(i), cpu.head(i)) <= tolerance<T>(shape.tokens, 1 + largest_logit));
+      }
+      CHECK(run_on_device(plan, q, k, v) == gpu.values);
+      CHECK(plan.diagnostics().heads.size() == std::size_t(shape.count()));
+    }
+  }
+
+  TEST_CASE("GPU batched exact attention over query panels of one head at a time equals the CPU") {
+    skip_without_gpu();
+    // N² = 67.2M entries exceed the 2^26 logit budget: one head per pass, 8,183 queries and then 17.
+    const BatchShape shape{1, 2, 8200, 4, 3};
+    const Tensor<double> q(shape, 4, 121), k(shape, 4, 122), v(shape, 3, 123);
+    const ApproximationOptions options = batch_options(Kernel::exponential(0.5), 8);
+    Tensor<double> cpu(shape, 3, 124), gpu(shape, 3, 125);
+    batched_attention<double>(Method::exact, q.view(), k.view(), v.view(), cpu.view(), options);
+    BatchedAttentionPlan<double>(Device::cuda, Method::exact, shape, options)
+        .run(q.view(), k.view(), v.view(), gpu.view());
+    for (Index i = 0; i < shape.count(); ++i) CHECK(relative_difference(gpu.head(i), cpu.head(i)) <= 1e-12);
+  }
+
+  TEST_CASE_TEMPLATE(
+      "GPU batched PnP-Nystra equals the CPU batched call: stabilizations, clamp thresholds, pseudoinverses, "
+      "batch and per-matrix alpha, segment means and window pooling",
+      T, float, double) {
+    skip_without_gpu();
+    const BatchShape shape{2, 2, 64, 16, 8};  // an 8×8 window
+    const Tensor<T> q(shape, 16, 131), k(shape, 16, 132), v(shape, 8, 133);
+    struct Case {
+      Stabilization stabilization;
+      double clamp_threshold;
+    };
+    const Case cases[] = {{Stabilization::none, 5},
+                          {Stabilization::row_max, 5},
+                          {Stabilization::clamped, 5},
+                          {Stabilization::clamped, 0}};
+    // m = 16 takes the batched Jacobi SVD for the exact pseudoinverse, m = 36 one SVD per head.
+    for (Index m : {Index(16), Index(36)}) {
+      for (auto strategy : {LandmarkStrategy::segment_means, LandmarkStrategy::window_pool}) {
+        for (const Case& c : cases) {
+          for (auto method : {PinvMethod::exact, PinvMethod::razavi, PinvMethod::newton_schulz}) {
+            for (auto scope : {AlphaScope::matrix, AlphaScope::batch}) {
+              if (method == PinvMethod::exact && scope == AlphaScope::batch) continue;
+              CAPTURE(m);
+              CAPTURE(to_string(strategy));
+              CAPTURE(to_string(c.stabilization));
+              CAPTURE(c.clamp_threshold);
+              CAPTURE(to_string(method));
+              CAPTURE(to_string(scope));
+              ApproximationOptions options = batch_options(Kernel::exponential(0.25), m);
+              options.nystrom.landmarks.strategy = strategy;
+              options.nystrom.stabilization = c.stabilization;
+              options.nystrom.clamp_threshold = c.clamp_threshold;
+              options.nystrom.pinv.method = method;
+              options.nystrom.pinv.iterations = method == PinvMethod::razavi ? 6 : 12;
+              Tensor<T> cpu(shape, 8, 134), gpu(shape, 8, 135);
+              const BatchedDiagnostics expected = batched_attention<T>(Method::pnp_nystra, q.view(), k.view(),
+                                                                       v.view(), cpu.view(), options, scope);
+              BatchedAttentionPlan<T> plan(Device::cuda, Method::pnp_nystra, shape, options, scope);
+              plan.run(q.view(), k.view(), v.view(), gpu.view());
+              const BatchedDiagnostics diagnostics = plan.diagnostics();
+              CHECK(diagnostics.alpha == doctest::Approx(expected.alpha).epsilon(tolerance<T>(m * m)));
+              for (Index i = 0; i < shape.count(); ++i) {
+                CAPTURE(i);
+                NystromOptions nystrom = options.nystrom;
+                nystrom.kernel = options.kernel;
+                const NystromFactors<T> factors = generalized_nystrom<T>(q.head(i), k.head(i), nystrom);
+                const double amplification = condition_number<T>(factors.core) *
+                                             (1 + options.kernel.exponent_block<T>(q.head(i), k.head(i))
+                                                      .template cast<double>()
+                                                      .cwiseAbs()
+                                                      .maxCoeff());
+                CHECK(relative_difference(gpu.head(i), cpu.head(i)) <=
+                      tolerance<T>(shape.tokens, amplification));
+                CHECK(diagnostics.heads[std::size_t(i)].pinv_status ==
+                      expected.heads[std::size_t(i)].pinv_status);
+              }
+            }
+          }
+        }
       }
     }
   }

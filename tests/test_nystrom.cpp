@@ -193,21 +193,53 @@ TEST_CASE_TEMPLATE("nystrom_attention equals (Ĝ V) ⊘ (Ĝ 1) from the dense Ĝ
   }
 }
 
-TEST_CASE("clamped variant uses exp(min(x,5)) + max(x-5,0) in all three blocks") {
+TEST_CASE_TEMPLATE("nystrom_attention with row-major V and output equals the column-major one", T, float,
+                   double) {
+  const Index n = 600, d = 6, dv = 5, m = 9;  // three 256-row panels, the last one ragged
+  const Matrix<T> Q = random_matrix<T>(n, d, 91), K = random_matrix<T>(n, d, 92),
+                  V = random_matrix<T>(n, dv, 93);
+  for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+    CAPTURE(to_string(stabilization));
+    const auto f = generalized_nystrom<T>(Q, K, options_for(Kernel::exponential(0.4), m, stabilization));
+    const RowMajorMatrix<T> row_major_v = V;
+    RowMajorMatrix<T> out(n, dv);
+    nystrom_attention<T>(f, row_major_v, out);
+    CHECK(relative_difference(out, nystrom_attention<T>(f, V)) <=
+          tolerance<T>(n * m) * condition(f.core.template cast<double>()));
+    RowMajorMatrix<T> wrong(n, dv + 1);
+    CHECK(throws_naming([&] { nystrom_attention<T>(f, row_major_v, wrong); }, "out is 600x6"));
+  }
+}
+
+TEST_CASE("clamped variant uses exp(min(x,c)) + max(x-c,0) in all three blocks, c = clamp_threshold") {
   const Index n = 40, d = 4, m = 4;
   const Matrix<double> Q = random_matrix<double>(n, d, 61, 3.0);  // large logits reach the clamp
   const Matrix<double> K = random_matrix<double>(n, d, 62, 3.0);
   const Kernel kernel = Kernel::exponential(1.0);
-  const auto f = generalized_nystrom<double>(Q, K, options_for(kernel, m, Stabilization::clamped));
-  const auto clamp = [](double x) { return std::exp(std::min(x, 5.0)) + std::max(x - 5.0, 0.0); };
-  const auto naive_clamped = [&](const Matrix<double>& X, const Matrix<double>& Y) {
-    return naive_kernel<double>(X, Y, kernel).unaryExpr([&](double g) { return clamp(std::log(g)); }).eval();
-  };
   CHECK((Q * K.transpose()).maxCoeff() > 5.0);
-  CHECK(relative_difference(f.left, naive_clamped(Q, f.landmarks.k)) <= 1e-13);
-  CHECK(relative_difference(f.core, naive_clamped(f.landmarks.q, f.landmarks.k)) <= 1e-13);
-  CHECK(relative_difference(f.upper, naive_clamped(f.landmarks.q, K)) <= 1e-13);
-  CHECK(f.left_log_scale.isZero());
+  CHECK((Q * K.transpose()).minCoeff() < 0.0);
+  // 5: the authors' SwinIR code; 0: their Uformer and RVRT code.
+  for (double threshold : {5.0, 0.0}) {
+    CAPTURE(threshold);
+    auto options = options_for(kernel, m, Stabilization::clamped);
+    options.clamp_threshold = threshold;
+    const auto f = generalized_nystrom<double>(Q, K, options);
+    const auto clamp = [&](double x) {
+      return std::exp(std::min(x, threshold)) + std::max(x - threshold, 0.0);
+    };
+    const auto naive_clamped = [&](const Matrix<double>& X, const Matrix<double>& Y) {
+      return naive_kernel<double>(X, Y, kernel)
+          .unaryExpr([&](double g) { return clamp(std::log(g)); })
+          .eval();
+    };
+    CHECK(relative_difference(f.left, naive_clamped(Q, f.landmarks.k)) <= 1e-13);
+    CHECK(relative_difference(f.core, naive_clamped(f.landmarks.q, f.landmarks.k)) <= 1e-13);
+    CHECK(relative_difference(f.upper, naive_clamped(f.landmarks.q, K)) <= 1e-13);
+    CHECK(f.left_log_scale.isZero());
+    const auto g = symmetric_nystrom<double>(Q, K, options);
+    CHECK(relative_difference(g.left, naive_clamped(Q, g.landmarks.k)) <= 1e-13);
+    CHECK(relative_difference(g.core, naive_clamped(g.landmarks.q, g.landmarks.k)) <= 1e-13);
+  }
 }
 
 TEST_CASE("symmetric Nyström equals C W⁺ Cᵀ and is exact on blockwise-constant symmetric tokens") {
@@ -235,6 +267,11 @@ TEST_CASE("bad arguments throw std::invalid_argument naming the value") {
   CHECK_THROWS_AS(generalized_nystrom<double>(Q, K, with_m), std::invalid_argument);
   with_m.landmarks.count = 21;
   CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K, with_m); }, "21"));
+  for (double threshold : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+    auto bad_clamp = options;
+    bad_clamp.clamp_threshold = threshold;
+    CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K, bad_clamp); }, "clamp_threshold"));
+  }
   auto bad_lambda = options;
   bad_lambda.kernel = Kernel::laplacian(-2.0);
   CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K, bad_lambda); }, "-2"));
@@ -257,11 +294,16 @@ TEST_CASE("bad arguments throw std::invalid_argument naming the value") {
   CHECK(throws_naming([&] { nystrom_attention<double>(f, Vnan); }, "nystrom_attention: V"));
 }
 
-TEST_CASE_TEMPLATE("factors and outputs over many row panels and two threads equal the dense oracle", T,
-                   float, double) {
-  // 1,500 tokens: several 256-row panels per thread share, the last ones ragged; M_U's maxima span the shares
-  // of both threads. Each block is compared with exp(φ − row max) from naive kernels in double.
-  const Index n = 1500, d = 5, dv = 3, m = 12;
+TEST_CASE_TEMPLATE(
+    "factors and outputs over many row panels equal the dense oracle, the same bits on two threads", T, float,
+    double) {
+  // 3,000 tokens: twelve 256-row panels, the last one ragged; 2·N·m·d and N·m·(dv + 1) multiply-adds above
+  // detail::parallel_work, so two threads share the panels, and M_U's maxima span the panels of both. Each
+  // block is compared with exp(φ − row max) from naive kernels in double; two threads give the same bits as
+  // one (the panels and the order of the sums over N do not depend on the thread count).
+  const Index n = 3000, d = 36, dv = 70, m = 20;
+  REQUIRE(2.0 * n * m * d >= detail::parallel_work);
+  REQUIRE(double(n) * m * (dv + 1) >= detail::parallel_work);
   const Matrix<T> Q = random_matrix<T>(n, d, 71);
   const Matrix<T> K = random_matrix<T>(n, d, 72);
   const Matrix<T> V = random_matrix<T>(n, dv, 73);
@@ -270,10 +312,17 @@ TEST_CASE_TEMPLATE("factors and outputs over many row panels and two threads equ
     for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
       CAPTURE(kernel.label());
       CAPTURE(to_string(stabilization));
-      for (int thread_count : {1, 2}) {
-        CAPTURE(thread_count);
-        set_threads(thread_count);
+      set_threads(2);
+      const auto two_threads = generalized_nystrom<T>(Q, K, options_for(kernel, m, stabilization));
+      const Matrix<T> two_threads_output = nystrom_attention<T>(two_threads, V);
+      set_threads(1);
+      {
         const auto f = generalized_nystrom<T>(Q, K, options_for(kernel, m, stabilization));
+        CHECK(two_threads.left == f.left);
+        CHECK(two_threads.upper == f.upper);
+        CHECK(two_threads.upper_log_scale == f.upper_log_scale);
+        CHECK(two_threads.pinv.z == f.pinv.z);
+        CHECK(two_threads_output == nystrom_attention<T>(f, V));
         const Matrix<double> Qbar = f.landmarks.q.template cast<double>();
         const Matrix<double> Kbar = f.landmarks.k.template cast<double>();
         const Matrix<double> phi_left =
@@ -298,13 +347,12 @@ TEST_CASE_TEMPLATE("factors and outputs over many row panels and two threads equ
         CHECK(relative_difference(f.left, finished(phi_left, left_shift)) <= tol);
         CHECK(relative_difference(f.core, finished(phi_core, upper_shift)) <= tol);
         CHECK(relative_difference(f.upper, finished(phi_upper, upper_shift)) <= tol);
-        // The threads split the sum over N of G_U [V, 1] differently; each split must match the oracle.
         check_algorithm1(f, V, stabilization);
       }
     }
   }
-  // V is scanned only when G_U [V, 1] is not finite: a NaN or ±∞ anywhere in V (here in the first and in the
-  // second thread's share) must still be reported.
+  // V is scanned only when G_U [V, 1] is not finite: a NaN or ±∞ anywhere in V (here in the first, a middle
+  // and the last panel) must still be reported.
   const auto f =
       generalized_nystrom<T>(Q, K, options_for(Kernel::exponential(0.5), m, Stabilization::row_max));
   for (Index row : {Index(0), n / 2 + 1, n - 1}) {

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
+#include <new>
 
 #include "attention_inputs.hpp"
+#include "batch_inputs.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
@@ -349,24 +353,169 @@ double gemm_seconds(Device device, Index n) {
   return best;
 }
 
-#define NYSTROM_INSTANTIATE(T)                                                                              \
-  template PinvResult<T> pseudoinverse<T>(Device, const ConstMatrixRef<T>&, const PinvOptions&);            \
-  template Matrix<T> exact_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,         \
-                                        const ConstMatrixRef<T>&, const Kernel&);                           \
-  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                       \
-                                                    const ConstMatrixRef<T>&, const NystromOptions&);       \
-  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                       \
-                                                    const ConstMatrixRef<T>&, const Landmarks<T>&,          \
-                                                    const NystromOptions&);                                 \
-  template Matrix<T> nystrom_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,       \
-                                          const ConstMatrixRef<T>&, const NystromOptions&);                 \
-  template Matrix<T> kernel_block<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,            \
-                                     const Kernel&);                                                        \
-  template AnyOperator<T> kernel_operator<T, T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
-                                                const Kernel&, const MatrixFreeOptions&);                   \
-  template AnyOperator<T> error_operator<T, T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
-                                               const NystromFactors<T>&, const MatrixFreeOptions&);         \
-  template double gemm_seconds<T>(Device, Index);
+template <class T>
+DeviceArray<T>::DeviceArray(Device device, Index size)
+    : device_(device),
+      size_(size),
+      data_(
+          nullptr, +[](void*) {}) {
+  require(size >= 0, describe("DeviceArray: size = ", size, " must be >= 0"));
+  require_device(device);
+  const std::size_t bytes = static_cast<std::size_t>(std::max<Index>(size, 1)) * sizeof(T);
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) {
+    const cuda::Module& module = *cuda_module().module;
+    data_ = {static_cast<T*>(module.allocate(bytes)), module.release};
+    return;
+  }
+#endif
+  data_ = {static_cast<T*>(std::malloc(bytes)), +[](void* data) { std::free(data); }};
+  if (!data_) throw std::bad_alloc();
+}
+
+template <class T>
+void DeviceArray<T>::copy_from(const T* host) {
+#ifdef NYSTROM_WITH_CUDA
+  if (device_ == Device::cuda) return cuda_module().module->copy_to_device(data(), host, size_ * sizeof(T));
+#endif
+  std::copy_n(host, size_, data());
+}
+
+template <class T>
+void DeviceArray<T>::copy_to(T* host) const {
+#ifdef NYSTROM_WITH_CUDA
+  if (device_ == Device::cuda) return cuda_module().module->copy_to_host(host, data(), size_ * sizeof(T));
+#endif
+  std::copy_n(data(), size_, host);
+}
+
+namespace {
+
+/// The CPU side of BatchedAttentionPlan: batched_attention on host memory.
+template <class T>
+class CpuBatchedRunner final : public detail::BatchedRunner<T> {
+ public:
+  CpuBatchedRunner(Method method, const BatchShape& shape, const ApproximationOptions& options,
+                   AlphaScope scope)
+      : method_(method), shape_(shape), options_(options), scope_(scope) {}
+
+  void run(const T* q, const T* k, const T* v, T* out) override {
+    const Index b = shape_.batch, h = shape_.heads, n = shape_.tokens;
+    last_ = batched_attention<T>(method_, {q, b, h, n, shape_.dim}, {k, b, h, n, shape_.dim},
+                                 {v, b, h, n, shape_.value_dim}, {out, b, h, n, shape_.value_dim}, options_,
+                                 scope_);
+  }
+
+  TransferSeconds run_host(const T* q, const T* k, const T* v, T* out) override {
+    const auto start = std::chrono::steady_clock::now();
+    run(q, k, v, out);
+    return {0, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0};
+  }
+
+  BatchedDiagnostics diagnostics() override { return last_; }
+
+ private:
+  Method method_;
+  BatchShape shape_;
+  ApproximationOptions options_;
+  AlphaScope scope_;
+  BatchedDiagnostics last_;
+};
+
+}  // namespace
+
+template <class T>
+BatchedAttentionPlan<T>::BatchedAttentionPlan(Device device, Method method, const BatchShape& shape,
+                                              const ApproximationOptions& options, AlphaScope alpha_scope)
+    : device_(device), shape_(shape) {
+  require_device(device);
+  require(shape.batch >= 1 && shape.heads >= 1 && shape.tokens >= 1 && shape.dim >= 1 && shape.value_dim >= 1,
+          describe("batched attention plan: shape B = ", shape.batch, ", H = ", shape.heads, ", N = ",
+                   shape.tokens, ", d = ", shape.dim, ", dv = ", shape.value_dim, " (each must be >= 1)"));
+  options.validate(method, shape.tokens, shape.dim);
+#ifdef NYSTROM_WITH_CUDA
+  if (device == Device::cuda) {
+    require(method == Method::exact || method == Method::pnp_nystra,
+            describe("batched attention on --device cuda: method ", to_string(method),
+                     " runs on the CPU only (on the GPU: exact, pnp-nystra)"));
+    cuda::LandmarkPooling pooling;
+    const LandmarkOptions& landmarks = options.nystrom.landmarks;
+    if (method == Method::pnp_nystra) {
+      require(
+          landmarks.strategy == LandmarkStrategy::segment_means ||
+              landmarks.strategy == LandmarkStrategy::window_pool,
+          describe("batched attention on --device cuda: landmark strategy ", to_string(landmarks.strategy),
+                   " is not pooled on the GPU (segment-means, window-pool)"));
+      require(landmarks.prefix_tokens == 0,
+              describe("batched attention on --device cuda: prefix_tokens = ", landmarks.prefix_tokens,
+                       " is pooled on the CPU only"));
+      if (landmarks.strategy == LandmarkStrategy::window_pool) {
+        Index h = landmarks.window[0], w = landmarks.window[1];
+        if (h == 0 && w == 0)
+          h = w = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(shape.tokens))));
+        const auto [grid_rows, grid_cols] = pooling_grid(h, w, landmarks.count, landmarks.window_grid);
+        pooling = {int(h), int(w), int(grid_rows), int(grid_cols)};
+      }
+    }
+    runner_ = gpu<T>().batched_plan(method, shape, options, alpha_scope, pooling);
+    return;
+  }
+#endif
+  runner_ = std::make_unique<CpuBatchedRunner<T>>(method, shape, options, alpha_scope);
+}
+
+template <class T>
+BatchedAttentionPlan<T>::~BatchedAttentionPlan() = default;
+template <class T>
+BatchedAttentionPlan<T>::BatchedAttentionPlan(BatchedAttentionPlan&&) noexcept = default;
+template <class T>
+BatchedAttentionPlan<T>& BatchedAttentionPlan<T>::operator=(BatchedAttentionPlan&&) noexcept = default;
+
+template <class T>
+void BatchedAttentionPlan<T>::run(const T* q, const T* k, const T* v, T* out) {
+  require(q && k && v && out, "batched attention plan: a null array");
+  runner_->run(q, k, v, out);
+}
+
+template <class T>
+TransferSeconds BatchedAttentionPlan<T>::run(const BatchView<const T>& q, const BatchView<const T>& k,
+                                             const BatchView<const T>& v, const BatchView<T>& out) {
+  detail::require_batch<T>(q, k, v, out, "batched attention plan");
+  require(q.batch == shape_.batch && q.heads == shape_.heads && q.tokens == shape_.tokens &&
+              q.dim == shape_.dim && v.dim == shape_.value_dim,
+          describe("batched attention plan: Q is ", detail::shape_of(q), " and V ", detail::shape_of(v),
+                   ", the plan is for [", shape_.batch, ", ", shape_.heads, ", ", shape_.tokens, ", ",
+                   shape_.dim, "] and dv = ", shape_.value_dim));
+  // The CPU's per-head code checks its inputs itself; the GPU's does not.
+  if (device_ == Device::cuda)
+    for (const auto* view : {&q, &k, &v})
+      require_finite(Eigen::Map<const Vector<T>>(view->data, view->count() * view->head_size()),
+                     "batched attention plan: an input");
+  return runner_->run_host(q.data, k.data, v.data, out.data);
+}
+
+template <class T>
+BatchedDiagnostics BatchedAttentionPlan<T>::diagnostics() const {
+  return runner_->diagnostics();
+}
+
+#define NYSTROM_INSTANTIATE(T)                                                                           \
+  template PinvResult<T> pseudoinverse<T>(Device, const ConstMatrixRef<T>&, const PinvOptions&);         \
+  template Matrix<T> exact_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,      \
+                                        const ConstMatrixRef<T>&, const Kernel&);                        \
+  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                    \
+                                                    const ConstMatrixRef<T>&, const NystromOptions&);    \
+  template Matrix<T> nystrom_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,    \
+                                          const ConstMatrixRef<T>&, const NystromOptions&);              \
+  template Matrix<T> kernel_block<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,         \
+                                     const Kernel&);                                                     \
+  template AnyOperator<T> kernel_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
+                                             const Kernel&);                                             \
+  template AnyOperator<T> error_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
+                                            const NystromFactors<T>&);                                   \
+  template double gemm_seconds<T>(Device, Index);                                                        \
+  template class DeviceArray<T>;                                                                         \
+  template class BatchedAttentionPlan<T>;
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)
 #undef NYSTROM_INSTANTIATE

@@ -1,7 +1,5 @@
 #include "nystrom/nystrom.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -32,6 +30,8 @@ Stabilization stabilization_from_string(const std::string& name) {
 
 void NystromOptions::validate(Index n, Index d) const {
   kernel.validate();
+  require(std::isfinite(clamp_threshold),
+          describe("nystrom: clamp_threshold = ", clamp_threshold, " must be finite"));
   landmarks.validate(n, d);
   pinv.validate();
 }
@@ -48,27 +48,31 @@ PinvOptions core_pinv_options(const NystromOptions& options) {
 
 namespace {
 
-/// The authors' clamped exponential exp(min(x, 5)) + max(x − 5, 0) (PnP-Nystra public code), elementwise in
-/// place.
+/// The authors' clamped exponential exp(min(x, c)) + max(x − c, 0) with threshold c (PnP-Nystra public code),
+/// elementwise in place.
 template <class Block>
-void clamped_exp(Block&& x) {
+void clamped_exp(Block&& x, double threshold) {
   using T = typename std::decay_t<Block>::Scalar;
-  x = x.unaryExpr([](T v) { return std::exp(std::min(v, T(5))) + std::max(v - T(5), T(0)); });
+  const T c = T(threshold);
+  x = x.unaryExpr([c](T v) { return std::exp(std::min(v, c)) + std::max(v - c, T(0)); });
 }
 
 /// Rows per panel of the thin N×m and m×N steps (Algorithm 1 steps 2, 4, 6, 7): a panel's kernel block is
-/// exponentiated, or multiplied, right after it is formed, while it is still in L1/L2.
+/// exponentiated, or multiplied, right after it is formed, while it is still in L1/L2. The panels are the
+/// same for any thread count, and the threads take them one at a time (dynamic schedule), so a thread that
+/// another process keeps off its core leaves its panels to the others, and every sum over N is added panel
+/// by panel in the same order: the factors and Ô are the same bits on 1 and 2 threads.
 constexpr Index nystrom_panel_rows = 256;
 
-/// OpenMP threads worth starting for N tokens: one per two panels at most (below that the fork and the
-/// barrier cost more than the thin products save).
-int nystrom_threads(Index n) {
-  return int(std::clamp<Index>(n / (2 * nystrom_panel_rows), 1, threads()));
+/// The panels of n rows.
+Index panel_count(Index n) {
+  return (n + nystrom_panel_rows - 1) / nystrom_panel_rows;
 }
 
-/// The contiguous share [begin, end) of `n` items that thread `thread` of `count` works on.
-std::pair<Index, Index> thread_share(Index n, int thread, int count) {
-  return {n * thread / count, n * (thread + 1) / count};
+/// Rows [first, first + rows) of panel p of n rows.
+std::pair<Index, Index> panel_rows(Index p, Index n) {
+  const Index first = p * nystrom_panel_rows;
+  return {first, std::min(nystrom_panel_rows, n - first)};
 }
 
 /// exp(φ − l 1ᵀ) in place: a stabilized kernel block from its exponent φ and row log-scales l. Two passes on
@@ -87,11 +91,11 @@ void exp_shifted_rows(Block&& exponent, const Vector<T>& log_scale) {
 }
 
 /// The blocks from their exponents, in place: exp(φ − l) with the row log-scales l (the row maxima, or the
-/// kernel's log-shift without stabilization), or the clamped exponential of φ.
+/// kernel's log-shift without stabilization), or the clamped exponential with options.clamp_threshold.
 template <class T, class Block>
-void kernel_from_exponent(Block&& exponent, const Vector<T>& log_scale, Stabilization stabilization) {
-  if (stabilization == Stabilization::clamped)
-    clamped_exp(exponent);
+void kernel_from_exponent(Block&& exponent, const Vector<T>& log_scale, const NystromOptions& options) {
+  if (options.stabilization == Stabilization::clamped)
+    clamped_exp(exponent, options.clamp_threshold);
   else
     exp_shifted_rows<T>(exponent, log_scale);
 }
@@ -151,8 +155,7 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
   f.options = options;
   f.landmarks = landmarks;
   const Kernel& kernel = options.kernel;
-  const Stabilization stabilization = options.stabilization;
-  const bool row_max_scaled = stabilization == Stabilization::row_max;
+  const bool row_max_scaled = options.stabilization == Stabilization::row_max;
   const T plain_scale = plain_log_scale<T>(options);
   const Index n = Q.rows(), m = f.landmarks.q.rows();
   f.core = kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
@@ -167,14 +170,16 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
   // finished at once; M_U = diag(exp(max_j φ(Q̄, K)_ij)) needs the maxima over all N columns, so G_U is
   // exponentiated after a reduction. M_U scales the rows of both G_A and G_U, so Ĝ = M_L G_Lⁿ (G_Aⁿ)⁺ G_Uⁿ
   // for a nonsingular G_A.
+  // Threads only above detail::parallel_work multiply-adds: a parallel region waits for all its threads, and
+  // one that another process keeps off its core costs a scheduler time slice (milliseconds).
+  const Index panels = panel_count(n);
   const SingleThreadedBlas single_threaded_blas;
-  const int workers = nystrom_threads(n);
-#pragma omp parallel num_threads(workers)
+#pragma omp parallel num_threads(detail::workers_for(panels, 2.0 * double(n) * double(m) * double(Q.cols())))
   {
-    const auto [begin, end] = thread_share(n, omp_get_thread_num(), omp_get_num_threads());
     Vector<T> upper_max = Vector<T>::Constant(m, -std::numeric_limits<T>::infinity());
-    for (Index r = begin; r < end; r += nystrom_panel_rows) {
-      const Index b = std::min(nystrom_panel_rows, end - r);
+#pragma omp for schedule(dynamic, 1) nowait
+    for (Index p = 0; p < panels; ++p) {
+      const auto [r, b] = panel_rows(p, n);
       auto left = f.left.middleRows(r, b);
       auto upper = f.upper.middleCols(r, b);
       detail::kernel_exponent<T>(kernel, Q.middleRows(r, b), f.landmarks.k, left);
@@ -186,16 +191,20 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
         f.left_log_scale.segment(r, b) = left_scale;
         upper_max = upper_max.cwiseMax(upper.rowwise().maxCoeff());
       }
-      kernel_from_exponent<T>(left, left_scale, stabilization);
+      kernel_from_exponent<T>(left, left_scale, options);
     }
     if (row_max_scaled) {
 #pragma omp critical
       f.upper_log_scale = f.upper_log_scale.cwiseMax(upper_max);
     }
 #pragma omp barrier
-    kernel_from_exponent<T>(f.upper.middleCols(begin, end - begin), f.upper_log_scale, stabilization);
+#pragma omp for schedule(dynamic, 1)
+    for (Index p = 0; p < panels; ++p) {
+      const auto [r, b] = panel_rows(p, n);
+      kernel_from_exponent<T>(f.upper.middleCols(r, b), f.upper_log_scale, options);
+    }
   }
-  kernel_from_exponent<T>(f.core, f.upper_log_scale, stabilization);
+  kernel_from_exponent<T>(f.core, f.upper_log_scale, options);
   f.pinv = pseudoinverse<T>(f.core, core_pinv_options(options));
   scales_relative_to_shift(f);
   return f;
@@ -223,8 +232,8 @@ NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatri
   f.left = options.kernel.exponent_block<T>(Q, f.landmarks.k);
   f.core = options.kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
   const T plain_scale = plain_log_scale<T>(options);
-  kernel_from_exponent<T>(f.left, Vector<T>::Constant(f.left.rows(), plain_scale), options.stabilization);
-  kernel_from_exponent<T>(f.core, Vector<T>::Constant(f.core.rows(), plain_scale), options.stabilization);
+  kernel_from_exponent<T>(f.left, Vector<T>::Constant(f.left.rows(), plain_scale), options);
+  kernel_from_exponent<T>(f.core, Vector<T>::Constant(f.core.rows(), plain_scale), options);
   f.left_log_scale = Vector<T>::Zero(f.left.rows());
   f.upper_log_scale = Vector<T>::Zero(f.core.rows());
   f.upper = f.left.transpose();
@@ -259,52 +268,95 @@ Matrix<T> NystromFactors<T>::dense() const {
   return out;
 }
 
-template <class T>
-Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V) {
-  require(V.rows() == factors.cols(),
-          describe("nystrom_attention: V has ", V.rows(), " rows, expected N = ", factors.cols()));
-  // PnP-Nystra Algorithm 1 with the products reassociated: [G_U V, G_U 1] (m×(dv+1), summed over the threads'
-  // column shares), W = Z [G_U V, G_U 1] (m×(dv+1)), then Ĝ[V, 1] = G_L W one row panel at a time, and the
+namespace {
+
+/// G_U V for a panel of V's rows, straight from V's storage: a row-major panel enters the GEMM as the
+/// transpose of a column-major one.
+template <class T, class Values>
+void upper_times_values(const ConstMatrixRef<T>& upper, const Values& values, MatrixRef<T> out) {
+  if constexpr (Values::IsRowMajor)
+    detail::gemm<T>(detail::Op::plain, detail::Op::transposed, T(1), upper, values.transpose(), T(0), out);
+  else
+    detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), upper, values, T(0), out);
+}
+
+/// PnP-Nystra Algorithm 1 (nystrom_attention) into `out`, V and `out` column-major or row-major.
+template <class T, class Values, class Output>
+void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) {
+  // PnP-Nystra Algorithm 1 with the products reassociated: [G_U V, G_U 1] (m×(dv+1), summed over the panels
+  // of keys in order), W = Z [G_U V, G_U 1] (m×(dv+1)), then Ĝ[V, 1] = G_L W one row panel at a time, and the
   // ratio. Never N×N, and the N×m P = G_L Z of the paper is never formed. The row scale M_L cancels in the
   // ratio, so it is never applied. A NaN or ±∞ in V reaches G_U V (the entries of G_U are finite and ≥ 0,
   // and ∞·0 is NaN), so V is scanned only when [G_U V, G_U 1] is not finite: then either V is bad (throws)
   // or the finite sums overflowed (a numerical outcome). The scan cost 3% of the whole at N = 4096.
   const Index n = factors.rows(), keys = factors.cols(), m = factors.upper.rows(), dv = V.cols();
-  Matrix<T> upper_values = Matrix<T>::Zero(m, dv + 1);  // [G_U V, G_U 1]
+  // [G_U V, G_U 1] of each panel of keys, summed below in panel order.
+  const Index key_panels = panel_count(keys);
+  Matrix<T> partials(m, (dv + 1) * key_panels);
   const SingleThreadedBlas single_threaded_blas;
-#pragma omp parallel num_threads(nystrom_threads(keys))
-  {
-    const auto [begin, end] = thread_share(keys, omp_get_thread_num(), omp_get_num_threads());
-    Matrix<T> partial = Matrix<T>::Zero(m, dv + 1);
-    for (Index r = begin; r < end; r += nystrom_panel_rows) {
-      const Index b = std::min(nystrom_panel_rows, end - r);
-      const auto values = V.middleRows(r, b);
-      const auto upper = factors.upper.middleCols(r, b);
-      detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), upper, values, T(1), partial.leftCols(dv));
-      partial.col(dv).noalias() += upper * Vector<T>::Ones(b);  // G_U 1 as a GEMV
-    }
-#pragma omp critical
-    upper_values += partial;
+#pragma omp parallel for schedule(dynamic, 1) \
+    num_threads(detail::workers_for(key_panels, double(m) * double(keys) * double(dv + 1)))
+  for (Index p = 0; p < key_panels; ++p) {
+    const auto [r, b] = panel_rows(p, keys);
+    const auto upper = factors.upper.middleCols(r, b);
+    auto partial = partials.middleCols(p * (dv + 1), dv + 1);
+    upper_times_values<T>(upper, V.middleRows(r, b), partial.leftCols(dv));
+    partial.col(dv).noalias() = upper * Vector<T>::Ones(b);  // G_U 1 as a GEMV
   }
+  Matrix<T> upper_values = partials.leftCols(dv + 1);
+  for (Index p = 1; p < key_panels; ++p) upper_values += partials.middleCols(p * (dv + 1), dv + 1);
   if (!all_finite(upper_values)) require_finite(V, "nystrom_attention: V");
   const Matrix<T> weights = factors.pinv.z * upper_values;  // W = Z [G_U V, G_U 1]
   const T denominator_shift = factors.options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
-  Matrix<T> out(n, dv);
-#pragma omp parallel num_threads(nystrom_threads(n))
+  const Index panels = panel_count(n);
+#pragma omp parallel num_threads(detail::workers_for(panels, double(n) * double(m) * double(dv + 1)))
   {
-    const auto [begin, end] = thread_share(n, omp_get_thread_num(), omp_get_num_threads());
-    Matrix<T> panel(nystrom_panel_rows, dv + 1);
-    for (Index r = begin; r < end; r += nystrom_panel_rows) {
-      const Index b = std::min(nystrom_panel_rows, end - r);
-      auto block = panel.topRows(b);
-      detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), factors.left.middleRows(r, b), weights,
-                      T(0), block);
-      // One division per row, then products.
-      const Vector<T> inverse_denominator = (block.col(dv).array() + denominator_shift).inverse().matrix();
-      out.middleRows(r, b) = block.leftCols(dv).array().colwise() * inverse_denominator.array();
+    // Ĝ[V, 1] of a panel of b queries, b×(dv+1), or for a row-major Ô its transpose (dv+1)×b = Wᵀ G_Lᵀ, so
+    // that each query's output row is written from a contiguous column. One division per query, then
+    // products.
+    Matrix<T> panel =
+        Output::IsRowMajor ? Matrix<T>(dv + 1, nystrom_panel_rows) : Matrix<T>(nystrom_panel_rows, dv + 1);
+#pragma omp for schedule(dynamic, 1)
+    for (Index p = 0; p < panels; ++p) {
+      const auto [r, b] = panel_rows(p, n);
+      const auto left = factors.left.middleRows(r, b);
+      if constexpr (Output::IsRowMajor) {
+        auto block = panel.leftCols(b);
+        detail::gemm<T>(detail::Op::transposed, detail::Op::transposed, T(1), weights, left, T(0), block);
+        const Vector<T> inverse_denominator = (block.row(dv).array() + denominator_shift).inverse().matrix();
+        out.middleRows(r, b).transpose() =
+            block.topRows(dv).array().rowwise() * inverse_denominator.transpose().array();
+      } else {
+        auto block = panel.topRows(b);
+        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), left, weights, T(0), block);
+        const Vector<T> inverse_denominator = (block.col(dv).array() + denominator_shift).inverse().matrix();
+        out.middleRows(r, b) = block.leftCols(dv).array().colwise() * inverse_denominator.array();
+      }
     }
   }
+}
+
+void require_values(Index rows, Index n) {
+  require(rows == n, describe("nystrom_attention: V has ", rows, " rows, expected N = ", n));
+}
+
+}  // namespace
+
+template <class T>
+Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V) {
+  require_values(V.rows(), factors.cols());
+  Matrix<T> out(factors.rows(), V.cols());
+  algorithm1<T>(factors, V, out);
   return out;
+}
+
+template <class T>
+void nystrom_attention(const NystromFactors<T>& factors, const ConstRowMajorRef<T>& V, RowMajorRef<T> out) {
+  require_values(V.rows(), factors.cols());
+  require(out.rows() == factors.rows() && out.cols() == V.cols(),
+          describe("nystrom_attention: out is ", out.rows(), "x", out.cols(), ", expected ", factors.rows(),
+                   "x", V.cols()));
+  algorithm1<T>(factors, V, out);
 }
 
 #define NYSTROM_INSTANTIATE(T)                                                                          \
@@ -317,7 +369,8 @@ Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixR
                                                     const Landmarks<T>&, const NystromOptions&);        \
   template NystromFactors<T> symmetric_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,   \
                                                   const Landmarks<T>&, const NystromOptions&);          \
-  template Matrix<T> nystrom_attention<T>(const NystromFactors<T>&, const ConstMatrixRef<T>&);
+  template Matrix<T> nystrom_attention<T>(const NystromFactors<T>&, const ConstMatrixRef<T>&);          \
+  template void nystrom_attention<T>(const NystromFactors<T>&, const ConstRowMajorRef<T>&, RowMajorRef<T>);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)
 #undef NYSTROM_INSTANTIATE

@@ -52,13 +52,7 @@ Matrix<T> nystromformer_core(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>
 template <class T>
 double nystromformer_batch_alpha(const std::vector<Matrix<T>>& cores) {
   require(!cores.empty(), "nystromformer_batch_alpha: no cores given");
-  double max_row_sum = 0, max_col_sum = 0;
-  for (const auto& core : cores) {
-    max_row_sum = std::max<double>(max_row_sum, core.cwiseAbs().rowwise().sum().maxCoeff());
-    max_col_sum = std::max<double>(max_col_sum, core.cwiseAbs().colwise().sum().maxCoeff());
-  }
-  const double product = max_row_sum * max_col_sum;
-  return product > 0 ? 1.0 / product : 1.0;
+  return batch_alpha<T>(cores);
 }
 
 template <class T>

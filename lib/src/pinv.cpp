@@ -1,5 +1,6 @@
 #include "nystrom/pinv.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -50,6 +51,30 @@ double safe_alpha(const ConstMatrixRef<T>& A) {
   const double norm_inf = A.cwiseAbs().rowwise().sum().maxCoeff();
   const double product = norm_1 * norm_inf;
   return product > 0 ? 1.0 / product : 1.0;  // the zero matrix: every α gives Z₀ = 0 = A⁺
+}
+
+template <class T>
+double batch_alpha(const std::vector<Matrix<T>>& matrices) {
+  require(!matrices.empty(), "batch_alpha: no matrices given");
+  double norm_1 = 0, norm_inf = 0;
+  for (const auto& M : matrices) {
+    norm_1 = std::max<double>(norm_1, M.cwiseAbs().colwise().sum().maxCoeff());
+    norm_inf = std::max<double>(norm_inf, M.cwiseAbs().rowwise().sum().maxCoeff());
+  }
+  const double product = norm_1 * norm_inf;
+  return product > 0 ? 1.0 / product : 1.0;  // all zero: every α gives Z₀ = 0 = M⁺
+}
+
+template <class T>
+Matrix<T> inverted_matrix(const ConstMatrixRef<T>& A, const PinvOptions& options) {
+  if (options.tikhonov > 0) {
+    Matrix<T> M = A.transpose() * A;
+    M.diagonal().array() += T(options.tikhonov);
+    return M;
+  }
+  Matrix<T> M = A;
+  if (options.shift > 0) M.diagonal().array() += T(options.shift);
+  return M;
 }
 
 namespace {
@@ -148,12 +173,7 @@ PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& optio
 
   // The matrix actually inverted: A, A + εI (shift), or AᵀA + εI (Tikhonov; then Z = M⁻¹Aᵀ).
   const Index m = A.rows();
-  Matrix<T> M = A;
-  if (options.shift > 0) M.diagonal().array() += T(options.shift);
-  if (options.tikhonov > 0) {
-    M = A.transpose() * A;
-    M.diagonal().array() += T(options.tikhonov);
-  }
+  const Matrix<T> M = inverted_matrix<T>(A, options);
 
   PinvResult<T> result;
   if (options.method == PinvMethod::exact) {
@@ -167,6 +187,10 @@ PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& optio
   return result;
 }
 
+template double batch_alpha<float>(const std::vector<Matrix<float>>&);
+template double batch_alpha<double>(const std::vector<Matrix<double>>&);
+template Matrix<float> inverted_matrix<float>(const ConstMatrixRef<float>&, const PinvOptions&);
+template Matrix<double> inverted_matrix<double>(const ConstMatrixRef<double>&, const PinvOptions&);
 template double safe_alpha<float>(const ConstMatrixRef<float>&);
 template double safe_alpha<double>(const ConstMatrixRef<double>&);
 template PinvResult<float> pseudoinverse<float>(const ConstMatrixRef<float>&, const PinvOptions&);

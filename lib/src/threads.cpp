@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <exception>
 #include <thread>
 
@@ -24,15 +25,26 @@ namespace {
 /// loads, and an idle worker busy-waits about 2^28 cycles (~0.1 s) before it sleeps: the whole of a small
 /// sweep, on the core the library's own threads need (one N = 1024 sweep point on two threads measured 42 ms
 /// instead of 22 ms in 5 runs of 8 while it spun). OpenBLAS starts the pool again when BlasThreads asks for
-/// more threads.
+/// more threads. openblas_set_num_threads is called only to change the count: OpenBLAS 0.3.21 restarts a
+/// stopped pool on every call (goto_set_num_threads), even one that keeps the count at 1.
 void single_threaded_blas() {
 #ifdef NYSTROM_WITH_OPENBLAS
-  openblas_set_num_threads(1);
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
   blas_thread_shutdown_();
 #endif
 }
 
 }  // namespace
+
+namespace detail {
+
+int workers_for(std::ptrdiff_t panels, double work) {
+  if (work < parallel_work) return 1;
+  return static_cast<int>(
+      std::max<std::ptrdiff_t>(1, std::min<std::ptrdiff_t>(panels, omp_get_max_threads())));
+}
+
+}  // namespace detail
 
 void set_threads(int threads) {
   require(threads >= 1, describe("set_threads: threads = ", threads, " must be >= 1"));
@@ -84,6 +96,9 @@ std::string blas_core() {
 BlasThreads::BlasThreads(int count) : count_(count) {
   require(count >= 1, describe("BlasThreads: count = ", count, " must be >= 1"));
 #ifdef NYSTROM_WITH_OPENBLAS
+  // A guard that keeps the count calls nothing: with the pool stopped, openblas_set_num_threads(1) would
+  // start a worker thread that the destructor's shutdown then joins, in every guarded call (0.6 ms each
+  // measured with other jobs on both cores), and beside two OpenMP threads that worker takes a core.
   previous_ = openblas_get_num_threads();
   // Already at `count` (the usual case after set_threads): nothing to change. Setting it anyway restarts
   // OpenBLAS's stopped worker pool, one thread per guard, which then spins beside ours.

@@ -1,15 +1,13 @@
 #include "device.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
 namespace nystrom::cuda::detail {
 
 namespace {
-
-/// Entries per panel buffer (2^26: 256 MiB in float, 512 MiB in double).
-constexpr Index panel_budget = Index(1) << 26;
 
 [[noreturn]] void fail(const char* call, const std::string& error) {
   throw std::runtime_error(std::string("CUDA backend: ") + call + " failed: " + error);
@@ -36,6 +34,14 @@ Context::Context() {
   NYSTROM_CUDA_CHECK(cublasSetStream(blas, stream));
   NYSTROM_CUDA_CHECK(cusolverDnCreate(&solver));
   NYSTROM_CUDA_CHECK(cusolverDnSetStream(solver, stream));
+  // The stream-ordered pool keeps freed memory instead of returning it to the driver at each synchronization,
+  // so the per-call buffers of DeviceBuffer are reused without new mappings.
+  int device = 0;
+  NYSTROM_CUDA_CHECK(cudaGetDevice(&device));
+  cudaMemPool_t pool = nullptr;
+  NYSTROM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  std::uint64_t keep_all = UINT64_MAX;
+  NYSTROM_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
 }
 
 Context::~Context() {
@@ -105,6 +111,36 @@ void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, d
                                  static_cast<int>(ldb), &beta, c, static_cast<int>(ldc)));
 }
 
+void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
+                  const float* a, Offset lda, Offset stride_a, const float* b, Offset ldb, Offset stride_b,
+                  float beta, float* c, Offset ldc, Offset stride_c, int count) {
+  NYSTROM_CUDA_CHECK(cublasSgemmStridedBatched(context().blas, op_a, op_b, m, n, k, &alpha, a,
+                                               static_cast<int>(lda), stride_a, b, static_cast<int>(ldb),
+                                               stride_b, &beta, c, static_cast<int>(ldc), stride_c, count));
+}
+
+void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, double alpha,
+                  const double* a, Offset lda, Offset stride_a, const double* b, Offset ldb, Offset stride_b,
+                  double beta, double* c, Offset ldc, Offset stride_c, int count) {
+  NYSTROM_CUDA_CHECK(cublasDgemmStridedBatched(context().blas, op_a, op_b, m, n, k, &alpha, a,
+                                               static_cast<int>(lda), stride_a, b, static_cast<int>(ldb),
+                                               stride_b, &beta, c, static_cast<int>(ldc), stride_c, count));
+}
+
+void gemv_batched(cublasOperation_t op, int m, int n, float alpha, const float* a, Offset lda,
+                  Offset stride_a, const float* x, Offset stride_x, float beta, float* y, Offset stride_y,
+                  int count) {
+  NYSTROM_CUDA_CHECK(cublasSgemvStridedBatched(context().blas, op, m, n, &alpha, a, static_cast<int>(lda),
+                                               stride_a, x, 1, stride_x, &beta, y, 1, stride_y, count));
+}
+
+void gemv_batched(cublasOperation_t op, int m, int n, double alpha, const double* a, Offset lda,
+                  Offset stride_a, const double* x, Offset stride_x, double beta, double* y, Offset stride_y,
+                  int count) {
+  NYSTROM_CUDA_CHECK(cublasDgemvStridedBatched(context().blas, op, m, n, &alpha, a, static_cast<int>(lda),
+                                               stride_a, x, 1, stride_x, &beta, y, 1, stride_y, count));
+}
+
 void gemv(cublasOperation_t op, int m, int n, float alpha, const float* a, Offset lda, const float* x,
           float beta, float* y) {
   NYSTROM_CUDA_CHECK(
@@ -130,29 +166,35 @@ void geam(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, double a
 }
 
 template <class T>
-void exponent(const Kernel& kernel, const T* x, Offset ldx, int n, const T* y, Offset ldy, int p, int d,
-              T* out, Offset ldo) {
+void exponent(const Kernel& kernel, Operand<T> x, int n, Operand<T> y, int p, int d, T* out, Offset ldo,
+              Offset out_stride, int count) {
   require(kernel.log_shift == 0 || kernel.type == KernelType::exponential,
           "cuda: a log_shift is applied to the exponential kernel only");
   switch (kernel.type) {
     case KernelType::exponential: {
-      // PnP-Nystra eq. (2): φ = s·qᵀk, one GEMM; with a log-shift c, the GEMM accumulates onto −c.
-      if (kernel.log_shift != 0 && ldo == n)
-        fill<T>(out, Offset(n) * p, T(-kernel.log_shift), context().stream);
-      else if (kernel.log_shift != 0)
-        for (int j = 0; j < p; ++j) fill<T>(out + j * ldo, n, T(-kernel.log_shift), context().stream);
-      gemm(CUBLAS_OP_N, CUBLAS_OP_T, n, p, d, T(kernel.param), x, ldx, y, ldy,
-           T(kernel.log_shift != 0 ? 1 : 0), out, ldo);
+      // PnP-Nystra eq. (2): φ = s·qᵀk, one GEMM per pair; a row-major operand is the transpose of a
+      // column-major one. With a log-shift c, the GEMMs accumulate onto −c.
+      const bool shifted = kernel.log_shift != 0;
+      if (shifted && ldo == n && out_stride == Offset(n) * p)
+        fill<T>(out, Offset(n) * p * count, T(-kernel.log_shift), context().stream);
+      else if (shifted)
+        for (int i = 0; i < count; ++i)
+          for (int j = 0; j < p; ++j)
+            fill<T>(out + i * out_stride + j * ldo, n, T(-kernel.log_shift), context().stream);
+      gemm_batched(x.row_major ? CUBLAS_OP_T : CUBLAS_OP_N, y.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, n, p, d,
+                   T(kernel.param), x.data, x.ld, x.stride, y.data, y.ld, y.stride, T(shifted ? 1 : 0), out,
+                   ldo, out_stride, count);
       return;
     }
     case KernelType::laplacian:
       // LaplacianFormer Alg. 1: φ = −‖q − k‖₁/λ.
-      distance_exponent(x, ldx, n, y, ldy, p, d, Distance::l1, T(-1.0 / kernel.param), out, ldo,
-                        context().stream);
+      distance_exponent(x.data, x.strides(), n, y.data, y.strides(), p, d, Distance::l1,
+                        T(-1.0 / kernel.param), out, ldo, out_stride, count, context().stream);
       return;
     case KernelType::gaussian:
-      distance_exponent(x, ldx, n, y, ldy, p, d, Distance::squared_l2,
-                        T(-0.5 / (kernel.param * kernel.param)), out, ldo, context().stream);
+      distance_exponent(x.data, x.strides(), n, y.data, y.strides(), p, d, Distance::squared_l2,
+                        T(-0.5 / (kernel.param * kernel.param)), out, ldo, out_stride, count,
+                        context().stream);
       return;
   }
 }
@@ -168,7 +210,7 @@ int panel_rows(Index length, Index rows) {
   template void upload<T>(const T*, T*, std::size_t);             \
   template Matrix<T> download<T>(const T*, Offset, Index, Index); \
   template void download<T>(const T*, T*, std::size_t);           \
-  template void exponent<T>(const Kernel&, const T*, Offset, int, const T*, Offset, int, int, T*, Offset);
+  template void exponent<T>(const Kernel&, Operand<T>, int, Operand<T>, int, int, T*, Offset, Offset, int);
 NYSTROM_CUDA_INSTANTIATE(float)
 NYSTROM_CUDA_INSTANTIATE(double)
 #undef NYSTROM_CUDA_INSTANTIATE

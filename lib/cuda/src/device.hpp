@@ -110,6 +110,21 @@ void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, f
           Offset lda, const float* b, Offset ldb, float beta, float* c, Offset ldc);
 void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, double alpha, const double* a,
           Offset lda, const double* b, Offset ldb, double beta, double* c, Offset ldc);
+/// cuBLAS C_b = α·op(A_b)·op(B_b) + β·C_b for `count` products, A_b at a + b·stride_a (likewise B_b, C_b).
+void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
+                  const float* a, Offset lda, Offset stride_a, const float* b, Offset ldb, Offset stride_b,
+                  float beta, float* c, Offset ldc, Offset stride_c, int count);
+void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, double alpha,
+                  const double* a, Offset lda, Offset stride_a, const double* b, Offset ldb, Offset stride_b,
+                  double beta, double* c, Offset ldc, Offset stride_c, int count);
+/// cuBLAS y_b = α·op(A_b)·x_b + β·y_b for `count` m×n matrices A_b (x_b at x + b·stride_x, y_b likewise; a
+/// stride of 0 shares one vector).
+void gemv_batched(cublasOperation_t op, int m, int n, float alpha, const float* a, Offset lda,
+                  Offset stride_a, const float* x, Offset stride_x, float beta, float* y, Offset stride_y,
+                  int count);
+void gemv_batched(cublasOperation_t op, int m, int n, double alpha, const double* a, Offset lda,
+                  Offset stride_a, const double* x, Offset stride_x, double beta, double* y, Offset stride_y,
+                  int count);
 /// cuBLAS y = α·op(A)·x + β·y for an m×n A.
 void gemv(cublasOperation_t op, int m, int n, float alpha, const float* a, Offset lda, const float* x,
           float beta, float* y);
@@ -121,13 +136,36 @@ void geam(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, float al
 void geam(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, double alpha, const double* a,
           Offset lda, double beta, const double* b, Offset ldb, double* c, Offset ldc);
 
-/// out (n×p, leading dimension ldo) = φ(X_i, Y_j) for device X (n×d) and Y (p×d): a cuBLAS GEMM s·XYᵀ for the
-/// exponential kernel, the tiled distance kernel for Laplacian and Gaussian (MATH.md §1).
+/// A batch of device matrices as an operand of exponent(): entry (i, c) of matrix b at data[b·stride + i +
+/// c·ld] (column-major) or data[b·stride + i·ld + c] (row-major, like a head of a [B, H, N, d] tensor).
+template <class T>
+struct Operand {
+  const T* data = nullptr;
+  Offset ld = 0;
+  bool row_major = false;
+  Offset stride = 0;
+
+  Strides strides() const { return row_major ? Strides{ld, 1, stride} : Strides{1, ld, stride}; }
+};
+
+/// out_b (n×p, column-major, leading dimension ldo, at out + b·out_stride) = φ(X_b, Y_b) for `count` pairs of
+/// device matrices X_b (n×d) and Y_b (p×d): one strided batched cuBLAS GEMM s·X_bY_bᵀ for the exponential
+/// kernel, the tiled distance kernel for Laplacian and Gaussian (MATH.md §1).
+template <class T>
+void exponent(const Kernel& kernel, Operand<T> x, int n, Operand<T> y, int p, int d, T* out, Offset ldo,
+              Offset out_stride, int count);
+
+/// The same for one pair of column-major matrices X (n×d, leading dimension ldx) and Y (p×d).
 template <class T>
 void exponent(const Kernel& kernel, const T* x, Offset ldx, int n, const T* y, Offset ldy, int p, int d,
-              T* out, Offset ldo);
+              T* out, Offset ldo) {
+  exponent<T>(kernel, {x, ldx}, n, {y, ldy}, p, d, out, ldo, 0, 1);
+}
 
-/// Rows per panel so that a panel of `length`×rows entries stays within the backend's panel memory budget.
+/// Entries of the backend's largest work buffer (logit panels): 2^26, 256 MiB in float, 512 MiB in double.
+constexpr Index panel_budget = Index(1) << 26;
+
+/// Rows per panel so that a panel of `length`×rows entries stays within panel_budget.
 int panel_rows(Index length, Index rows);
 
 }  // namespace nystrom::cuda::detail

@@ -23,7 +23,7 @@ Matrix<T> kernel_block(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, c
   const DeviceMatrix<T> x = upload<T>(X), y = upload<T>(Y);
   DeviceMatrix<T> out(X.rows(), Y.rows());
   exponent(kernel, x.data(), x.ld(), x.rows, y.data(), y.ld(), y.rows, x.cols, out.data(), out.ld());
-  map_rows_shifted<T>(out.data(), out.ld(), out.rows, out.cols, ExpMap::exp, nullptr, context().stream);
+  map_rows_shifted<T>(out.data(), out.ld(), out.rows, out.cols, ExpMap{}, nullptr, 1, 0, 0, context().stream);
   return download(out.data(), out.ld(), out.rows, out.cols);
 }
 

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "nystrom/cuda/attention.hpp"
+#include "nystrom/cuda/batched.hpp"
 #include "nystrom/cuda/kernels.hpp"
 #include "nystrom/cuda/operators.hpp"
 #include "nystrom/cuda/runtime.hpp"
@@ -28,6 +29,7 @@ Operations<T> operations() {
             return AnyOperator<T>(std::make_shared<DifferenceOperator<T>>(Q, K, factors));
           },
       .gemm_seconds = &gemm_seconds<T>,
+      .batched_plan = &batched_plan<T>,
   };
 }
 
@@ -37,6 +39,7 @@ Operations<T> operations() {
 
 extern "C" const nystrom::cuda::Module* nystrom_cuda_module() {
   using namespace nystrom::cuda;
-  static const Module module{&device_count, &device_description, operations<float>(), operations<double>()};
+  static const Module module{&device_count,   &device_description, &allocate,           &release,
+                             &copy_to_device, &copy_to_host,       operations<float>(), operations<double>()};
   return &module;
 }

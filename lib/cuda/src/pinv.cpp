@@ -11,104 +11,184 @@ namespace detail {
 
 namespace {
 
-/// Z = M⁺ by SVD in double (cuSOLVER gesvd), singular values ≤ cut·σ₁ dropped; rank into info[2].
+/// The largest m for cuSOLVER's batched Jacobi SVD (gesvdjBatched).
+constexpr int batched_svd_limit = 32;
+
+}  // namespace
+
+/// The exact method's SVD M_b = U_bΣ_bV_bᵀ in double: one gesvdjBatched call for m ≤ 32, one gesvd per
+/// matrix above (which returns V_bᵀ).
 template <class T>
-void exact_on_device(const DeviceMatrix<T>& M, double cut, DevicePinv<T>& out) {
-  const int m = M.rows;
-  const cudaStream_t stream = context().stream;
-  DeviceBuffer<double> a(static_cast<std::size_t>(m) * m), u(a.size()), vt(a.size()), scaled(a.size()),
-      z(a.size()), sigma(m), inverse(m);
-  DeviceBuffer<int> solver_info(1);
-  if constexpr (std::is_same_v<T, double>)
-    NYSTROM_CUDA_CHECK(
-        cudaMemcpyAsync(a.data(), M.data(), a.size() * sizeof(double), cudaMemcpyDeviceToDevice, stream));
-  else
-    convert<T, double>(M.data(), a.data(), static_cast<Offset>(a.size()), stream);
+struct DevicePinv<T>::Solver {
+  int m, count;
+  DeviceBuffer<double> a, u, v, sigma, work;
+  DeviceBuffer<int> info;
+  gesvdjInfo_t jacobi = nullptr;
   int work_size = 0;
-  NYSTROM_CUDA_CHECK(cusolverDnDgesvd_bufferSize(context().solver, m, m, &work_size));
-  DeviceBuffer<double> work(static_cast<std::size_t>(work_size > 0 ? work_size : 1));
-  signed char job = 'A';
-  NYSTROM_CUDA_CHECK(cusolverDnDgesvd(context().solver, job, job, m, m, a.data(), m, sigma.data(), u.data(),
-                                      m, vt.data(), m, work.data(), work_size, nullptr, solver_info.data()));
-  invert_singular_values(sigma.data(), m, cut, inverse.data(), out.info.data() + 2, stream);
-  // Z = V Σ⁺ Uᵀ = (VT)ᵀ (U Σ⁺)ᵀ.
-  NYSTROM_CUDA_CHECK(
-      cublasDdgmm(context().blas, CUBLAS_SIDE_RIGHT, m, m, u.data(), m, inverse.data(), 1, scaled.data(), m));
-  gemm(CUBLAS_OP_T, CUBLAS_OP_T, m, m, m, 1.0, vt.data(), m, scaled.data(), m, 0.0, z.data(), m);
-  if constexpr (std::is_same_v<T, double>)
-    NYSTROM_CUDA_CHECK(
-        cudaMemcpyAsync(out.z.data(), z.data(), z.size() * sizeof(double), cudaMemcpyDeviceToDevice, stream));
+
+  Solver(int m_, int count_)
+      : m(m_),
+        count(count_),
+        a(std::size_t(m_) * m_ * count_),
+        u(a.size()),
+        v(a.size()),
+        sigma(std::size_t(m_) * count_),
+        info(std::size_t(count_)) {
+    if (batched()) {
+      NYSTROM_CUDA_CHECK(cusolverDnCreateGesvdjInfo(&jacobi));
+      NYSTROM_CUDA_CHECK(cusolverDnXgesvdjSetSortEig(jacobi, 1));
+      NYSTROM_CUDA_CHECK(cusolverDnDgesvdjBatched_bufferSize(context().solver, CUSOLVER_EIG_MODE_VECTOR, m, m,
+                                                             a.data(), m, sigma.data(), u.data(), m, v.data(),
+                                                             m, &work_size, jacobi, count));
+    } else {
+      NYSTROM_CUDA_CHECK(cusolverDnDgesvd_bufferSize(context().solver, m, m, &work_size));
+    }
+    work = DeviceBuffer<double>(std::size_t(work_size > 0 ? work_size : 1));
+  }
+  ~Solver() {
+    if (jacobi) cusolverDnDestroyGesvdjInfo(jacobi);
+  }
+  bool batched() const { return m <= batched_svd_limit; }
+
+  /// The SVDs of the matrices at `matrices` (in T), queued on the context stream.
+  void decompose(const T* matrices) {
+    if constexpr (std::is_same_v<T, double>)
+      NYSTROM_CUDA_CHECK(cudaMemcpyAsync(a.data(), matrices, a.size() * sizeof(double),
+                                         cudaMemcpyDeviceToDevice, context().stream));
+    else
+      convert<T, double>(matrices, a.data(), static_cast<Offset>(a.size()), context().stream);
+    if (batched()) {
+      NYSTROM_CUDA_CHECK(cusolverDnDgesvdjBatched(context().solver, CUSOLVER_EIG_MODE_VECTOR, m, m, a.data(),
+                                                  m, sigma.data(), u.data(), m, v.data(), m, work.data(),
+                                                  work_size, info.data(), jacobi, count));
+      return;
+    }
+    signed char job = 'A';
+    const Offset square = Offset(m) * m;
+    for (int b = 0; b < count; ++b)
+      NYSTROM_CUDA_CHECK(cusolverDnDgesvd(context().solver, job, job, m, m, a.data() + b * square, m,
+                                          sigma.data() + Offset(b) * m, u.data() + b * square, m,
+                                          v.data() + b * square, m, work.data(), work_size, nullptr,
+                                          info.data() + b));
+  }
+};
+
+template <class T>
+DevicePinv<T>::DevicePinv(int m, int count, const PinvOptions& options)
+    : m_(m),
+      count_(count),
+      options_(options),
+      entries_(options.method == PinvMethod::exact ? 1 : options.iterations + 1),
+      inverted_(std::size_t(m) * m * count),
+      z_(inverted_.size()),
+      residuals_(std::size_t(entries_) * count),
+      alphas_(std::size_t(count)),
+      batch_alpha_(1),
+      info_(std::size_t(3) * count) {
+  if (options.tikhonov > 0) product_ = DeviceBuffer<T>(inverted_.size());
+  if (options.method == PinvMethod::exact)
+    solver_ = std::make_unique<Solver>(m, count);
   else
-    convert<double, T>(z.data(), out.z.data(), static_cast<Offset>(z.size()), stream);
-  identity_residual<T>(M.data(), out.z.data(), m, out.residuals.data(), stream);
-  // info = {pinv_converged, 0 iterations, rank}: the first two are the zeros the caller filled in.
+    workspace_ = DeviceBuffer<T>(4 * inverted_.size());
+}
+
+template <class T>
+DevicePinv<T>::~DevicePinv() = default;
+template <class T>
+DevicePinv<T>::DevicePinv(DevicePinv&&) noexcept = default;
+template <class T>
+DevicePinv<T>& DevicePinv<T>::operator=(DevicePinv&&) noexcept = default;
+
+template <class T>
+void DevicePinv<T>::compute(const T* a, bool shared_alpha) {
+  const int m = m_;
+  const Offset square = Offset(m) * m;
+  const cudaStream_t stream = context().stream;
+  // The matrix actually inverted: A, A + εI (shift), or AᵀA + εI (Tikhonov; then Z = M⁺Aᵀ), as on the CPU.
+  if (options_.tikhonov > 0) {
+    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, T(1), a, m, square, a, m, square, T(0), inverted_.data(),
+                 m, square, count_);
+    add_to_diagonal<T>(inverted_.data(), m, m, T(options_.tikhonov), count_, square, stream);
+  } else {
+    NYSTROM_CUDA_CHECK(
+        cudaMemcpyAsync(inverted_.data(), a, sizeof(T) * inverted_.size(), cudaMemcpyDeviceToDevice, stream));
+    if (options_.shift > 0)
+      add_to_diagonal<T>(inverted_.data(), m, m, T(options_.shift), count_, square, stream);
+  }
+  fill<double>(alphas_.data(), count_, 0.0, stream);
+  if (options_.method == PinvMethod::exact) {
+    const double cut = options_.tolerance > 0 ? options_.tolerance : m * std::numeric_limits<T>::epsilon();
+    solver_->decompose(inverted_.data());
+    svd_pseudoinverse<T>(solver_->u.data(), solver_->v.data(), !solver_->batched(), solver_->sigma.data(), m,
+                         count_, cut, inverted_.data(), z_.data(), residuals_.data(), entries_, info_.data(),
+                         stream);
+  } else {
+    if (shared_alpha) batch_alpha<T>(inverted_.data(), m, count_, batch_alpha_.data(), stream);
+    pinv_iterate<T>(inverted_.data(), m, count_, options_.method == PinvMethod::razavi, options_.iterations,
+                    options_.alpha, shared_alpha ? batch_alpha_.data() : nullptr, options_.tolerance,
+                    z_.data(), workspace_.data(), residuals_.data(), info_.data(), alphas_.data(), stream);
+  }
+  if (options_.tikhonov > 0)
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, m, m, m, T(1), z_.data(), m, square, a, m, square, T(0),
+                 product_.data(), m, square, count_);
+}
+
+template <class T>
+const T* DevicePinv<T>::z() const {
+  return options_.tikhonov > 0 ? product_.data() : z_.data();
+}
+
+namespace {
+
+PinvStatus status_of(int code) {
+  const PinvStatus statuses[] = {PinvStatus::converged, PinvStatus::completed, PinvStatus::diverged,
+                                 PinvStatus::non_finite};
+  return statuses[code];
 }
 
 }  // namespace
 
 template <class T>
-DevicePinv<T> device_pseudoinverse(const DeviceMatrix<T>& A, const PinvOptions& options) {
-  const int m = A.rows;
-  const cudaStream_t stream = context().stream;
-  // The matrix actually inverted: A, A + εI (shift), or AᵀA + εI (Tikhonov; then Z = M⁺Aᵀ), as on the CPU.
-  DeviceMatrix<T> M(m, m);
-  if (options.tikhonov > 0) {
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, T(1), A.data(), m, A.data(), m, T(0), M.data(), m);
-    add_to_diagonal<T>(M.data(), m, m, T(options.tikhonov), stream);
-  } else {
-    NYSTROM_CUDA_CHECK(
-        cudaMemcpyAsync(M.data(), A.data(), sizeof(T) * m * m, cudaMemcpyDeviceToDevice, stream));
-    if (options.shift > 0) add_to_diagonal<T>(M.data(), m, m, T(options.shift), stream);
-  }
-  DevicePinv<T> out;
-  out.z = DeviceMatrix<T>(m, m);
-  out.info = DeviceBuffer<int>(3);
-  out.alpha = DeviceBuffer<double>(1);
-  out.exact = options.method == PinvMethod::exact;
-  fill<int>(out.info.data(), 3, 0, stream);
-  fill<double>(out.alpha.data(), 1, 0.0, stream);
-  if (out.exact) {
-    out.residuals = DeviceBuffer<double>(1);
-    const double cut = options.tolerance > 0 ? options.tolerance : m * std::numeric_limits<T>::epsilon();
-    exact_on_device(M, cut, out);
-  } else {
-    out.residuals = DeviceBuffer<double>(static_cast<std::size_t>(options.iterations) + 1);
-    DeviceBuffer<T> workspace(4 * static_cast<std::size_t>(m) * m);
-    pinv_iterate<T>(M.data(), m, options.method == PinvMethod::razavi, options.iterations, options.alpha,
-                    options.tolerance, out.z.data(), workspace.data(), out.residuals.data(), out.info.data(),
-                    out.alpha.data(), stream);
-  }
-  if (options.tikhonov > 0) {
-    DeviceMatrix<T> product(m, m);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, m, m, m, T(1), out.z.data(), m, A.data(), m, T(0), product.data(), m);
-    out.z = std::move(product);
+PinvResult<T> DevicePinv<T>::result(int b) const {
+  PinvResult<T> result;
+  int codes[3] = {};
+  download(info_.data() + 3 * b, codes, 3);
+  double used_alpha = 0;
+  download(alphas_.data() + b, &used_alpha, 1);
+  const bool exact = options_.method == PinvMethod::exact;
+  result.status = status_of(codes[0]);
+  result.iterations = codes[1];
+  result.rank = exact ? codes[2] : 0;
+  result.alpha = exact ? 0.0 : used_alpha;
+  result.residuals.resize(exact ? 1 : static_cast<std::size_t>(codes[1]) + 1);
+  download(residuals_.data() + Offset(b) * entries_, result.residuals.data(), result.residuals.size());
+  result.z = download(z() + Offset(b) * m_ * m_, m_, m_, m_);
+  return result;
+}
+
+template <class T>
+std::vector<std::pair<PinvStatus, double>> DevicePinv<T>::statuses() const {
+  std::vector<int> codes(std::size_t(3) * count_);
+  std::vector<double> residuals(residuals_.size());
+  download(info_.data(), codes.data(), codes.size());
+  download(residuals_.data(), residuals.data(), residuals.size());
+  std::vector<std::pair<PinvStatus, double>> out;
+  for (int b = 0; b < count_; ++b) {
+    const int last = options_.method == PinvMethod::exact ? 0 : codes[std::size_t(3 * b + 1)];
+    out.emplace_back(status_of(codes[std::size_t(3 * b)]), residuals[std::size_t(b * entries_ + last)]);
   }
   return out;
 }
 
 template <class T>
-PinvResult<T> DevicePinv<T>::result() const {
-  PinvResult<T> result;
-  int codes[3] = {};
-  download(info.data(), codes, 3);
-  double used_alpha = 0;
-  download(alpha.data(), &used_alpha, 1);
-  const PinvStatus statuses[] = {PinvStatus::converged, PinvStatus::completed, PinvStatus::diverged,
-                                 PinvStatus::non_finite};
-  result.status = statuses[codes[0]];
-  result.iterations = codes[1];
-  result.rank = exact ? codes[2] : 0;
-  result.alpha = exact ? 0.0 : used_alpha;
-  result.residuals.resize(exact ? 1 : static_cast<std::size_t>(codes[1]) + 1);
-  download(residuals.data(), result.residuals.data(), result.residuals.size());
-  result.z = download(z.data(), z.ld(), z.rows, z.cols);
-  return result;
+double DevicePinv<T>::shared_alpha() const {
+  double alpha = 0;
+  download(batch_alpha_.data(), &alpha, 1);
+  return alpha;
 }
 
-template struct DevicePinv<float>;
-template struct DevicePinv<double>;
-template DevicePinv<float> device_pseudoinverse<float>(const DeviceMatrix<float>&, const PinvOptions&);
-template DevicePinv<double> device_pseudoinverse<double>(const DeviceMatrix<double>&, const PinvOptions&);
+template class DevicePinv<float>;
+template class DevicePinv<double>;
 
 }  // namespace detail
 
@@ -118,7 +198,10 @@ PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& optio
           describe("cuda::pseudoinverse: the core must be square, got ", A.rows(), "x", A.cols()));
   require(A.rows() >= 1, describe("cuda::pseudoinverse: the core is empty (", A.rows(), "x", A.cols(), ")"));
   require_finite(A, "cuda::pseudoinverse: the core");
-  return detail::device_pseudoinverse<T>(detail::upload<T>(A), options).result();
+  const detail::DeviceMatrix<T> a = detail::upload<T>(A);
+  detail::DevicePinv<T> pinv(a.rows, 1, options);
+  pinv.compute(a.data());
+  return pinv.result(0);
 }
 
 template PinvResult<float> pseudoinverse<float>(const ConstMatrixRef<float>&, const PinvOptions&);

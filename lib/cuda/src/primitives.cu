@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -54,8 +55,11 @@ __device__ inline double min_of(double a, double b) {
 
 template <class T>
 __device__ inline T apply_map(ExpMap map, T x) {
-  // PnP-Nystra public code: exp(min(x, 5)) + max(x − 5, 0) keeps large logits from overflowing.
-  if (map == ExpMap::clamped) return exp_of(min_of(x, T(5))) + max_of(x - T(5), T(0));
+  // PnP-Nystra public code: exp(min(x, c)) + max(x − c, 0) keeps large logits from overflowing.
+  if (map.clamped) {
+    const T c = static_cast<T>(map.threshold);
+    return exp_of(min_of(x, c)) + max_of(x - c, T(0));
+  }
   return exp_of(x);
 }
 
@@ -117,10 +121,13 @@ __device__ double block_max(double value) {
 }
 
 template <class T, Distance D>
-__global__ void distance_kernel(const T* x, Offset ldx, int n, const T* y, Offset ldy, int p, int d, T factor,
-                                T* out, Offset ldo) {
-  __shared__ T xs[tile_depth][tile + 1];
-  __shared__ T ys[tile_depth][tile + 1];
+__global__ void distance_kernel(const T* x, Strides xs, int n, const T* y, Strides ys, int p, int d, T factor,
+                                T* out, Offset ldo, Offset out_stride) {
+  __shared__ T x_tile[tile_depth][tile + 1];
+  __shared__ T y_tile[tile_depth][tile + 1];
+  x += blockIdx.z * xs.batch;
+  y += blockIdx.z * ys.batch;
+  out += blockIdx.z * out_stride;
   const int tx = threadIdx.x % tile;  // output row within the tile (coalesced along the column)
   const int ty = threadIdx.x / tile;  // first output column within the tile
   const int i0 = blockIdx.x * tile;
@@ -129,15 +136,15 @@ __global__ void distance_kernel(const T* x, Offset ldx, int n, const T* y, Offse
   for (int c0 = 0; c0 < d; c0 += tile_depth) {
     for (int e = ty; e < tile_depth; e += block_threads / tile) {
       const int c = c0 + e;
-      xs[e][tx] = (i0 + tx < n && c < d) ? x[(i0 + tx) + c * ldx] : T(0);
-      ys[e][tx] = (j0 + tx < p && c < d) ? y[(j0 + tx) + c * ldy] : T(0);
+      x_tile[e][tx] = (i0 + tx < n && c < d) ? x[(i0 + tx) * xs.row + c * xs.column] : T(0);
+      y_tile[e][tx] = (j0 + tx < p && c < d) ? y[(j0 + tx) * ys.row + c * ys.column] : T(0);
     }
     __syncthreads();
     const int depth = min(tile_depth, d - c0);
     for (int e = 0; e < depth; ++e) {
-      const T xv = xs[e][tx];
+      const T xv = x_tile[e][tx];
       for (int r = 0; r < tile_rows_per_thread; ++r) {
-        const T diff = xv - ys[e][ty + r * (block_threads / tile)];
+        const T diff = xv - y_tile[e][ty + r * (block_threads / tile)];
         acc[r] += D == Distance::l1 ? abs_of(diff) : diff * diff;
       }
     }
@@ -193,13 +200,13 @@ __global__ void exp_dot_lines_kernel(const T* data, Offset ld, int length, int l
 
 template <class T>
 __global__ void map_rows_shifted_kernel(T* data, Offset ld, int rows, int cols, ExpMap map,
-                                        const T* row_shift) {
-  const Offset count = static_cast<Offset>(rows) * cols;
+                                        const T* row_shift, int batch, Offset stride, Offset shift_stride) {
+  const Offset per_block = static_cast<Offset>(rows) * cols, count = per_block * batch;
   for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
        e += static_cast<Offset>(gridDim.x) * blockDim.x) {
-    const Offset i = e % rows, j = e / rows;
-    T& value = data[i + j * ld];
-    value = apply_map(map, value - (row_shift ? row_shift[i] : T(0)));
+    const Offset b = e / per_block, r = e % per_block, i = r % rows, j = r / rows;
+    T& value = data[b * stride + i + j * ld];
+    value = apply_map(map, value - (row_shift ? row_shift[b * shift_stride + i] : T(0)));
   }
 }
 
@@ -214,6 +221,17 @@ __global__ void divide_rows_kernel(T* data, Offset ld, int rows, int cols, const
 }
 
 template <class T>
+__global__ void divide_columns_kernel(T* data, Offset ld, int rows, int cols, const T* denominators,
+                                      T offset) {
+  const Offset count = static_cast<Offset>(rows) * cols;
+  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<Offset>(gridDim.x) * blockDim.x) {
+    const Offset i = e % rows, j = e / rows;
+    data[i + j * ld] /= denominators[j] + offset;
+  }
+}
+
+template <class T>
 __global__ void fill_kernel(T* data, Offset count, T value) {
   for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
        e += static_cast<Offset>(gridDim.x) * blockDim.x)
@@ -221,9 +239,13 @@ __global__ void fill_kernel(T* data, Offset count, T value) {
 }
 
 template <class T>
-__global__ void add_to_diagonal_kernel(T* a, Offset lda, int m, T value) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += gridDim.x * blockDim.x)
-    a[i + i * lda] += value;
+__global__ void add_to_diagonal_kernel(T* a, Offset lda, int m, T value, int batch, Offset stride) {
+  const Offset count = static_cast<Offset>(m) * batch;
+  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<Offset>(gridDim.x) * blockDim.x) {
+    const Offset b = e / m, i = e % m;
+    a[b * stride + i + i * lda] += value;
+  }
 }
 
 template <class From, class To>
@@ -279,27 +301,47 @@ __device__ double frobenius_or_nan(const T* a, int m) {
   return bad > 0 ? NAN : sqrt(sum);
 }
 
+/// The largest absolute column sum ‖M‖₁ and row sum ‖M‖_∞ of an m×m block, by the whole block (every thread
+/// receives both).
+template <class T>
+__device__ void absolute_sums(const T* M, int m, double& norm_1, double& norm_inf) {
+  double col = 0, row = 0;
+  for (int j = threadIdx.x; j < m; j += blockDim.x) {
+    double c = 0, r = 0;
+    for (int i = 0; i < m; ++i) {
+      c += fabs(static_cast<double>(M[i + j * m]));
+      r += fabs(static_cast<double>(M[j + i * m]));
+    }
+    col = fmax(col, c);
+    row = fmax(row, r);
+  }
+  norm_1 = block_max(col);
+  norm_inf = block_max(row);
+}
+
 template <class T>
 __global__ void pinv_iterate_kernel(const T* M, int m, bool razavi, int iterations, double alpha,
-                                    double tolerance, T* z, T* workspace, double* residuals, int* info,
-                                    double* alpha_out) {
+                                    const double* shared_alpha, double tolerance, T* z, T* workspace,
+                                    double* residuals, int* info, double* alpha_out) {
+  // Matrix blockIdx.x of the batch.
+  const Offset square = static_cast<Offset>(m) * m;
+  M += blockIdx.x * square;
+  z += blockIdx.x * square;
+  workspace += blockIdx.x * 4 * square;
+  residuals += blockIdx.x * static_cast<Offset>(iterations + 1);
+  info += 3 * static_cast<Offset>(blockIdx.x);
+  alpha_out += blockIdx.x;
   T* mz = workspace;
   T* w1 = workspace + m * m;
   T* w2 = workspace + 2 * m * m;
   T* next = workspace + 3 * m * m;
-  if (!(alpha > 0)) {
+  if (shared_alpha) {
+    alpha = *shared_alpha;
+  } else if (!(alpha > 0)) {
     // Nyströmformer's per-matrix safe start α = 1/(‖M‖₁‖M‖_∞), so that ασ₁² ≤ 1 (MATH.md §4).
-    double col = 0, row = 0;
-    for (int j = threadIdx.x; j < m; j += blockDim.x) {
-      double c = 0, r = 0;
-      for (int i = 0; i < m; ++i) {
-        c += fabs(static_cast<double>(M[i + j * m]));
-        r += fabs(static_cast<double>(M[j + i * m]));
-      }
-      col = fmax(col, c);
-      row = fmax(row, r);
-    }
-    const double product = block_max(col) * block_max(row);
+    double norm_1 = 0, norm_inf = 0;
+    absolute_sums(M, m, norm_1, norm_inf);
+    const double product = norm_1 * norm_inf;
     alpha = product > 0 ? 1.0 / product : 1.0;
   }
   for (int e = threadIdx.x; e < m * m; e += blockDim.x) z[e] = static_cast<T>(alpha) * M[e / m + (e % m) * m];
@@ -361,51 +403,124 @@ __global__ void pinv_iterate_kernel(const T* M, int m, bool razavi, int iteratio
   if (threadIdx.x == 0) {
     info[0] = status;
     info[1] = done;
+    info[2] = 0;
     *alpha_out = alpha;
   }
 }
 
-__global__ void invert_singular_values_kernel(const double* sigma, int m, double cut, double* inverse,
-                                              int* rank_out) {
-  const double threshold = m > 0 ? cut * sigma[0] : 0;
-  int rank = 0;
-  for (int i = 0; i < m; ++i) {
-    const bool kept = sigma[i] > threshold;
-    inverse[i] = kept ? 1.0 / sigma[i] : 0.0;
-    rank += kept;
+template <class T>
+__global__ void batch_alpha_kernel(const T* M, int m, int count, double* alpha_out) {
+  double norm_1 = 0, norm_inf = 0;
+  for (int b = 0; b < count; ++b) {
+    double col = 0, row = 0;
+    absolute_sums(M + b * static_cast<Offset>(m) * m, m, col, row);
+    norm_1 = fmax(norm_1, col);
+    norm_inf = fmax(norm_inf, row);
   }
-  *rank_out = rank;
+  const double product = norm_1 * norm_inf;
+  if (threadIdx.x == 0) *alpha_out = product > 0 ? 1.0 / product : 1.0;
 }
 
 template <class T>
-__global__ void identity_residual_kernel(const T* M, const T* z, int m, double* residual_out) {
-  double sum = 0;
+__global__ void svd_pseudoinverse_kernel(const double* u, const double* v, bool v_transposed,
+                                         const double* sigma, int m, double cut, const T* M, T* z,
+                                         double* residuals, Offset residual_stride, int* info) {
+  const Offset square = static_cast<Offset>(m) * m;
+  u += blockIdx.x * square;
+  v += blockIdx.x * square;
+  sigma += blockIdx.x * static_cast<Offset>(m);
+  M += blockIdx.x * square;
+  z += blockIdx.x * square;
+  // Singular values ≤ cut·σ₁ are dropped (MATH.md §4), σ₁ the largest.
+  double largest = 0;
+  for (int k = 0; k < m; ++k) largest = fmax(largest, sigma[k]);
+  const double threshold = cut * largest;
+  // Z = V Σ⁺ Uᵀ in double, stored in T.
+  for (int e = threadIdx.x; e < m * m; e += blockDim.x) {
+    const int i = e % m, j = e / m;
+    double sum = 0;
+    for (int k = 0; k < m; ++k) {
+      if (!(sigma[k] > threshold)) continue;
+      const double v_ik = v_transposed ? v[k + i * m] : v[i + k * m];
+      sum += v_ik * u[j + k * m] / sigma[k];
+    }
+    z[e] = static_cast<T>(sum);
+  }
+  __syncthreads();
+  // ‖I − M Z‖_F of the stored Z, in double, as nystrom::pseudoinverse reports it.
+  double squares = 0;
   for (int e = threadIdx.x; e < m * m; e += blockDim.x) {
     const int i = e % m, j = e / m;
     double product = 0;
     for (int k = 0; k < m; ++k)
       product += static_cast<double>(M[i + k * m]) * static_cast<double>(z[k + j * m]);
     const double r = (i == j ? 1.0 : 0.0) - product;
-    sum += r * r;
+    squares += r * r;
   }
-  sum = block_sum(sum);
-  if (threadIdx.x == 0) *residual_out = sqrt(sum);
+  squares = block_sum(squares);
+  if (threadIdx.x == 0) {
+    int rank = 0;
+    for (int k = 0; k < m; ++k) rank += sigma[k] > threshold;
+    residuals[blockIdx.x * residual_stride] = sqrt(squares);
+    info[3 * blockIdx.x] = pinv_converged;
+    info[3 * blockIdx.x + 1] = 0;
+    info[3 * blockIdx.x + 2] = rank;
+  }
+}
+
+template <class T>
+__global__ void pooled_landmarks_kernel(const T* x, int n, int d, int m, int window_rows, int window_cols,
+                                        int grid_rows, int grid_cols, T* out) {
+  const int landmark = blockIdx.x % m;
+  const Offset head = blockIdx.x / m;
+  x += head * n * static_cast<Offset>(d);
+  out += head * m * static_cast<Offset>(d);
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    double sum = 0;
+    Offset tokens = 0;
+    if (window_rows == 0) {
+      // Nyströmformer's segments: s = ⌊N/m⌋, the first (s+1)m − N of s rows, the rest s+1.
+      const int s = n / m, short_segments = (s + 1) * m - n;
+      const int begin = landmark < short_segments
+                            ? landmark * s
+                            : short_segments * s + (landmark - short_segments) * (s + 1);
+      tokens = landmark < short_segments ? s : s + 1;
+      for (int t = begin; t < begin + tokens; ++t)
+        sum += static_cast<double>(x[t * static_cast<Offset>(d) + c]);
+    } else {
+      // Adaptive average pooling (PnP-Nystra code): bin I covers [⌊I·h/gh⌋, ⌈(I+1)·h/gh⌉), likewise columns.
+      const int I = landmark / grid_cols, J = landmark % grid_cols;
+      const int r0 = I * window_rows / grid_rows, r1 = ((I + 1) * window_rows + grid_rows - 1) / grid_rows;
+      const int c0 = J * window_cols / grid_cols, c1 = ((J + 1) * window_cols + grid_cols - 1) / grid_cols;
+      for (int r = r0; r < r1; ++r)
+        for (int col = c0; col < c1; ++col)
+          sum += static_cast<double>(x[(r * static_cast<Offset>(window_cols) + col) * d + c]);
+      tokens = static_cast<Offset>(r1 - r0) * (c1 - c0);
+    }
+    out[landmark + c * static_cast<Offset>(m)] = static_cast<T>(sum / static_cast<double>(tokens));
+  }
 }
 
 }  // namespace
 
 template <class T>
-void distance_exponent(const T* x, Offset ldx, int n, const T* y, Offset ldy, int p, int d, Distance distance,
-                       T factor, T* out, Offset ldo, cudaStream_t stream) {
+void distance_exponent(const T* x, Strides xs, int n, const T* y, Strides ys, int p, int d, Distance distance,
+                       T factor, T* out, Offset ldo, Offset out_stride, int batch, cudaStream_t stream) {
   if (n == 0 || p == 0) return;
-  const dim3 grid((n + tile - 1) / tile, (p + tile - 1) / tile);
-  if (distance == Distance::l1)
-    distance_kernel<T, Distance::l1>
-        <<<grid, block_threads, 0, stream>>>(x, ldx, n, y, ldy, p, d, factor, out, ldo);
-  else
-    distance_kernel<T, Distance::squared_l2>
-        <<<grid, block_threads, 0, stream>>>(x, ldx, n, y, ldy, p, d, factor, out, ldo);
-  check_launch("distance_exponent");
+  constexpr int max_grid_z = 65535;
+  for (int b0 = 0; b0 < batch; b0 += max_grid_z) {
+    const dim3 grid((n + tile - 1) / tile, (p + tile - 1) / tile, std::min(max_grid_z, batch - b0));
+    const T* xb = x + b0 * xs.batch;
+    const T* yb = y + b0 * ys.batch;
+    T* ob = out + b0 * out_stride;
+    if (distance == Distance::l1)
+      distance_kernel<T, Distance::l1>
+          <<<grid, block_threads, 0, stream>>>(xb, xs, n, yb, ys, p, d, factor, ob, ldo, out_stride);
+    else
+      distance_kernel<T, Distance::squared_l2>
+          <<<grid, block_threads, 0, stream>>>(xb, xs, n, yb, ys, p, d, factor, ob, ldo, out_stride);
+    check_launch("distance_exponent");
+  }
 }
 
 template <class T>
@@ -424,12 +539,12 @@ void map_lines(T* data, Offset ld, int length, int lines, ExpMap map, bool stabi
 }
 
 template <class T>
-void map_rows_shifted(T* data, Offset ld, int rows, int cols, ExpMap map, const T* row_shift,
-                      cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
+void map_rows_shifted(T* data, Offset ld, int rows, int cols, ExpMap map, const T* row_shift, int batch,
+                      Offset stride, Offset shift_stride, cudaStream_t stream) {
+  if (rows == 0 || cols == 0 || batch == 0) return;
   map_rows_shifted_kernel<T>
-      <<<blocks_for(static_cast<Offset>(rows) * cols, block_threads), block_threads, 0, stream>>>(
-          data, ld, rows, cols, map, row_shift);
+      <<<blocks_for(static_cast<Offset>(rows) * cols * batch, block_threads), block_threads, 0, stream>>>(
+          data, ld, rows, cols, map, row_shift, batch, stride, shift_stride);
   check_launch("map_rows_shifted");
 }
 
@@ -457,6 +572,16 @@ void divide_rows(T* data, Offset ld, int rows, int cols, const T* denominators, 
 }
 
 template <class T>
+void divide_columns(T* data, Offset ld, int rows, int cols, const T* denominators, T offset,
+                    cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  divide_columns_kernel<T>
+      <<<blocks_for(static_cast<Offset>(rows) * cols, block_threads), block_threads, 0, stream>>>(
+          data, ld, rows, cols, denominators, offset);
+  check_launch("divide_columns");
+}
+
+template <class T>
 void fill(T* data, Offset count, T value, cudaStream_t stream) {
   if (count == 0) return;
   fill_kernel<T><<<blocks_for(count, block_threads), block_threads, 0, stream>>>(data, count, value);
@@ -464,9 +589,11 @@ void fill(T* data, Offset count, T value, cudaStream_t stream) {
 }
 
 template <class T>
-void add_to_diagonal(T* a, Offset lda, int m, T value, cudaStream_t stream) {
-  if (m == 0) return;
-  add_to_diagonal_kernel<T><<<blocks_for(m, block_threads), block_threads, 0, stream>>>(a, lda, m, value);
+void add_to_diagonal(T* a, Offset lda, int m, T value, int batch, Offset stride, cudaStream_t stream) {
+  if (m == 0 || batch == 0) return;
+  add_to_diagonal_kernel<T>
+      <<<blocks_for(static_cast<Offset>(m) * batch, block_threads), block_threads, 0, stream>>>(
+          a, lda, m, value, batch, stride);
   check_launch("add_to_diagonal");
 }
 
@@ -478,37 +605,58 @@ void convert(const From* in, To* out, Offset count, cudaStream_t stream) {
 }
 
 template <class T>
-void pinv_iterate(const T* m_matrix, int m, bool razavi, int iterations, double alpha, double tolerance, T* z,
-                  T* workspace, double* residuals, int* info, double* alpha_out, cudaStream_t stream) {
-  pinv_iterate_kernel<T><<<1, pinv_threads, 0, stream>>>(m_matrix, m, razavi, iterations, alpha, tolerance, z,
-                                                         workspace, residuals, info, alpha_out);
+void pinv_iterate(const T* m_matrix, int m, int count, bool razavi, int iterations, double alpha,
+                  const double* shared_alpha, double tolerance, T* z, T* workspace, double* residuals,
+                  int* info, double* alpha_out, cudaStream_t stream) {
+  if (count == 0) return;
+  pinv_iterate_kernel<T><<<count, pinv_threads, 0, stream>>>(m_matrix, m, razavi, iterations, alpha,
+                                                             shared_alpha, tolerance, z, workspace, residuals,
+                                                             info, alpha_out);
   check_launch("pinv_iterate");
 }
 
-void invert_singular_values(const double* sigma, int m, double cut, double* inverse, int* rank_out,
-                            cudaStream_t stream) {
-  invert_singular_values_kernel<<<1, 1, 0, stream>>>(sigma, m, cut, inverse, rank_out);
-  check_launch("invert_singular_values");
+template <class T>
+void batch_alpha(const T* m_matrix, int m, int count, double* alpha_out, cudaStream_t stream) {
+  batch_alpha_kernel<T><<<1, pinv_threads, 0, stream>>>(m_matrix, m, count, alpha_out);
+  check_launch("batch_alpha");
 }
 
 template <class T>
-void identity_residual(const T* m_matrix, const T* z, int m, double* residual_out, cudaStream_t stream) {
-  identity_residual_kernel<T><<<1, pinv_threads, 0, stream>>>(m_matrix, z, m, residual_out);
-  check_launch("identity_residual");
+void svd_pseudoinverse(const double* u, const double* v, bool v_transposed, const double* sigma, int m,
+                       int count, double cut, const T* m_matrix, T* z, double* residuals,
+                       Offset residual_stride, int* info, cudaStream_t stream) {
+  if (count == 0) return;
+  svd_pseudoinverse_kernel<T><<<count, pinv_threads, 0, stream>>>(u, v, v_transposed, sigma, m, cut, m_matrix,
+                                                                  z, residuals, residual_stride, info);
+  check_launch("svd_pseudoinverse");
 }
 
-#define NYSTROM_CUDA_INSTANTIATE(T)                                                                       \
-  template void distance_exponent<T>(const T*, Offset, int, const T*, Offset, int, int, Distance, T, T*,  \
-                                     Offset, cudaStream_t);                                               \
-  template void map_lines<T>(T*, Offset, int, int, ExpMap, bool, T*, T*, cudaStream_t);                   \
-  template void map_rows_shifted<T>(T*, Offset, int, int, ExpMap, const T*, cudaStream_t);                \
-  template void exp_dot_lines<T>(const T*, Offset, int, int, const T*, T*, cudaStream_t);                 \
-  template void divide_rows<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                          \
-  template void fill<T>(T*, Offset, T, cudaStream_t);                                                     \
-  template void add_to_diagonal<T>(T*, Offset, int, T, cudaStream_t);                                     \
-  template void pinv_iterate<T>(const T*, int, bool, int, double, double, T*, T*, double*, int*, double*, \
-                                cudaStream_t);                                                            \
-  template void identity_residual<T>(const T*, const T*, int, double*, cudaStream_t);
+template <class T>
+void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_rows, int window_cols,
+                      int grid_rows, int grid_cols, T* out, cudaStream_t stream) {
+  if (count == 0) return;
+  pooled_landmarks_kernel<T>
+      <<<count * m, 128, 0, stream>>>(x, n, d, m, window_rows, window_cols, grid_rows, grid_cols, out);
+  check_launch("pooled_landmarks");
+}
+
+#define NYSTROM_CUDA_INSTANTIATE(T)                                                                        \
+  template void distance_exponent<T>(const T*, Strides, int, const T*, Strides, int, int, Distance, T, T*, \
+                                     Offset, Offset, int, cudaStream_t);                                   \
+  template void map_lines<T>(T*, Offset, int, int, ExpMap, bool, T*, T*, cudaStream_t);                    \
+  template void map_rows_shifted<T>(T*, Offset, int, int, ExpMap, const T*, int, Offset, Offset,           \
+                                    cudaStream_t);                                                         \
+  template void exp_dot_lines<T>(const T*, Offset, int, int, const T*, T*, cudaStream_t);                  \
+  template void divide_rows<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                           \
+  template void divide_columns<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                        \
+  template void fill<T>(T*, Offset, T, cudaStream_t);                                                      \
+  template void add_to_diagonal<T>(T*, Offset, int, T, int, Offset, cudaStream_t);                         \
+  template void pinv_iterate<T>(const T*, int, int, bool, int, double, const double*, double, T*, T*,      \
+                                double*, int*, double*, cudaStream_t);                                     \
+  template void batch_alpha<T>(const T*, int, int, double*, cudaStream_t);                                 \
+  template void svd_pseudoinverse<T>(const double*, const double*, bool, const double*, int, int, double,  \
+                                     const T*, T*, double*, Offset, int*, cudaStream_t);                   \
+  template void pooled_landmarks<T>(const T*, int, int, int, int, int, int, int, int, T*, cudaStream_t);
 NYSTROM_CUDA_INSTANTIATE(float)
 NYSTROM_CUDA_INSTANTIATE(double)
 #undef NYSTROM_CUDA_INSTANTIATE

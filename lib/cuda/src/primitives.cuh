@@ -16,15 +16,28 @@ using Offset = std::int64_t;
 /// Distance exponents of MATH.md §1: L1 (Laplacian) or squared L2 (Gaussian).
 enum class Distance { l1, squared_l2 };
 
-/// The elementwise map applied to an exponent x: exp(x), or the authors' clamped exp(min(x,5)) + max(x−5,0)
-/// (PnP-Nystra public code; MATH.md §2).
-enum class ExpMap { exp, clamped };
+/// The elementwise map applied to an exponent x: exp(x), or with `clamped` the authors' clamped exponential
+/// exp(min(x, c)) + max(x − c, 0) with c = `threshold` (PnP-Nystra public code; docs/mathematics.md §2).
+struct ExpMap {
+  bool clamped = false;
+  double threshold = 5;
+};
 
-/// out(i, j) = factor · Σ_c dist(x(i, c), y(j, c)) for x n×d, y p×d, out n×p (LaplacianFormer Alg. 1 with
-/// factor = −1/λ). Tiled in shared memory, direct differences (no ‖x‖² + ‖y‖² − 2xᵀy cancellation). O(n·p·d).
+/// Where entry (i, c) of matrix b of a batch lies: data[b·batch + i·row + c·column]. A column-major matrix
+/// with leading dimension ld has {1, ld, ·}, a row-major one (a head of a [B, H, N, d] tensor) {ld, 1, ·}.
+struct Strides {
+  Offset row = 1;
+  Offset column = 0;
+  Offset batch = 0;
+};
+
+/// out_b(i, j) = factor · Σ_c dist(x_b(i, c), y_b(j, c)) for `batch` matrices x_b n×d, y_b p×d and
+/// column-major out_b n×p (leading dimension ldo, out_b at out + b·out_stride) (LaplacianFormer Alg. 1 with
+/// factor = −1/λ). Tiled in shared memory, direct differences (no ‖x‖² + ‖y‖² − 2xᵀy cancellation).
+/// O(batch·n·p·d).
 template <class T>
-void distance_exponent(const T* x, Offset ldx, int n, const T* y, Offset ldy, int p, int d, Distance distance,
-                       T factor, T* out, Offset ldo, cudaStream_t stream);
+void distance_exponent(const T* x, Strides xs, int n, const T* y, Strides ys, int p, int d, Distance distance,
+                       T factor, T* out, Offset ldo, Offset out_stride, int batch, cudaStream_t stream);
 
 /// The fused row-max / exp / row-sum kernel on the columns ("lines") of a column-major block: for each of
 /// `lines` columns of `length` entries, shift = max (when `stabilize`, PnP-Nystra eq. (8)) or 0, x ← map(x −
@@ -34,10 +47,11 @@ template <class T>
 void map_lines(T* data, Offset ld, int length, int lines, ExpMap map, bool stabilize, T* shift_out,
                T* sum_out, cudaStream_t stream);
 
-/// data(i, j) ← map(data(i, j) − row_shift[i]) for a rows×cols block (row_shift may be null: no shift).
+/// data_b(i, j) ← map(data_b(i, j) − row_shift_b[i]) for `batch` rows×cols blocks, data_b at data + b·stride
+/// and row_shift_b at row_shift + b·shift_stride (row_shift may be null: no shift).
 template <class T>
-void map_rows_shifted(T* data, Offset ld, int rows, int cols, ExpMap map, const T* row_shift,
-                      cudaStream_t stream);
+void map_rows_shifted(T* data, Offset ld, int rows, int cols, ExpMap map, const T* row_shift, int batch,
+                      Offset stride, Offset shift_stride, cudaStream_t stream);
 
 /// out[l] = Σ_k exp(data(k, l)) · x[k] for each of `lines` columns of `length` entries: the
 /// kernel-times-vector product fused with the exponential, so exp(φ) is never stored (the Lanczos matvec).
@@ -49,13 +63,19 @@ template <class T>
 void divide_rows(T* data, Offset ld, int rows, int cols, const T* denominators, T offset,
                  cudaStream_t stream);
 
+/// data(i, j) ← data(i, j) / (denominators[j] + offset) for a rows×cols block: the ⊘ of attention when each
+/// column is one query's output (a row-major N×dv head is a column-major dv×N block).
+template <class T>
+void divide_columns(T* data, Offset ld, int rows, int cols, const T* denominators, T offset,
+                    cudaStream_t stream);
+
 /// data[0 .. count) ← value.
 template <class T>
 void fill(T* data, Offset count, T value, cudaStream_t stream);
 
-/// a(i, i) += value for an m×m block.
+/// a_b(i, i) += value for `batch` m×m blocks, a_b at a + b·stride.
 template <class T>
-void add_to_diagonal(T* a, Offset lda, int m, T value, cudaStream_t stream);
+void add_to_diagonal(T* a, Offset lda, int m, T value, int batch, Offset stride, cudaStream_t stream);
 
 /// out[i] = static_cast<To>(in[i]) for i < count.
 template <class From, class To>
@@ -64,23 +84,40 @@ void convert(const From* in, To* out, Offset count, cudaStream_t stream);
 /// Status codes written by pinv_iterate (mirroring nystrom::PinvStatus).
 enum PinvCode : int { pinv_converged = 0, pinv_completed = 1, pinv_diverged = 2, pinv_non_finite = 3 };
 
-/// Razavi or Newton–Schulz iteration for Z ≈ M⁺ (MATH.md §4) in ONE thread block (m is the landmark count,
-/// small): Z₀ = αMᵀ (α = alpha, or 1/(‖M‖₁‖M‖_∞) when alpha ≤ 0), then Razavi Z ← ¼ Z(13I − MZ(15I − MZ(7I −
-/// MZ))) or Newton–Schulz Z ← Z(2I − MZ), recording ‖I − MZ_k‖_F (in double) in residuals[0..iterations].
-/// Stops as nystrom::pseudoinverse does: converged (residual ≤ tolerance > 0), non-finite, or diverged (the
-/// residual grows past its start or its previous value by more than rounding). `workspace` holds 4·m²
-/// entries. Writes info = {status, iterations run} and alpha_out. No host synchronization: the whole
-/// iteration is one launch.
+/// Razavi or Newton–Schulz iterations for Z_b ≈ M_b⁺ (MATH.md §4) for `count` m×m matrices M_b (at m_matrix +
+/// b·m², column-major), one thread block per matrix (m is the landmark count, small). Start Z₀ = αM_bᵀ with α
+/// = *shared_alpha when that is non-null (the batch α), else `alpha` when > 0, else the per-matrix
+/// 1/(‖M_b‖₁‖M_b‖_∞); then Razavi Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))) or Newton–Schulz Z ← Z(2I − MZ),
+/// recording ‖I − M_bZ_k‖_F (in double) at residuals + b·(iterations + 1). Stops as nystrom::pseudoinverse
+/// does: converged (residual ≤ tolerance > 0), non-finite, or diverged (the residual grows past its start or
+/// its previous value by more than rounding). Z_b at z + b·m², workspace 4·m² entries per matrix; writes
+/// info + 3b = {status, iterations run, 0} and alpha_out[b]. One launch for the whole batch, no host
+/// synchronization.
 template <class T>
-void pinv_iterate(const T* m_matrix, int m, bool razavi, int iterations, double alpha, double tolerance, T* z,
-                  T* workspace, double* residuals, int* info, double* alpha_out, cudaStream_t stream);
+void pinv_iterate(const T* m_matrix, int m, int count, bool razavi, int iterations, double alpha,
+                  const double* shared_alpha, double tolerance, T* z, T* workspace, double* residuals,
+                  int* info, double* alpha_out, cudaStream_t stream);
 
-/// inverse[i] = 1/σ_i for σ_i > cut·σ₀ (σ sorted descending), else 0; rank_out = number kept. One block.
-void invert_singular_values(const double* sigma, int m, double cut, double* inverse, int* rank_out,
-                            cudaStream_t stream);
-
-/// residual_out = ‖I − M Z‖_F (product and norm in double) for m×m M and Z. One block.
+/// alpha_out = 1/(max_b ‖M_b‖₁ · max_b ‖M_b‖_∞) over `count` m×m matrices (at m_matrix + b·m²): the batch α
+/// of the authors' code (1 when every M_b is zero). One block.
 template <class T>
-void identity_residual(const T* m_matrix, const T* z, int m, double* residual_out, cudaStream_t stream);
+void batch_alpha(const T* m_matrix, int m, int count, double* alpha_out, cudaStream_t stream);
+
+/// The pseudoinverse from an SVD M_b = U_b Σ_b V_bᵀ (double, m×m, at u + b·m², v + b·m², sigma + b·m; v holds
+/// V_bᵀ when `v_transposed`): singular values ≤ cut·max σ dropped, Z_b = V_b Σ_b⁺ U_bᵀ stored in T at z +
+/// b·m², info + 3b = {converged, 0, rank} and residuals[b·residual_stride] = ‖I − M_b Z_b‖_F (M_b in T at
+/// m_matrix + b·m², in double). One block per matrix.
+template <class T>
+void svd_pseudoinverse(const double* u, const double* v, bool v_transposed, const double* sigma, int m,
+                       int count, double cut, const T* m_matrix, T* z, double* residuals,
+                       Offset residual_stride, int* info, cudaStream_t stream);
+
+/// Landmarks of `count` row-major N×d heads (head b at x + b·N·d) into column-major m×d matrices (at out +
+/// b·m·d), in double sums (MATH.md §5): segment means (s = ⌊N/m⌋, the first (s+1)m − N segments of s rows,
+/// the rest s+1), or with window_rows > 0 adaptive average pooling of the tokens t = r·window_cols + c to a
+/// grid_rows × grid_cols grid (bin I covers rows [⌊I·h/gh⌋, ⌈(I+1)h/gh⌉), likewise columns).
+template <class T>
+void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_rows, int window_cols,
+                      int grid_rows, int grid_cols, T* out, cudaStream_t stream);
 
 }  // namespace nystrom::cuda::detail

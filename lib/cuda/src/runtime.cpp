@@ -30,6 +30,28 @@ std::string device_description() {
   return out.str();
 }
 
+void* allocate(std::size_t bytes) {
+  void* data = nullptr;
+  NYSTROM_CUDA_CHECK(cudaMalloc(&data, bytes));
+  return data;
+}
+
+void release(void* data) {
+  if (data) cudaFree(data);
+}
+
+void copy_to_device(void* device, const void* host, std::size_t bytes) {
+  const detail::Context& context = detail::context();
+  NYSTROM_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, context.stream));
+  context.synchronize();
+}
+
+void copy_to_host(void* host, const void* device, std::size_t bytes) {
+  const detail::Context& context = detail::context();
+  NYSTROM_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, context.stream));
+  context.synchronize();
+}
+
 template <class T>
 double gemm_seconds(Index n) {
   using detail::context;

@@ -12,6 +12,8 @@
 #include <string>
 
 #include "nystrom/kernel_passes.hpp"
+#include "nystrom/approximation.hpp"
+#include "nystrom/batched.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
@@ -152,5 +154,93 @@ AnyOperator<S> kernel_operator(Device device, const ConstMatrixRef<T>& X, const 
 template <class T, class S = T>
 AnyOperator<S> error_operator(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                               const NystromFactors<T>& factors, const MatrixFreeOptions& tiling = {});
+
+/// Seconds of the phases of a batched run with host memory in and out: the copies to the device, the
+/// computation, the copy back (CUDA events on the GPU; on the CPU the copies are 0).
+struct TransferSeconds {
+  double to_device = 0;
+  double compute = 0;
+  double to_host = 0;
+};
+
+/// `size` values of T in the memory of `device`: host memory for Device::cpu, GPU memory (through the CUDA
+/// module) for Device::cuda. The arrays of the device-resident batched API; copies from and to host memory
+/// are explicit and wait for the device. Move-only.
+template <class T>
+class DeviceArray {
+ public:
+  /// Throws std::invalid_argument unless `device` can run here and size ≥ 0.
+  DeviceArray(Device device, Index size);
+  Device device() const { return device_; }
+  Index size() const { return size_; }
+  /// A host pointer (Device::cpu) or a device pointer (Device::cuda).
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  /// Copies size() values from host memory.
+  void copy_from(const T* host);
+  /// Copies size() values to host memory, after the device's queued work.
+  void copy_to(T* host) const;
+
+ private:
+  Device device_;
+  Index size_;
+  std::unique_ptr<T, void (*)(void*)> data_;
+};
+
+namespace detail {
+
+/// What a device implements for BatchedAttentionPlan (the CPU: batched_attention; the GPU: the CUDA module's
+/// plan).
+template <class T>
+class BatchedRunner {
+ public:
+  virtual ~BatchedRunner() = default;
+  /// Q, K, V and out in the device's memory; queued (the GPU returns before the work is done).
+  virtual void run(const T* q, const T* k, const T* v, T* out) = 0;
+  /// Host memory in and out: copies in, run, copy out, each timed; waits.
+  virtual TransferSeconds run_host(const T* q, const T* k, const T* v, T* out) = 0;
+  /// The diagnostics of the last run (waits for it).
+  virtual BatchedDiagnostics diagnostics() = 0;
+};
+
+}  // namespace detail
+
+/// Batched attention (batched.hpp) on `device` for one shape and configuration, its buffers allocated once
+/// and reused by every run (FINUFFT's plan: make the plan, then execute it). On the CPU a run is
+/// batched_attention. On the GPU (exact and pnp-nystra with segment-means or window-pool landmarks) a run is
+/// queued on the device without any host synchronization: the landmarks pooled there, the blocks of all heads
+/// by strided batched GEMMs and one launch per elementwise step, the m×m pseudoinverses of all heads in one
+/// launch (iterations) or one cuSOLVER batched Jacobi SVD (exact, m ≤ 32), Algorithm 1 by strided batched
+/// GEMMs. Not thread-safe; a GPU plan belongs to the thread that made it (its stream).
+template <class T>
+class BatchedAttentionPlan {
+ public:
+  /// Throws std::invalid_argument naming the value for a device that cannot run, bad options or shape, and
+  /// on the GPU a method other than exact and pnp-nystra or a landmark strategy other than segment-means and
+  /// window-pool.
+  BatchedAttentionPlan(Device device, Method method, const BatchShape& shape,
+                       const ApproximationOptions& options, AlphaScope alpha_scope = AlphaScope::matrix);
+  ~BatchedAttentionPlan();
+  BatchedAttentionPlan(BatchedAttentionPlan&&) noexcept;
+  BatchedAttentionPlan& operator=(BatchedAttentionPlan&&) noexcept;
+
+  /// Q, K ([B, H, N, d]), V and out ([B, H, N, dv]) in the device's memory (DeviceArray::data(), or another
+  /// library's arrays on the same device). On the GPU the run is queued and returns at once; diagnostics()
+  /// and DeviceArray::copy_to wait for it. GPU inputs are not scanned for NaN or Inf (they give NaN outputs).
+  void run(const T* q, const T* k, const T* v, T* out);
+  /// Host views in and out (checked against the plan's shape, and for finite values, on the CPU head by head
+  /// as batched_attention does): copies in, run, copy out; the seconds of each phase.
+  TransferSeconds run(const BatchView<const T>& q, const BatchView<const T>& k, const BatchView<const T>& v,
+                      const BatchView<T>& out);
+  /// Per-head diagnostics and the batch α of the last run (waits for it).
+  BatchedDiagnostics diagnostics() const;
+  const BatchShape& shape() const { return shape_; }
+  Device device() const { return device_; }
+
+ private:
+  Device device_;
+  BatchShape shape_;
+  std::unique_ptr<detail::BatchedRunner<T>> runner_;
+};
 
 }  // namespace nystrom

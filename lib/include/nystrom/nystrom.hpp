@@ -17,8 +17,9 @@ namespace nystrom {
 enum class Stabilization {
   none,     ///< plain blocks G_L, G_A, G_U
   row_max,  ///< PnP-Nystra eq. (8): G_Lⁿ = M_L⁻¹G_L, G_Aⁿ = M_U⁻¹G_A, G_Uⁿ = M_U⁻¹G_U with row-max exponents
-  clamped   ///< the authors' code: exp(x) → exp(min(x,5)) + max(x−5,0) in all three blocks (changes the
-            ///< kernel)
+  clamped   ///< the authors' code: exp(x) → exp(min(x, c)) + max(x − c, 0) in all three blocks, c =
+            ///< NystromOptions::clamp_threshold (5 in their SwinIR code, 0 in their Uformer and RVRT code);
+            ///< changes the kernel
 };
 
 /// "none", "row-max", "clamped".
@@ -32,6 +33,7 @@ struct NystromOptions {
   LandmarkOptions landmarks;
   PinvOptions pinv;
   Stabilization stabilization = Stabilization::row_max;
+  double clamp_threshold = 5;  ///< c of Stabilization::clamped, exp(min(x, c)) + max(x − c, 0); finite
 
   /// Validates every member for N tokens of dimension d; throws std::invalid_argument naming the bad value.
   void validate(Index n, Index d) const;
@@ -70,9 +72,10 @@ struct NystromFactors {
   Matrix<T> dense() const;
 };
 
-/// The generalized Nyström factors of G = κ(Q, K) for Q, K (N×d) with the landmarks selected by
-/// options.landmarks. O(Nmd + m³). G_L and G_U are formed in 256-row panels spread over the OpenMP threads
-/// (single-threaded BLAS inside); M_U's row maxima are reduced over the threads before G_U is exponentiated.
+/// The generalized Nyström factors of G = κ(Q, K) for Q, K (N×d). O(Nmd + m³). G_L and G_U are formed in
+/// 256-row panels handed to the OpenMP threads one at a time (above detail::parallel_work multiply-adds;
+/// single-threaded BLAS inside); M_U's row maxima are reduced over the threads before G_U is exponentiated.
+/// The same factors on any thread count.
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options);
@@ -98,9 +101,16 @@ NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatri
 
 /// PnP-Nystra Algorithm 1, reassociated: W = Z [G_U V, G_U 1_N] (m×(dv+1)), then Ĝ[V, 1] = G_L W and
 /// Ô = (G_L W_V) ⊘ (G_L W_1) row panel by row panel; the same Ô as (P(G_U V)) ⊘ (P(G_U 1_N)) with P = G_L Z
-/// up to rounding, without the N×m P. O(Nm(d + dv)), never N×N; threads over column shares of G_U and row
-/// panels of G_L. The clamped variant divides by (Ĝ1 + 1e-12) as the authors' code does.
+/// up to rounding, without the N×m P. O(Nm(d + dv)), never N×N; threads (above detail::parallel_work
+/// multiply-adds per step) over 256-column panels of G_U, summed in panel order, and row panels of G_L, so
+/// the result is the same on any thread count. The clamped variant divides by (Ĝ1 + 1e-12) as the authors'
+/// code does.
 template <class T>
 Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V);
+
+/// The same with V and Ô row-major (a head of a [B, H, N, dv] batch, batched.hpp): Ô is written into `out`
+/// (N×dv), and neither V nor Ô is copied to another layout.
+template <class T>
+void nystrom_attention(const NystromFactors<T>& factors, const ConstRowMajorRef<T>& V, RowMajorRef<T> out);
 
 }  // namespace nystrom

@@ -31,12 +31,6 @@ namespace nystrom {
 
 namespace detail {
 
-/// Threads for `panels` panels of a product costing `work` multiply-adds.
-inline int workers_for(Index panels, double work) {
-  if (work < parallel_work) return 1;
-  return static_cast<int>(std::max<Index>(1, std::min<Index>(panels, omp_get_max_threads())));
-}
-
 /// Runs body(first, count, partial) over [0, n) split in panels of `panel` on up to all threads (one below
 /// `parallel_work`), each thread adding its contribution into its own double vector `partial` of length
 /// `length`; returns the sum of the partials, added in thread order (deterministic for a fixed thread count).

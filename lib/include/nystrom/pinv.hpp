@@ -80,6 +80,17 @@ struct PinvResult {
 template <class T>
 double safe_alpha(const ConstMatrixRef<T>& A);
 
+/// The start α = 1/(max_i ‖M_i‖₁ · max_i ‖M_i‖_∞) shared by several matrices (the authors' code and the
+/// nystrom-attention package take it over every window and head of a batch); ≤ safe_alpha of each M_i, so
+/// ασ₁(M_i)² ≤ 1 for all of them. Throws std::invalid_argument for an empty list.
+template <class T>
+double batch_alpha(const std::vector<Matrix<T>>& matrices);
+
+/// The matrix M that pseudoinverse inverts for `options` (docs/mathematics.md §4): A, A + εI (shift) or AᵀA +
+/// εI (Tikhonov); the iterations start from Z₀ = αMᵀ.
+template <class T>
+Matrix<T> inverted_matrix(const ConstMatrixRef<T>& A, const PinvOptions& options);
+
 /// Z ≈ A⁺ (or the regularized inverse) for a square A by `options`; the residuals are computed in double.
 /// Throws std::invalid_argument for bad options, a non-square or empty A, or an A with NaN or Inf entries;
 /// a numerical failure of the iteration is a status.

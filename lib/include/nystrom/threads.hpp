@@ -7,6 +7,7 @@
 /// head reference 9.5 ms and point 7.8 ms with 2 OpenBLAS threads, 5.6 ms and 3.0 ms with 1; oversubscription
 /// inside regions measured 4× slower).
 
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -19,6 +20,10 @@ namespace detail {
 /// waits for a scheduler time slice (milliseconds): Lanczos on a stored 1040×1040 matrix (1.1M multiply-adds
 /// per product, hundreds of products) measured 30 ms on one thread and 1.1 s on two with one busy core.
 constexpr double parallel_work = 1 << 22;
+
+/// OpenMP threads for `panels` panels of work costing `work` multiply-adds: one below parallel_work, else
+/// threads() but no more than the panels.
+int workers_for(std::ptrdiff_t panels, double work);
 
 }  // namespace detail
 

@@ -24,4 +24,16 @@ using ConstMatrixRef = Eigen::Ref<const Matrix<T>>;
 template <class T>
 using MatrixRef = Eigen::Ref<Matrix<T>>;
 
+/// Row-major dense matrix of scalar T: one head of a [B, H, N, d] batch as numpy and torch hold it.
+template <class T>
+using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// Read-only view of a row-major dense block without a copy.
+template <class T>
+using ConstRowMajorRef = Eigen::Ref<const RowMajorMatrix<T>>;
+
+/// Writable view of a row-major dense block.
+template <class T>
+using RowMajorRef = Eigen::Ref<RowMajorMatrix<T>>;
+
 }  // namespace nystrom

@@ -5,10 +5,13 @@
 /// every process start). The module exports one C symbol, nystrom_cuda_module(), returning this table of its
 /// entry points; both sides are built from the same headers and compiler flags in one CMake build.
 
+#include <cstddef>
+#include <memory>
 #include <string>
 #include <type_traits>
 
 #include "nystrom/backend.hpp"
+#include "nystrom/cuda/batched.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
@@ -17,8 +20,8 @@
 
 namespace nystrom::cuda {
 
-/// The backend's operations in one scalar type (the cuda:: functions of attention.hpp, kernels.hpp,
-/// operators.hpp and runtime.hpp).
+/// The backend's operations in one scalar type (the cuda:: functions of attention.hpp, batched.hpp,
+/// kernels.hpp, operators.hpp and runtime.hpp).
 template <class T>
 struct Operations {
   Matrix<T> (*exact_attention)(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
@@ -35,12 +38,20 @@ struct Operations {
   AnyOperator<T> (*error_operator)(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                    const NystromFactors<T>& factors);
   double (*gemm_seconds)(Index n);
+  std::unique_ptr<nystrom::detail::BatchedRunner<T>> (*batched_plan)(Method method, const BatchShape& shape,
+                                                                     const ApproximationOptions& options,
+                                                                     AlphaScope alpha_scope,
+                                                                     const LandmarkPooling& pooling);
 };
 
 /// Everything the module offers.
 struct Module {
   int (*device_count)();
   std::string (*device_description)();
+  void* (*allocate)(std::size_t bytes);
+  void (*release)(void* data);
+  void (*copy_to_device)(void* device, const void* host, std::size_t bytes);
+  void (*copy_to_host)(void* host, const void* device, std::size_t bytes);
   Operations<float> single_precision;
   Operations<double> double_precision;
 

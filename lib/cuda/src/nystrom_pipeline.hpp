@@ -1,0 +1,56 @@
+#pragma once
+/// @file nystrom_pipeline.hpp
+/// PnP-Nystra on the device for a batch of heads (internal): the generalized Nyström blocks with their
+/// stabilization, the pseudoinverses of the cores, and Algorithm 1, each step one batched launch or one
+/// strided batched cuBLAS call for all heads. Shared by the single-head functions of attention.hpp (one head,
+/// column-major host matrices, landmarks from the host) and the batched plan (row-major [B, H, N, d] device
+/// tensors, landmarks pooled on the device).
+
+#include "device.hpp"
+#include "nystrom/nystrom.hpp"
+#include "pinv.hpp"
+
+namespace nystrom::cuda::detail {
+
+/// The blocks of MATH.md §2 for `count` heads, stored so that every row max runs down a contiguous column:
+/// left_t = G_Lᵀ (m×N per head, column i is query i), upper_t = G_Uᵀ (N×m, column j is landmark j), core =
+/// G_A (m×m), heads one after another; the shifts log diag(M_L) (N per head) and log diag(M_U) (m per head)
+/// are zero unless row-max stabilized. The buffers are allocated once and reused by every compute().
+template <class T>
+struct DeviceFactors {
+  int count = 0, n = 0, m = 0;
+  DeviceBuffer<T> left_t, upper_t, core, left_shift, upper_shift;
+  DevicePinv<T> pinv;
+
+  DeviceFactors() = default;
+  DeviceFactors(int count, int n, int m, const PinvOptions& pinv_options);
+
+  /// Queues the blocks of every head from its tokens q_b, k_b (N×d operands) and landmarks Q̄_b, K̄_b
+  /// (column-major m×d, at q_bar + b·m·d), then Z_b ≈ G_A,b⁺ (with the batch α when `shared_alpha`).
+  void compute(const NystromOptions& options, Operand<T> q, Operand<T> k, int d, const T* q_bar,
+               const T* k_bar, bool shared_alpha);
+};
+
+/// Work buffers of Algorithm 1 for `count` heads with dv value columns.
+template <class T>
+struct AlgorithmBuffers {
+  DeviceBuffer<T> reduced, core_side;  ///< [G_U V, G_U 1] and Z [G_U V, G_U 1], m×(dv+1) per head
+  DeviceBuffer<T> denominators;        ///< Ĝ1, N per head
+  DeviceBuffer<T> ones;                ///< 1_N
+
+  AlgorithmBuffers() = default;
+  AlgorithmBuffers(int count, int n, int m, int dv);
+};
+
+/// PnP-Nystra Algorithm 1 for every head, queued: W = Z [G_U V, G_U 1] (m×(dv+1)), Ô = (G_L W_V) ⊘ (G_L W_1
+/// + offset), never N×N. V_b is an N×dv operand; Ô_b is written row-major (out + b·N·dv, the [B, H, N, dv]
+/// layout) or, with `row_major_out` false, column-major N×dv (one head). The row scale M_L cancels in the
+/// ratio; the clamped variant's offset is 1e-12 as in the authors' code, else 0.
+template <class T>
+void nystrom_output(const DeviceFactors<T>& factors, Operand<T> v, int dv, T offset,
+                    AlgorithmBuffers<T>& work, T* out, bool row_major_out);
+
+/// The map of the blocks' exponents for `options` (exp, or the clamped exponential with its threshold).
+ExpMap exp_map(const NystromOptions& options);
+
+}  // namespace nystrom::cuda::detail
