@@ -425,15 +425,16 @@ def window_rows(calls: list[Call], windows_per_layer: int, configuration: Config
                 singular = floor_values(q, k, call.scale, configuration.rank(tokens))
                 keywords = configuration.keywords(tokens, call.window, call.scale)
                 approximation = nystrom.approximate(q, k, v, **keywords)
-                errors = nystrom.attention_matrix_errors(q, k, approximation, dense=tokens <= 256)
                 exact = nystrom.attention(q, k, v, method="exact", scale=call.scale)
+                error = output_error = math.nan  # a non-finite Ŝ (float32 overflow without stabilization)
+                if np.isfinite(approximation.output).all():
+                    error = nystrom.attention_matrix_errors(q, k, approximation, dense=tokens <= 256).relative_spectral
+                    output_error = nystrom.output_errors(exact, approximation.output).relative_frobenius
                 rows.append(dict(common, layer=layer, module=call.module, window=b, head=head, n=tokens,
                                  window_shape=f"{call.window[0]}x{call.window[1]}",
                                  rank=configuration.rank(tokens), sigma1=singular[0],
                                  floor=singular[1] / singular[0],
-                                 relative_spectral_error=errors.relative_spectral,
-                                 output_relative_error=nystrom.output_errors(exact, approximation.output)
-                                 .relative_frobenius,
+                                 relative_spectral_error=error, output_relative_error=output_error,
                                  pinv_status=approximation.pinv_status or "none"))
     return rows
 

@@ -10,6 +10,7 @@ Run: .venv/bin/python -m pytest tests/python/test_vision_end_to_end.py
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -174,3 +175,18 @@ def test_no_approximation_beats_the_rank_m_floor(results):
     assert (windows["rank"] == 16).all() and (windows["floor"] > 0).all()
     # Eckart–Young: no approximation of rank ≤ m beats σ_{m+1}(S)/σ₁(S).
     assert (windows["relative_spectral_error"] >= windows["floor"] * (1 - 1e-6)).all()
+
+
+def test_a_non_finite_approximation_gives_nan_errors_not_an_exception():
+    """Without stabilization, exp of DAT-light's logits overflows float32 on a 32×32 window: Ŝ is not finite, and
+    its errors are NaN (Lanczos on it would fail) while the floor is still measured."""
+    with h5py.File(REPOSITORY / "data" / "dat-light-x2-astronaut-32x32.h5", "r") as file:
+        layer = file["layers/00"]
+        q, k, v = (torch.from_numpy(layer[name][:1, :1]) for name in ("q", "k", "v"))  # window 0, head 0
+        scale = float(layer.attrs["scale"])
+        window = tuple(int(x) for x in layer.attrs["window"])
+    call = ve.Call("layers.0.blocks.0.attn.attns.0", q, k, v, None, None, scale, window)
+    rows = ve.window_rows([call], 1, ve.pnp(16, 6, stabilization="none"), {})
+    assert len(rows) == 1 and rows[0]["n"] == 1024
+    assert math.isnan(rows[0]["relative_spectral_error"]) and math.isnan(rows[0]["output_relative_error"])
+    assert 0 < rows[0]["floor"] < 1
