@@ -4,8 +4,8 @@ installed by scripts/setup-python.sh); here they get the default paths and print
 recomputes the numerics; it only selects rows and summarizes them over heads for plotting.
 
 Environment:
-  NYSTROM_RESULTS   folder holding sweep.h5, spectrum.h5 and bench.h5 (default: <repository>/results); a relative
-                    path is taken from the repository root
+  NYSTROM_RESULTS   folder holding sweep.h5, spectrum.h5, bench.h5 and vision.h5 (default: <repository>/results);
+                    a relative path is taken from the repository root
   NYSTROM_FIGURES   folder the PNGs are written to (default: $NYSTROM_RESULTS/figures)
 """
 
@@ -73,6 +73,27 @@ def read_spectra(path: Path | str | None = None) -> list[LayerSpectra]:
     layers = _results.read_spectra(path)
     print(f"{path}: {len(layers)} layers, matrices {sorted(layers[0].singular_values) if layers else []}")
     return layers
+
+
+# The columns of vision.h5 the vision notebook reads (notebooks/vision_end_to_end.py, docs/formats.md §2.5).
+VISION_COLUMNS = ("model_window", "image", "n", "configuration", "method", "landmarks", "strategy", "pinv",
+                  "pinv_iters", "stabilization", "masks", "dtype", "psnr", "ssim", "psnr_drop", "ssim_drop", "psnr_vs_unmodified",
+                  "seconds_per_block", "exact_seconds_per_block", "unmodified_seconds_per_block", "time_ratio",
+                  "time_ratio_unmodified", "non_finite")
+VISION_WINDOW_COLUMNS = ("model_window", "configuration", "method", "landmarks", "strategy", "pinv", "pinv_iters",
+                         "stabilization", "layer", "window", "head", "rank", "floor", "relative_spectral_error",
+                         "output_relative_error")
+
+
+def read_vision(path: Path | str | None = None) -> tuple[Table, Table]:
+    """The /vision and /vision_windows tables of a vision results file (default $NYSTROM_RESULTS/vision.h5,
+    written by notebooks/vision_end_to_end.py); checks the format attributes and the columns the notebook reads."""
+    path = Path(path) if path else results_dir() / "vision.h5"
+    with _results.open_results(path) as file:
+        vision = _results.read_table(file, path, "vision", VISION_COLUMNS)
+        windows = _results.read_table(file, path, "vision_windows", VISION_WINDOW_COLUMNS)
+    print(f"{path}: /vision: {vision.rows} rows, /vision_windows: {windows.rows} rows")
+    return vision, windows
 
 
 def log2_axis(ax, values) -> None:

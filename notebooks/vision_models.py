@@ -44,6 +44,8 @@ NATIVE_SPLIT = (8, 32)  # DAT-light's windows: branch 0 is 8×32 (rows × column
 IMAGES = {
     "astronaut": "skimage.data.astronaut(): Eileen Collins, NASA Great Images database, public domain",
     "camera": "skimage.data.camera(): man with a camera (Lav Varshney), CC0",
+    "coffee": "skimage.data.coffee(): coffee cup (Rachel Michetti, Pikolo Espresso Bar), CC0",
+    "chelsea": "skimage.data.chelsea(): Chelsea the cat (Stefan van der Walt), CC0",
 }
 
 

