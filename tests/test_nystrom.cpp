@@ -102,10 +102,10 @@ TEST_CASE_TEMPLATE(
                    segment_constant<T>(n, d, m, 10 * seed + 1),
                    random_matrix<T>(n, 3, 10 * seed + 2),
                    {}};
-      NystromOptions options =
-          options_for(Kernel::exponential(1 / std::sqrt(double(d))), m, Stabilization::row_max);
-      const HeadReference<T> reference = make_reference(head, options.kernel, evaluation);
-      const PointResult point = evaluate_nystrom(head, reference, options, evaluation);
+      ApproximationOptions options;
+      options.kernel = Kernel::exponential(1 / std::sqrt(double(d)));
+      options.nystrom = options_for(options.kernel, m, Stabilization::row_max);
+      const PointResult point = HeadEvaluator<T>(head, evaluation).evaluate(Method::pnp_nystra, options);
       // Ĝ = G up to the rounding of G and of the products in T (1e-10 asked in double).
       CHECK(point.relative_spectral_error <= (std::is_same_v<T, double> ? 1e-10 : double(n) * eps));
       CHECK(point.sigma_m1_ext <= double(n + m) * eps * point.sigma1_ext);

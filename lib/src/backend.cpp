@@ -499,22 +499,25 @@ BatchedDiagnostics BatchedAttentionPlan<T>::diagnostics() const {
   return runner_->diagnostics();
 }
 
-#define NYSTROM_INSTANTIATE(T)                                                                           \
-  template PinvResult<T> pseudoinverse<T>(Device, const ConstMatrixRef<T>&, const PinvOptions&);         \
-  template Matrix<T> exact_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,      \
-                                        const ConstMatrixRef<T>&, const Kernel&);                        \
-  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                    \
-                                                    const ConstMatrixRef<T>&, const NystromOptions&);    \
-  template Matrix<T> nystrom_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,    \
-                                          const ConstMatrixRef<T>&, const NystromOptions&);              \
-  template Matrix<T> kernel_block<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,         \
-                                     const Kernel&);                                                     \
-  template AnyOperator<T> kernel_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
-                                             const Kernel&);                                             \
-  template AnyOperator<T> error_operator<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
-                                            const NystromFactors<T>&);                                   \
-  template double gemm_seconds<T>(Device, Index);                                                        \
-  template class DeviceArray<T>;                                                                         \
+#define NYSTROM_INSTANTIATE(T)                                                                              \
+  template PinvResult<T> pseudoinverse<T>(Device, const ConstMatrixRef<T>&, const PinvOptions&);            \
+  template Matrix<T> exact_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,         \
+                                        const ConstMatrixRef<T>&, const Kernel&);                           \
+  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                       \
+                                                    const ConstMatrixRef<T>&, const NystromOptions&);       \
+  template NystromFactors<T> generalized_nystrom<T>(Device, const ConstMatrixRef<T>&,                       \
+                                                    const ConstMatrixRef<T>&, const Landmarks<T>&,          \
+                                                    const NystromOptions&);                                 \
+  template Matrix<T> nystrom_attention<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,       \
+                                          const ConstMatrixRef<T>&, const NystromOptions&);                 \
+  template Matrix<T> kernel_block<T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,            \
+                                     const Kernel&);                                                        \
+  template AnyOperator<T> kernel_operator<T, T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
+                                                const Kernel&, const MatrixFreeOptions&);                   \
+  template AnyOperator<T> error_operator<T, T>(Device, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
+                                               const NystromFactors<T>&, const MatrixFreeOptions&);         \
+  template double gemm_seconds<T>(Device, Index);                                                           \
+  template class DeviceArray<T>;                                                                            \
   template class BatchedAttentionPlan<T>;
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)

@@ -69,6 +69,13 @@ const Keyword keywords[] = {
      [](KeywordArguments& a, nb::handle v) {
        a.window = v.is_none() ? std::array<Index, 2>{} : nb::cast<std::array<Index, 2>>(v);
      }},
+    {"window_grid", landmark_keywords, "str", "'aspect'",
+     "window-pool: the pooling grid, aspect (the factorization of m closest to the window's aspect) or square "
+     "(the closest-square factors of m, the authors' code) (docs/mathematics.md §5)",
+     [](KeywordArguments& a, nb::handle v) { a.window_grid = window_grid_from_string(text(v)); }},
+    {"prefix_tokens", landmark_keywords, "int", "0",
+     "leading tokens not on the window grid (a ViT's CLS token), landmarks of their own (docs/formats.md §1)",
+     [](KeywordArguments& a, nb::handle v) { a.prefix_tokens = nb::cast<Index>(v); }},
     {"different_indices", landmark_keywords, "bool", "False",
      "selection strategies (and cur): select the rows of Q and K separately instead of the same rows",
      [](KeywordArguments& a, nb::handle v) { a.different_indices = nb::cast<bool>(v); }},
@@ -110,6 +117,9 @@ const Keyword keywords[] = {
      [](KeywordArguments& a, nb::handle v) {
        a.stabilization = v.is_none() ? std::nullopt : std::optional(stabilization_from_string(text(v)));
      }},
+    {"clamp_threshold", factor_keywords, "float", "5.0",
+     "pnp-nystra, stabilization clamped: the threshold c of exp(min(x, c)) + max(x − c, 0) (the authors' code)",
+     [](KeywordArguments& a, nb::handle v) { a.clamp_threshold = nb::cast<double>(v); }},
     {"features", other_method_keywords, "int | None", "None", "performer: random features r (None: landmarks)",
      [](KeywordArguments& a, nb::handle v) { a.features = optional_cast<Index>(v); }},
     {"projected", other_method_keywords, "int | None", "None", "linformer: projected length k (None: landmarks)",
@@ -237,6 +247,8 @@ LandmarkOptions landmark_options(const KeywordArguments& arguments, LandmarkStra
   options.q_indices = arguments.q_indices;
   options.k_indices = arguments.k_indices;
   options.window = arguments.window;
+  options.window_grid = arguments.window_grid;
+  options.prefix_tokens = arguments.prefix_tokens;
   options.embed_column = arguments.embed_column;
   options.kmeans_iterations = arguments.kmeans_iterations;
   return options;
@@ -262,6 +274,7 @@ NystromOptions nystrom_options(const KeywordArguments& arguments, Index d) {
   options.landmarks = landmark_options(arguments, LandmarkStrategy::segment_means);
   options.pinv = pinv_options(arguments, options.pinv);
   if (arguments.stabilization) options.stabilization = *arguments.stabilization;
+  options.clamp_threshold = arguments.clamp_threshold;
   return options;
 }
 

@@ -49,6 +49,9 @@ struct KeywordArguments {
   bool share_projections = false, copy_rows = false, different_indices = false, front_padding = false;
   std::uint64_t seed = 0;
   std::array<Index, 2> window{};
+  WindowGrid window_grid = LandmarkOptions{}.window_grid;
+  Index prefix_tokens = 0;
+  double clamp_threshold = NystromOptions{}.clamp_threshold;
   std::vector<Index> forced, q_indices, k_indices;
   Index embed_column = 0;
   int kmeans_iterations = 25;

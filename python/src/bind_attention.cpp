@@ -1,17 +1,25 @@
 // Attention outputs of every method (docs/mathematics.md §1, §2, §6), batched over leading dimensions, the
-// approximations with their implied attention matrices, and the error measures of §7.
+// approximations with their implied attention matrices, and one sweep point's every column (§7).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 #include <omp.h>
 
 #include <chrono>
 #include <exception>
 #include <limits>
+#include <optional>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "arguments.hpp"
 #include "common.hpp"
 #include "nystrom/approximation.hpp"
 #include "nystrom/attention.hpp"
+#include "nystrom/evaluation.hpp"
+#include "nystrom/head.hpp"
+#include "nystrom/point_record.hpp"
 
 namespace nystrom::python {
 
@@ -95,6 +103,32 @@ double best_seconds(const Array& q, const Array& k, const Array& v, const Keywor
   return best;
 }
 
+/// Every keyword evaluate() accepts: the method's, and how its errors are computed.
+constexpr unsigned evaluate_keywords = method_keywords | lanczos_keywords | tiling_keywords | evaluation_keywords;
+
+/// The /sweep record of one method on one head (HeadEvaluator, point_record).
+template <class T>
+std::vector<RecordCell> evaluate_point(const Array& q, const Array& k, const std::optional<Array>& v,
+                                       const KeywordArguments& arguments) {
+  const MatrixArgument<T> Q(q, "q"), K(k, "k");
+  Head<T> head;
+  head.q = Q.ref();
+  head.k = K.ref();
+  if (v) head.v = MatrixArgument<T>(*v, "v").ref();
+  head.window = arguments.window;
+  head.prefix_tokens = arguments.prefix_tokens;
+  PointDescription point;
+  point.n = head.q.rows();
+  point.d = head.q.cols();
+  point.dv = head.v.cols();
+  point.method = arguments.method;
+  point.options = approximation_options(arguments, point.d);
+  point.precision = sizeof(T) == 4 ? "float" : "double";
+  point.seed = arguments.seed;
+  HeadEvaluator<T> evaluator(std::move(head), evaluation_options(arguments), "evaluate");
+  return point_record(point, evaluator.evaluate(point.method, point.options));
+}
+
 }  // namespace
 
 void bind_attention(nb::module_& m) {
@@ -105,53 +139,53 @@ void bind_attention(nb::module_& m) {
       .def_prop_ro(
           "method",
           [](const ApproximationAny& self) {
-            return self.visit([](const auto& a) { return to_string(a.approximation.method); });
+            return self.visit([](const auto& a) { return to_string(a.method); });
           },
           "The method, e.g. 'pnp-nystra'.")
       .def_prop_ro(
           "output",
           [](const ApproximationAny& self) {
             const nb::object owner = nb::find(self);
-            return self.visit([&](const auto& a) { return view_of(a.approximation.output, owner); });
+            return self.visit([&](const auto& a) { return view_of(a.output, owner); });
           },
           nb::sig(returns_array("output")), "Ô (N×dv).")
       .def_prop_ro(
           "pinv_status",
           [](const ApproximationAny& self) {
             return self.visit([](const auto& a) -> std::optional<std::string> {
-              if (!a.approximation.pinv_status) return std::nullopt;
-              return to_string(*a.approximation.pinv_status);
+              if (!a.pinv_status) return std::nullopt;
+              return to_string(*a.pinv_status);
             });
           },
           "Status of the method's pseudoinverse (None for methods without one).")
       .def_prop_ro(
           "pinv_residual",
           [](const ApproximationAny& self) {
-            return self.visit([](const auto& a) { return a.approximation.pinv_residual; });
+            return self.visit([](const auto& a) { return a.pinv_residual; });
           },
           "‖I − AZ‖_F of the method's pseudoinverse (NaN without one).")
       .def_prop_ro(
           "factors",
           [](const ApproximationAny& self) {
             return self.visit([](const auto& a) -> std::optional<FactorsAny> {
-              if (!a.approximation.kernel_factors) return std::nullopt;
-              return FactorsAny{*a.approximation.kernel_factors};
+              if (!a.kernel_factors) return std::nullopt;
+              return FactorsAny{*a.kernel_factors};
             });
           },
           "pnp-nystra and symmetric-nystrom: the Nyström factors of Ĝ ≈ G (a copy); None otherwise.")
       .def_prop_ro(
           "implied_matrix",
           [](const ApproximationAny& self) {
-            return self.visit([](const auto& a) { return implied_matrix(a.approximation.method); });
+            return self.visit([](const auto& a) { return implied_matrix(a.method); });
           },
           "Which N×N matrix Ŝ the method implies, e.g. 'S_hat = F~ pinv(A~) B~ (Nystromformer eq. 15; …)'.")
       .def(
           "implied_attention",
           [](const ApproximationAny& self) {
             return self.visit([](const auto& a) -> nb::object {
-              using T = typename std::decay_t<decltype(a.approximation.output)>::Scalar;
+              using T = typename std::decay_t<decltype(a.output)>::Scalar;
               std::optional<Matrix<T>> dense = computed([&]() -> std::optional<Matrix<T>> {
-                const auto implied = a.approximation.attention();
+                const auto implied = a.attention();
                 if (!implied) return std::nullopt;
                 return implied->dense();
               });
@@ -163,8 +197,8 @@ void bind_attention(nb::module_& m) {
           "Ŝ as a dense N×N array (small N only; O(N²m)); None for exact.")
       .def("__repr__", [](const ApproximationAny& self) {
         return self.visit([](const auto& a) {
-          return describe("Approximation(method='", to_string(a.approximation.method),
-                          "', N=", a.approximation.output.rows(), ", dv=", a.approximation.output.cols(),
+          return describe("Approximation(method='", to_string(a.method),
+                          "', N=", a.output.rows(), ", dv=", a.output.cols(),
                           ")");
         });
       });
@@ -178,18 +212,6 @@ void bind_attention(nb::module_& m) {
       .def("__repr__", [](const OutputErrors& e) {
         return describe("OutputErrors(relative_frobenius=", e.relative_frobenius, ", max_abs=", e.max_abs,
                         ", mean_abs=", e.mean_abs, ")");
-      });
-
-  nb::class_<AttentionMatrixErrors>(m, "AttentionMatrixErrors",
-                                    "‖S − Ŝ‖ of an implied attention matrix against S = D⁻¹G.")
-      .def_ro("spectral", &AttentionMatrixErrors::spectral, "‖S − Ŝ‖₂.")
-      .def_ro("relative_spectral", &AttentionMatrixErrors::relative_spectral, "‖S − Ŝ‖₂ / ‖S‖₂.")
-      .def_ro("frobenius", &AttentionMatrixErrors::frobenius, "‖S − Ŝ‖_F (dense only, else NaN).")
-      .def_ro("matrix_free", &AttentionMatrixErrors::matrix_free, "True when computed matrix-free.")
-      .def("__repr__", [](const AttentionMatrixErrors& e) {
-        return describe("AttentionMatrixErrors(spectral=", e.spectral,
-                        ", relative_spectral=", e.relative_spectral, ", frobenius=", e.frobenius,
-                        ", matrix_free=", e.matrix_free ? "True" : "False", ")");
       });
 
   m.def(
@@ -224,9 +246,7 @@ void bind_attention(nb::module_& m) {
             inputs.require_one_head("approximate");
             const MatrixArgument<T> Q = inputs.q.matrix(0), K = inputs.k.matrix(0), V = inputs.v.matrix(0);
             const ApproximationOptions options = approximation_options(arguments, Q.cols());
-            return ApproximationAny{KernelApproximation<T>{
-                approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options),
-                options.kernel}};
+            return ApproximationAny{approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options)};
           });
         });
       },
@@ -239,33 +259,32 @@ void bind_attention(nb::module_& m) {
           method_keywords));
 
   m.def(
-      "attention_matrix_errors",
-      [](const Array& q, const Array& k, const ApproximationAny& approximation, bool dense,
-         const nb::kwargs& kwargs) {
-        const KeywordArguments arguments =
-            parse_arguments("attention_matrix_errors", lanczos_keywords, kwargs);
-        return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
-          using T = decltype(scalar);
-          return computed([&] {
-            const auto& a = approximation.as<T>("the approximation's arrays");
-            const auto implied = a.approximation.attention();
-            require(implied.has_value(),
-                    "attention_matrix_errors: exact attention implies no approximate matrix");
-            const MatrixArgument<T> Q(q, "q"), K(k, "k");
-            return attention_matrix_errors<T>(Q.ref(), K.ref(), a.kernel, *implied, dense,
-                                              spectral_options(arguments));
-          });
+      "evaluate",
+      [](const Array& q, const Array& k, const std::optional<Array>& v, const nb::kwargs& kwargs) {
+        const KeywordArguments arguments = parse_arguments("evaluate", evaluate_keywords, kwargs);
+        const Precision precision = v ? common_precision({{&q, "q"}, {&k, "k"}, {&*v, "v"}})
+                                      : common_precision({{&q, "q"}, {&k, "k"}});
+        const std::vector<RecordCell> record = with_scalar(precision, [&](auto scalar) {
+          return computed([&] { return evaluate_point<decltype(scalar)>(q, k, v, arguments); });
         });
+        nb::dict columns;
+        for (const auto& cell : record)
+          std::visit([&](const auto& value) { columns[cell.column.name.c_str()] = value; }, cell.value);
+        return columns;
       },
-      "q"_a, "k"_a, "approximation"_a, "dense"_a = false, "kwargs"_a,
-      nb::sig(signature("attention_matrix_errors",
-                        array_parameters({"q", "k"}) + ", approximation: Approximation, dense: bool = False",
-                        lanczos_keywords, "AttentionMatrixErrors")),
+      "q"_a, "k"_a, "v"_a = nb::none(), "kwargs"_a,
+      nb::sig(signature("evaluate",
+                        array_parameters({"q", "k"}) + ", v: numpy.typing.ArrayLike | None = None",
+                        evaluate_keywords, "dict[str, str | int | float]")),
       documentation(
-          "‖S − Ŝ‖₂ (and ‖S − Ŝ‖_F when dense) of an approximation's implied attention matrix Ŝ "
-          "against the exact S = D⁻¹G on the same q, k: dense SVDs (small N), else Lanczos on operators "
-          "that evaluate S in row panels.",
-          lanczos_keywords));
+          "One point of a sweep on one head (q, k: N×d, v: N×dv or None): every column `nystrom sweep` writes "
+          "to /sweep (docs/formats.md §2) for the method and its options, computed by the same evaluator "
+          "(HeadEvaluator) and named alike: spectral and Frobenius errors of G − Ĝ (pnp-nystra, "
+          "symmetric-nystrom) or S − Ŝ (the softmax methods), output errors (with v), the Lemma 2.1 terms "
+          "and Theorem bounds (pnp-nystra), pseudoinverse diagnostics and timings. The parameter columns "
+          "layer, batch and head read '', 0 and 0. window and prefix_tokens place the head on its token "
+          "grid as a dump's attributes do.",
+          evaluate_keywords));
 
   m.def(
       "output_errors",

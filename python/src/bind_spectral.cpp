@@ -6,6 +6,7 @@
 #include "common.hpp"
 #include "nystrom/bounds.hpp"
 #include "nystrom/evaluation.hpp"
+#include "nystrom/head.hpp"
 #include "nystrom/matrix_free.hpp"
 #include "nystrom/operators.hpp"
 #include "nystrom/spectral.hpp"

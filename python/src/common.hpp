@@ -52,17 +52,10 @@ struct Typed {
   }
 };
 
-/// A method's output with the kernel it used (for ‖S − Ŝ‖).
-template <class T>
-struct KernelApproximation {
-  Approximation<T> approximation;
-  Kernel kernel;
-};
-
 using PinvAny = Typed<PinvResult>;
 using LandmarksAny = Typed<Landmarks>;
 using FactorsAny = Typed<NystromFactors>;
-using ApproximationAny = Typed<KernelApproximation>;
+using ApproximationAny = Typed<Approximation>;
 
 /// The result of `f()`, computed under Compute (the GIL released); it must not create Python objects.
 template <class F>

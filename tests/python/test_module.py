@@ -138,6 +138,41 @@ def test_window_pool_averages_blocks_of_the_token_grid(dtype):
     assert relative(marks.q, reference) < TOLERANCE[dtype]
 
 
+def pooled(grid, rows, cols):
+    """Means of the rows x cols blocks of an h x w x d token grid (h, w divisible), row-major."""
+    h, w = grid.shape[0] // rows, grid.shape[1] // cols
+    return np.stack([grid[h * i:h * (i + 1), w * j:w * (j + 1)].mean(axis=(0, 1))
+                     for i in range(rows) for j in range(cols)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_window_grid_and_prefix_tokens(dtype):
+    q, k = tokens(256, 3, dtype, 9), tokens(256, 3, dtype, 10)
+    grid = q.astype(float).reshape(8, 32, 3)
+    aspect = nystrom.select_landmarks(q, k, landmarks=16, strategy="window-pool", window=(8, 32))
+    square = nystrom.select_landmarks(q, k, landmarks=16, strategy="window-pool", window=(8, 32), window_grid="square")
+    assert relative(aspect.q, pooled(grid, 2, 8)) < TOLERANCE[dtype]  # m = 16 on 8 x 32: aspect 2 x 8
+    assert relative(square.q, pooled(grid, 4, 4)) < TOLERANCE[dtype]
+    # A CLS token before an 8 x 8 window: a landmark of its own, then 2 x 2 pooling of the 64 patches.
+    q, k = tokens(65, 3, dtype, 11), tokens(65, 3, dtype, 12)
+    marks = nystrom.select_landmarks(q, k, landmarks=5, strategy="window-pool", window=(8, 8), prefix_tokens=1)
+    reference = np.vstack([q[:1].astype(float), pooled(q[1:].astype(float).reshape(8, 8, 3), 2, 2)])
+    assert relative(marks.q, reference) < TOLERANCE[dtype]
+    with pytest.raises(ValueError, match="window_grid|grid"):
+        nystrom.select_landmarks(q, k, landmarks=5, window_grid="round")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_clamp_threshold(dtype):
+    q, k, _ = qkv(n=48, dtype=dtype, scale=2.0)
+    factors = {c: nystrom.nystrom_factors(q, k, landmarks=6, stabilization="clamped", clamp_threshold=c).dense()
+               for c in (0.0, 5.0, 1e6)}
+    plain = nystrom.nystrom_factors(q, k, landmarks=6, stabilization="none").dense()
+    # Above every logit the clamped exponential is exp itself; at 0 and 5 it is not.
+    assert relative(factors[1e6], plain) < 1e3 * TOLERANCE[dtype]
+    assert relative(factors[0.0], plain) > 1e-2 and relative(factors[0.0], factors[5.0]) > 1e-3
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_selection_strategies_return_rows_and_their_indices(dtype):
     q, k = tokens(40, 5, dtype, 9), tokens(40, 5, dtype, 10)
@@ -423,17 +458,46 @@ def test_error_norm_by_every_solver(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_attention_matrix_errors(dtype):
+def test_evaluate_against_dense_matrices(dtype):
     q, k, v = qkv(n=40, dtype=dtype)
-    approximation = nystrom.approximate(q, k, v, method="nystromformer", landmarks=5)
-    difference = nystrom.attention_matrix(q, k).astype(float) - approximation.implied_attention().astype(float)
-    dense = nystrom.attention_matrix_errors(q, k, approximation, dense=True)
-    assert dense.spectral == pytest.approx(np.linalg.norm(difference, 2), rel=10 * TOLERANCE[dtype])
-    assert dense.frobenius == pytest.approx(np.linalg.norm(difference), rel=10 * TOLERANCE[dtype])
-    assert not dense.matrix_free
-    free = nystrom.attention_matrix_errors(q, k, approximation)
-    assert free.matrix_free and np.isnan(free.frobenius)
-    assert free.spectral == pytest.approx(dense.spectral, rel=1e-4 if dtype == np.float32 else 1e-8)
+    exact = nystrom.attention(q, k, v, method="exact").astype(float)
+    for method in ("nystromformer", "pnp-nystra"):
+        approximation = nystrom.approximate(q, k, v, method=method, landmarks=5)
+        if method == "pnp-nystra":
+            reference, approximate = kernel_ref(q, k), approximation.factors.dense().astype(float)
+        else:
+            reference = nystrom.attention_matrix(q, k).astype(float)
+            approximate = approximation.implied_attention().astype(float)
+        difference = reference - approximate
+        dense = nystrom.evaluate(q, k, v, method=method, landmarks=5)
+        assert dense["method"] == method and dense["n"] == 40 and dense["landmarks"] == 5
+        assert dense["precision"] == ("float" if dtype == np.float32 else "double")
+        # float32 forms the difference in float32: rounding relative to the reference, not to the difference.
+        scale = np.linalg.norm(reference, 2) if dtype == np.float32 else np.linalg.norm(difference, 2)
+        assert abs(dense["spectral_error"] - np.linalg.norm(difference, 2)) <= 10 * TOLERANCE[dtype] * scale
+        assert dense["relative_spectral_error"] == pytest.approx(
+            dense["spectral_error"] / np.linalg.norm(reference, 2), rel=10 * TOLERANCE[dtype])
+        assert abs(dense["frobenius_error"] - np.linalg.norm(difference)) <= 10 * TOLERANCE[dtype] * np.linalg.norm(
+            reference)
+        output = approximation.output.astype(float)
+        assert dense["output_relative_error"] == pytest.approx(
+            np.linalg.norm(exact - output) / np.linalg.norm(exact), rel=1e-3 if dtype == np.float32 else 1e-10)
+        assert dense["matrix_free"] == 0
+        free = nystrom.evaluate(q, k, v, method=method, landmarks=5, matrix_free=True)
+        assert free["matrix_free"] == 1
+        for column in ("spectral_error", "frobenius_error"):
+            assert free[column] == pytest.approx(dense[column], rel=1e-4 if dtype == np.float32 else 1e-8)
+    without_v = nystrom.evaluate(q, k, method="pnp-nystra", landmarks=5)
+    assert np.isnan(without_v["output_relative_error"]) and without_v["dv"] == 0
+    assert np.isfinite(without_v["bound_ratio"]) and without_v["bounds_hold"] == 1
+
+
+def test_evaluate_rejects_bad_keywords():
+    q, k, v = qkv(n=16)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'landmark'"):
+        nystrom.evaluate(q, k, v, landmark=4)
+    with pytest.raises(ValueError, match="17"):
+        nystrom.evaluate(q, k, v, landmarks=17)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -725,7 +789,7 @@ def test_read_results_returns_the_sweep_as_a_dataframe(tmp_path):
     assert len(frame) == table.rows and set(frame.columns) == set(table)
     assert frame["landmarks"].dtype == np.int64 and frame["spectral_error"].dtype == np.float64
     assert isinstance(frame["method"].iloc[0], str) and set(frame["method"]) == {"pnp-nystra", "performer"}
-    assert frame.attrs["format"] == "nystrom-results" and frame.attrs["format_version"] == 1
+    assert frame.attrs["format"] == "nystrom-results" and frame.attrs["format_version"] == 2
     with pytest.raises(FileNotFoundError, match="no such results file"):
         nystrom.read_results(tmp_path / "absent.h5")
     with pytest.raises(ValueError, match="expected 'nystrom-results'"):
