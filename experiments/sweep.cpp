@@ -386,7 +386,11 @@ int run_sweep(const Invocation& invocation) {
   const auto points = enumerate_points(layers, settings.grid, settings.input, skipped);
   if (mpi_rank() == 0 && !settings.quiet)
     for (const auto& line : skipped.lines()) std::cerr << "nystrom sweep: " << line << "\n";
-  require(!points.empty(), "no grid points: every method was skipped for these kernels and strategies");
+  if (points.empty()) {
+    std::string reasons;
+    for (const auto& line : skipped.lines()) reasons += "; " + line;
+    throw std::invalid_argument("no grid points: every point was skipped" + reasons);
+  }
   if (settings.grid.precision == "float") return sweep<float>(settings, dump, layers, points, skipped);
   return sweep<double>(settings, dump, layers, points, skipped);
 }

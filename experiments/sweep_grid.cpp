@@ -33,7 +33,7 @@ Kernel resolve_kernel(const Kernel& kernel, const DumpLayer& layer) {
 std::string window_pool_obstacle(const DumpLayer& layer) {
   LandmarkOptions pooled;
   pooled.strategy = LandmarkStrategy::window_pool;
-  pooled.count = 1;
+  pooled.count = layer.prefix_tokens + 1;  // a landmark per prefix token and one pooled cell
   try {
     on_token_grid(pooled, layer.window, layer.prefix_tokens).validate(layer.tokens, layer.dim);
   } catch (const std::invalid_argument& error) {

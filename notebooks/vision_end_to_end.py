@@ -93,9 +93,7 @@ class Configuration:
     landmarks: m (performer: the feature count r; ALL_TOKENS: m = N, the tokens themselves); 0 for exact.
     window_grid: the window-pool grid ('square': closest-square factors of m, the authors' code; 'aspect': the
     window's aspect ratio); 'none' for other strategies. clamp_threshold: τ of the clamped kernel (NaN unless
-    stabilization is clamped). masks: 'regions' (each region of a masked window on its own) or 'ignore'.
-    requires: keywords of nystrom.attention the configuration needs (skipped, and said so, where the module lacks
-    one)."""
+    stabilization is clamped). masks: 'regions' (each region of a masked window on its own) or 'ignore'."""
 
     name: str
     method: str
@@ -108,7 +106,6 @@ class Configuration:
     window_grid: str = "none"
     masks: str = "regions"
     dtype: str = "float32"
-    requires: tuple[str, ...] = ()
 
     def keywords(self, tokens: int, window: tuple[int, int], scale: float) -> dict:
         """The keyword arguments of nystrom.attention / approximate for one (sub)window of `tokens` tokens laid out
@@ -125,14 +122,13 @@ class Configuration:
             keywords["strategy"] = self.strategy
         if self.strategy == "window-pool":
             keywords["window"] = tuple(window)
-            if "window_grid" in self.requires:
-                keywords["window_grid"] = self.window_grid
+            keywords["window_grid"] = self.window_grid
         keywords["pinv"] = self.pinv
         if self.pinv != "exact":
             keywords["iterations"] = self.pinv_iters
         if self.method == "pnp-nystra":
             keywords["stabilization"] = self.stabilization
-            if "clamp_threshold" in self.requires:
+            if self.stabilization == "clamped":
                 keywords["clamp_threshold"] = self.clamp_threshold
         return keywords
 
@@ -141,27 +137,11 @@ class Configuration:
         return tokens if self.landmarks in (0, ALL_TOKENS) else min(self.landmarks, tokens)
 
 
-def module_keywords() -> set[str]:
-    """The optional keywords of nystrom.attention this build of the module accepts (among those the
-    configurations may require)."""
-    probe = np.zeros((4, 2), dtype=np.float32)
-    accepted = set()
-    for keyword, value in (("window_grid", "square"), ("clamp_threshold", 5.0)):
-        try:
-            nystrom.attention(probe, probe, probe, method="exact", **{keyword: value})
-        except TypeError:
-            continue
-        accepted.add(keyword)
-    return accepted
-
-
 def pnp(m: int = 16, iterations: int = 6, *, pinv: str = "razavi", stabilization: str = "row-max",
         strategy: str = "window-pool", grid: str = "square", tau: float = 5.0, masks: str = "regions",
-        dtype: str = "float32", grid_keyword: bool = False, tau_keyword: bool = False, name_grid: bool = False,
-        tag: str = "") -> Configuration:
+        dtype: str = "float32", name_grid: bool = False, tag: str = "") -> Configuration:
     """A PnP-Nystra configuration, named after what it sets (the window-pool grid only with name_grid: the run's
-    own grid is in every row's window_grid). grid_keyword / tau_keyword: pass window_grid / clamp_threshold to the
-    module, which then must have the keyword."""
+    own grid is in every row's window_grid)."""
     iterations = 0 if pinv == "exact" else iterations
     m_text = "N" if m == ALL_TOKENS else str(m)
     parts = [f"pnp-nystra m={m_text}", "exact pinv" if pinv == "exact" else f"{pinv}×{iterations}", stabilization]
@@ -173,37 +153,30 @@ def pnp(m: int = 16, iterations: int = 6, *, pinv: str = "razavi", stabilization
         parts.append(f"{grid} grid")
     if masks != "regions":
         parts.append(f"masks {masks}")
-    requires = ((("window_grid",) if grid_keyword and strategy == "window-pool" else ())
-                + (("clamp_threshold",) if tau_keyword and stabilization == "clamped" else ()))
     return Configuration(name=tag or ", ".join(parts), method="pnp-nystra", landmarks=m, strategy=strategy,
                          pinv=pinv, pinv_iters=iterations, stabilization=stabilization,
                          clamp_threshold=tau if stabilization == "clamped" else math.nan,
-                         window_grid=grid if strategy == "window-pool" else "none", masks=masks, dtype=dtype,
-                         requires=requires)
+                         window_grid=grid if strategy == "window-pool" else "none", masks=masks, dtype=dtype)
 
 
 EXACT = Configuration(name="exact", method="exact")
 
 
-def configurations(full: bool, grid: str, tau: float, accepted: set[str]) -> list[Configuration]:
+def configurations(full: bool, grid: str, tau: float) -> list[Configuration]:
     """The grid of the run. Default: PnP-Nystra (row-max, window-pool, razavi×6) with m ∈ {8, 16, 32}; m = 16 with
     1 and 3 iterations and the exact pseudoinverse; m = 16 with the clamped kernel and without stabilization;
     exact attention with the clamped kernel (m = N); Nyströmformer, Performer and CUR at m = 16; exact attention.
     --full adds 10 and 15 iterations, the m and iteration sweeps with the clamped kernel at τ and at τ = 0 (the
     authors' Uformer and RVRT code), Corollary 2.2 (m = N, exact pinv), the masks ignored as in the authors' code,
-    segment-means landmarks, and the other window-pool grid. Configurations that need a keyword the module lacks
-    are returned too, with `requires` naming it."""
-    # τ = 5 and the closest-square grid are what the module computes without those keywords.
-    common = {"grid": grid, "tau": tau, "grid_keyword": "window_grid" in accepted,
-              "tau_keyword": tau != 5.0 or "clamp_threshold" in accepted}
+    segment-means landmarks, and the other window-pool grid."""
+    common = {"grid": grid, "tau": tau}
     exact_clamped = dict(common, pinv="exact", stabilization="clamped", strategy="segment-means", dtype="float64")
     grid_list = [EXACT, pnp(ALL_TOKENS, **exact_clamped, tag=f"exact attention, clamped kernel τ={tau:g}")]
     kernels = [{"stabilization": "row-max"}]
     if full:
         # The authors' clamped kernel at the run's τ, and at τ = 0 of their Uformer and RVRT code (PnP-Nystra
-        # Table 6 is Uformer-B), which needs the module's clamp_threshold keyword.
-        kernels += [{"stabilization": "clamped"}] + ([{"stabilization": "clamped", "tau": 0.0, "tau_keyword": True}]
-                                                      if tau != 0.0 else [])
+        # Table 6 is Uformer-B).
+        kernels += [{"stabilization": "clamped"}] + ([{"stabilization": "clamped", "tau": 0.0}] if tau != 0.0 else [])
     for kernel in kernels:
         options = dict(common, **kernel)
         for m in (8, 16, 32):
@@ -225,11 +198,11 @@ def configurations(full: bool, grid: str, tau: float, accepted: set[str]) -> lis
             pnp(16, 6, masks="ignore", **common),
             pnp(16, 6, strategy="segment-means", **common),
             # The window-pool grid that follows the window's aspect ratio (m = 16 on 8×32: 2×8) against the
-            # authors' closest square (4×4): needs the module's window_grid keyword.
-            pnp(16, 6, **dict(common, grid=other_grid, grid_keyword=True, name_grid=True)),
+            # authors' closest square (4×4).
+            pnp(16, 6, **dict(common, grid=other_grid, name_grid=True)),
         ]
         if tau != 0.0:
-            grid_list.append(pnp(ALL_TOKENS, **dict(exact_clamped, tau=0.0, tau_keyword=True),
+            grid_list.append(pnp(ALL_TOKENS, **dict(exact_clamped, tau=0.0),
                                  tag="exact attention, clamped kernel τ=0"))
     names = set()
     unique = []
@@ -428,7 +401,7 @@ def window_rows(calls: list[Call], windows_per_layer: int, configuration: Config
                 exact = nystrom.attention(q, k, v, method="exact", scale=call.scale)
                 error = output_error = math.nan  # a non-finite Ŝ (float32 overflow without stabilization)
                 if np.isfinite(approximation.output).all():
-                    error = nystrom.attention_matrix_errors(q, k, approximation, dense=tokens <= 256).relative_spectral
+                    error = attention_matrix_error(q, k, call.scale, approximation) / singular[0]
                     output_error = nystrom.output_errors(exact, approximation.output).relative_frobenius
                 rows.append(dict(common, layer=layer, module=call.module, window=b, head=head, n=tokens,
                                  window_shape=f"{call.window[0]}x{call.window[1]}",
@@ -439,20 +412,30 @@ def window_rows(calls: list[Call], windows_per_layer: int, configuration: Config
     return rows
 
 
+def attention_matrix_error(q: np.ndarray, k: np.ndarray, scale: float, approximation) -> float:
+    """‖S − Ŝ‖₂ of the approximation's implied attention matrix Ŝ (for the clamped kernel its normalized matrix,
+    so the clamp's change counts) against the exact S = softmax(scale·q kᵀ), in float64: Lanczos on the N×N
+    difference (a full SVD where its basis would span the matrix); NaN when Lanczos did not converge."""
+    exact = nystrom.attention_matrix(q.astype(np.float64), k.astype(np.float64), scale=scale)
+    top = nystrom.top_singular_values(exact - approximation.implied_attention().astype(np.float64), 1)
+    return float(top.values[0]) if top.converged else math.nan
+
+
 _singular_values: dict[tuple, np.ndarray] = {}
 
 
 def floor_values(q: np.ndarray, k: np.ndarray, scale: float, rank: int) -> tuple[float, float]:
     """σ₁(S) and σ_{rank+1}(S) (0 when rank ≥ N) of the attention matrix S = softmax(scale·q kᵀ), computed in
     float64 by the module: every singular value by a full SVD up to N = 256, the top ones by Lanczos above.
-    Kept per (q, k, scale), since every configuration asks for the same windows."""
+    Kept per (q, k, scale), since every configuration asks for the same windows (as copies: a result's values
+    are a view that keeps the module's result object alive)."""
     key = (q.astype(np.float32).tobytes(), k.astype(np.float32).tobytes(), scale)
     tokens = q.shape[0]
     wanted = min(rank + 1, tokens)
     if key not in _singular_values or _singular_values[key].size < wanted:
         s = nystrom.attention_matrix(q.astype(np.float64), k.astype(np.float64), scale=scale)
         _singular_values[key] = (nystrom.singular_values(s) if tokens <= 256 else
-                                 nystrom.top_singular_values(s, max(wanted, 33)).values)
+                                 nystrom.top_singular_values(s, max(wanted, 33)).values.copy())
     values = _singular_values[key]
     return float(values[0]), float(values[rank]) if rank < tokens else 0.0
 
@@ -467,7 +450,6 @@ class Options:
     images: tuple[str, ...]
     crop_size: int
     configurations: list[Configuration]
-    skipped: list[str]
     repeats: int
     floor_images: int
     floor_windows: int
@@ -481,7 +463,6 @@ class Options:
 def describe_configuration(configuration: Configuration) -> dict:
     row = dataclasses.asdict(configuration)
     row["configuration"] = row.pop("name")
-    row.pop("requires")
     return row
 
 
@@ -631,7 +612,7 @@ def write_results(options: Options, rows: list[dict], windows: list[dict], load:
                      + ", ".join(options.models),
             "model_weights": vm.weights_sha256(SCALE), "scale": np.int64(SCALE), "packages": packages(),
             "blas_core": nystrom.blas_core(), "clamp_threshold": float(options.clamp_threshold),
-            "window_grid": options.window_grid, "skipped_configurations": "; ".join(options.skipped),
+            "window_grid": options.window_grid, "skipped_configurations": "",
             "timing": f"{TIMING}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')}",
             "repeats": np.int64(options.repeats), "metrics": METRICS,
             "load_average": "start {:.2f} {:.2f} {:.2f}; end {:.2f} {:.2f} {:.2f}".format(*load[0], *load[1]),
@@ -669,23 +650,15 @@ def parse(argv: list[str] | None) -> Options:
                              "(default 1; 0: none)")
     parser.add_argument("--floor-images", type=int, default=1, help="images whose windows are measured (default 1)")
     parser.add_argument("--clamp-threshold", type=float, default=5.0,
-                        help="τ of the clamped kernel (default 5, the authors' SwinIR code; other values need the "
-                             "module's clamp_threshold keyword)")
+                        help="τ of the clamped kernel (default 5, the authors' SwinIR code)")
     parser.add_argument("--window-grid", choices=("square", "aspect"), default="square",
-                        help="window-pool grid: square (closest-square factors of m, the authors' code and the "
-                             "library's only grid until it has window_grid) or aspect (the window's aspect ratio)")
+                        help="window-pool grid: square (closest-square factors of m, the authors' code; default) or "
+                             "aspect (the window's aspect ratio)")
     parser.add_argument("--threads", type=int, default=2, help="torch and library threads (default 2)")
     parser.add_argument("--list", action="store_true", help="print the configurations of the run and exit")
     parser.add_argument("--quiet", "-q", action="store_true")
     args = parser.parse_args(argv)
 
-    accepted = module_keywords()
-    if args.window_grid != "square" and "window_grid" not in accepted:
-        parser.error(f"--window-grid {args.window_grid}: this build of the module has no window_grid keyword "
-                     "(its window-pool grid is the closest square)")
-    if args.clamp_threshold != 5.0 and "clamp_threshold" not in accepted:
-        parser.error(f"--clamp-threshold {args.clamp_threshold:g}: this build of the module has no clamp_threshold "
-                     "keyword (its clamped kernel has τ = 5)")
     models = tuple(filter(None, (args.models or ("8x32,32x32" if args.full else "8x32")).split(",")))
     images = tuple(filter(None, (args.images or ",".join(FULL_IMAGES if args.full else DEFAULT_IMAGES)).split(",")))
     for model in models:
@@ -697,10 +670,7 @@ def parse(argv: list[str] | None) -> Options:
     if args.crop_size < 64 or args.crop_size % 64:
         parser.error(f"--crop-size {args.crop_size}: must be a multiple of 64 (the low-resolution image a multiple "
                      "of the 32-token window side)")
-    grid = configurations(args.full, args.window_grid, args.clamp_threshold, accepted)
-    skipped = [f"{c.name} (needs the module's {', '.join(k for k in c.requires if k not in accepted)} keyword)"
-               for c in grid if not set(c.requires) <= accepted]
-    grid = [c for c in grid if set(c.requires) <= accepted]
+    grid = configurations(args.full, args.window_grid, args.clamp_threshold)
     if args.configuration:
         wanted = set(args.configuration) | {EXACT.name}
         unknown = wanted - {c.name for c in grid}
@@ -708,10 +678,10 @@ def parse(argv: list[str] | None) -> Options:
             parser.error(f"--configuration: unknown {sorted(unknown)}; known: {[c.name for c in grid]}")
         grid = [c for c in grid if c.name in wanted]
     if args.list:
-        print("\n".join([c.name for c in grid] + [f"skipped: {line}" for line in skipped]))
+        print("\n".join(c.name for c in grid))
         parser.exit()
     return Options(output=args.output.resolve(), models=models, images=images, crop_size=args.crop_size,
-                   configurations=grid, skipped=skipped,
+                   configurations=grid,
                    repeats=args.repeats if args.repeats is not None else (3 if args.full else 2),
                    floor_images=args.floor_images,
                    floor_windows=args.floor_windows, threads=args.threads, clamp_threshold=args.clamp_threshold,
@@ -725,8 +695,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(options.threads)
     nystrom.set_threads(options.threads)
     log = (lambda text: None) if options.quiet else (lambda text: print(text, flush=True))
-    for line in options.skipped:
-        log(f"skipped: {line}")
     start_load = os.getloadavg()
     start = time.perf_counter()
     rows, windows = run(options, log)

@@ -722,14 +722,6 @@ void write_head_dump(const std::string& path, const Matrix<double>& q, const Mat
   file.commit();
 }
 
-/// True when this build's landmark options take prefix tokens (window pooling of the grid tokens only).
-template <class Options = LandmarkOptions>
-constexpr bool pools_around_prefix_tokens() {
-  return requires(Options options) {
-    options.prefix_tokens;
-  };
-}
-
 /// The skipped attribute of a results file.
 std::string skipped_attribute(const std::string& path) {
   cli::Handle file = cli::open_file(path, false);
@@ -786,16 +778,9 @@ TEST_CASE(
   const Table table = read_sweep(output);
   std::size_t pooled = 0;
   for (std::size_t r = 0; r < table.rows.size(); ++r) pooled += table.text(r, "strategy") == "window-pool";
-  if (pools_around_prefix_tokens()) {
-    // Window pooling of the 196 grid tokens, the prefix token a landmark of its own.
-    CHECK(pooled == 2);
-    CHECK(table.rows.size() == 4 * 2);
-  } else {
-    // This build's landmarks cannot pool around prefix tokens: window-pool is left out, with the reason.
-    CHECK(pooled == 0);
-    CHECK(table.rows.size() == 3 * 2);
-    CHECK(skipped_attribute(output).find("skipping 2 grid points: window-pool") != std::string::npos);
-  }
+  // Window pooling of the 196 grid tokens, the prefix token a landmark of its own.
+  CHECK(pooled == 2);
+  CHECK(table.rows.size() == 4 * 2);
   // A window that does not hold the N − prefix_tokens grid tokens, or a prefix outside [0, N), is rejected.
   write_head_dump(dir / "bad.h5", random_matrix<double>(197, 8, 4), random_matrix<double>(197, 8, 5),
                   random_matrix<double>(197, 4, 6), 0.3, {14, 14}, 0);

@@ -62,18 +62,13 @@ std::string kernel_key(const Kernel& kernel) {
 /// The cache key of landmark options: every field that selects the landmarks.
 std::string landmark_key(const LandmarkOptions& o) {
   std::string key = describe(to_string(o.strategy), "/", o.count, "/", o.seed, "/", o.same_indices, "/",
-                             o.window[0], "x", o.window[1], "/", o.embed_column, "/", o.kmeans_iterations);
+                             o.window[0], "x", o.window[1], "/", to_string(o.window_grid), "/", o.prefix_tokens,
+                             "/", o.embed_column, "/", o.kmeans_iterations);
   for (const auto* indices : {&o.forced, &o.q_indices, &o.k_indices}) {
     key += "/";
     for (Index i : *indices) key += describe(i, ",");
   }
   return key;
-}
-
-/// Sets the prefix tokens of landmark options that have the field (landmarks.hpp) to `prefix`.
-template <class Options>
-void set_prefix_tokens(Options& landmarks, Index prefix) {
-  if constexpr (requires { landmarks.prefix_tokens; }) landmarks.prefix_tokens = prefix;
 }
 
 /// Runs `main_task` and `terms_task` (landmark_terms for n tokens and m landmarks) beside each other when
@@ -157,7 +152,7 @@ LandmarkOptions on_token_grid(LandmarkOptions landmarks, const std::array<Index,
                               Index prefix_tokens) {
   if (landmarks.window[0] * landmarks.window[1] != 0) return landmarks;
   landmarks.window = window;
-  set_prefix_tokens(landmarks, prefix_tokens);
+  landmarks.prefix_tokens = prefix_tokens;
   return landmarks;
 }
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import nystrom
 import pytest
 import torch
 
@@ -86,6 +87,15 @@ def test_corollary_2_2_landmarks_equal_to_the_tokens_and_the_exact_pinv_give_exa
     assert float((done.output - reference[0].output).abs().max()) <= ve.EXACT_TOLERANCE
 
 
+def dumped_window():
+    """Window 0 of the first layer of the 8×32 dump: q, k, v [heads, N, d], the scale and the window's rows ×
+    columns."""
+    with h5py.File(DUMP, "r") as file:
+        group = file["layers/00"]
+        q, k, v = (group[name][0] for name in ("q", "k", "v"))
+        return q, k, v, float(group.attrs["scale"]), tuple(int(x) for x in group.attrs["window"])
+
+
 def clamped_attention(q, k, v, scale, tau):
     """The authors' clamped-kernel attention in float64: exp(min(x, τ)) + max(x − τ, 0), divided by (row sum +
     1e-12)."""
@@ -105,11 +115,7 @@ def test_exact_attention_with_the_clamped_kernel_matches_the_float64_formula():
     G_c G_c⁺ G_c = G_c for the clamped kernel G_c. On real DAT-light logits (up to 60) G_c has condition numbers of
     1e11 to 1e20, so the product carries the rounding of G_U V amplified: about 1e-4 relative in float64, three
     orders of magnitude below what the clamp itself changes."""
-    with h5py.File(DUMP, "r") as file:
-        layer = file["layers/00"]
-        q, k, v = (layer[name][0] for name in ("q", "k", "v"))  # window 0, [heads, N, d]
-        scale = float(layer.attrs["scale"])
-        window = tuple(int(x) for x in layer.attrs["window"])
+    q, k, v, scale, window = dumped_window()
     configuration = ve.pnp(ve.ALL_TOKENS, pinv="exact", stabilization="clamped", strategy="segment-means",
                            dtype="float64", tau=5.0)
     out = ve.LibraryAttention(configuration)(*(torch.from_numpy(x)[None] for x in (q, k, v)), None, None, scale,
@@ -119,6 +125,44 @@ def test_exact_attention_with_the_clamped_kernel_matches_the_float64_formula():
     clamp_effect = np.linalg.norm(expected - softmax_attention(q, k, v, scale)) / np.linalg.norm(expected)
     assert relative < 1e-3
     assert clamp_effect > 1e3 * relative
+
+
+@pytest.mark.parametrize("configuration", [PNP16, ve.pnp(16, 6, stabilization="clamped"),
+                                           ve.Configuration(name="nystromformer m=16", method="nystromformer",
+                                                            landmarks=16, strategy="segment-means", pinv="razavi",
+                                                            pinv_iters=6)],
+                         ids=lambda c: c.name)
+def test_the_kernel_error_is_that_of_the_attention_matrix_for_every_method(configuration):
+    """‖S − Ŝ‖₂ against numpy's spectral norm of S − Ŝ in float64, S the softmax written out (for pnp-nystra too,
+    not its kernel G − Ĝ)."""
+    q, k, v, scale, window = dumped_window()
+    q, k, v = q[0], k[0], v[0]
+    s = softmax_attention(q[None], k[None], np.eye(q.shape[0])[None], scale)[0]  # S = S I
+    approximation = nystrom.approximate(q, k, v, **configuration.keywords(q.shape[0], window, scale))
+    expected = np.linalg.norm(s - approximation.implied_attention().astype(np.float64), 2)
+    assert ve.attention_matrix_error(q, k, scale, approximation) == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_window_pool_grid_and_the_clamp_threshold_reach_the_module():
+    """Every configuration names its window-pool grid and its τ to the module (whose own defaults differ)."""
+    q, k, v, scale, window = dumped_window()
+
+    def through_hook(configuration):
+        return ve.LibraryAttention(configuration)(*(torch.from_numpy(x)[None] for x in (q, k, v)), None, None,
+                                                  scale, window)[0].numpy()
+
+    def module(**keywords):
+        return nystrom.attention(q, k, v, method="pnp-nystra", landmarks=16, strategy="window-pool",
+                                    window=window, pinv="razavi", iterations=6, scale=scale, **keywords)
+
+    square = module(window_grid="square", stabilization="row-max")
+    aspect = module(window_grid="aspect", stabilization="row-max")
+    assert np.abs(square - aspect).max() > 1e-3  # m = 16 on 8×32: a 4×4 grid against 2×8
+    np.testing.assert_array_equal(through_hook(PNP16), square)
+    np.testing.assert_array_equal(through_hook(ve.pnp(16, 6, grid="aspect")), aspect)
+    tau0 = module(window_grid="square", stabilization="clamped", clamp_threshold=0.0)
+    assert np.abs(tau0 - module(window_grid="square", stabilization="clamped")).max() > 1e-3
+    np.testing.assert_array_equal(through_hook(ve.pnp(16, 6, stabilization="clamped", tau=0.0)), tau0)
 
 
 def test_a_bias_that_varies_along_a_row_is_refused():
