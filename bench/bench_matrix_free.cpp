@@ -1,4 +1,4 @@
-/// Benchmark of the matrix-free spectral error (issue 6): ‖G − Ĝ‖₂ for N tokens of dimension d with m
+/// Benchmark of the matrix-free spectral error: ‖G − Ĝ‖₂ for N tokens of dimension d with m
 /// landmarks, G = κ(Q, K) never stored. Compares Lanczos on the fused one-pass Gram product EᵀE (what
 /// spectral_norm uses) with Lanczos on the augmented operator [[0, E], [Eᵀ, 0]] (also one pass per product),
 /// in kernel passes and seconds.

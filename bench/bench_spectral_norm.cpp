@@ -1,5 +1,5 @@
 /// @file bench_spectral_norm.cpp
-/// ‖G − Ĝ‖₂ at N = 4096, d = 64, m = 32 in double (issue #2's performance figure): Lanczos (Spectra) on the
+/// ‖G − Ĝ‖₂ at N = 4096, d = 64, m = 32 in double: Lanczos (Spectra) on the
 /// stored error E, on G − Ĝ as a difference of a stored G and the factored Ĝ, and matrix-free; then, in the
 /// same run, numpy.linalg.norm(E, 2) on the same E (written as raw little-endian doubles, column-major, and
 /// read by `python3 -c`), with the speed-up and the relative difference:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Time one sweep point (N = 1024, d = 64, m = 16, exponential kernel, segment-means landmarks, exact pinv, row-max
 stabilization; every column including sigma_{m+1}(G~) and the bounds) in `nystrom sweep` against a straightforward numpy
-implementation of the same formulas (shared/MATH.md) with full SVDs, in the same run, and print the speed-up.
+implementation of the same formulas (docs/mathematics.md) with full SVDs, in the same run, and print the speed-up.
 
 The C++ time is the row's `elapsed_seconds`: all the work of a one-point sweep (the head reference, the landmark terms
 and the point; with two or more threads the landmark terms run beside the other two). The process wall time
@@ -22,7 +22,7 @@ import numpy as np
 
 
 def numpy_point(q, k, v, scale, m):
-    """Every sweep column of one point, the straightforward way: dense N x N matrices and full SVDs (MATH.md §2-3)."""
+    """Every sweep column of one point, the straightforward way: dense N x N matrices and full SVDs (docs/mathematics.md §2-3)."""
     n = q.shape[0]
     sv = lambda a: np.linalg.svd(a, compute_uv=False)
     g = np.exp(scale * q @ k.T)

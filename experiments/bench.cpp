@@ -1,9 +1,9 @@
 // `nystrom bench`: wall time of exact attention against every approximation of approximation.hpp over N (per
 // head, d = dv = 64 by default, float32 and float64, 1 and 2 threads), the per-step timings of PnP-Nystra
-// Algorithm 1 (paper Table 1), a GEMM reference rate measured in the same run (issue 5: exact attention as a
-// fraction of the GEMM peak) and, on request, the matrix-free kernel matvec y = κ(Q, K) x of Lanczos (issue
-// 7). Writes /bench, /bench_steps, /bench_gemm (unless --gemm-n 0) and /bench_matvec (with --matvec-n) tables
-// (FORMATS.md §2 conventions) and prints them as one table.
+// Algorithm 1 (paper Table 1), a GEMM reference rate measured in the same run (exact attention as a
+// fraction of the GEMM peak) and, on request, the matrix-free kernel matvec y = κ(Q, K) x of Lanczos. Writes
+// /bench, /bench_steps, /bench_gemm (unless --gemm-n 0) and /bench_matvec (with --matvec-n) tables
+// (docs/formats.md §2 conventions) and prints them as one table.
 //
 // With --device cuda, exact attention and PnP-Nystra run through the CUDA backend (backend.hpp), which takes
 // and returns host matrices: those timings include the host↔device copies. The other methods and the step
@@ -371,8 +371,8 @@ double time_gemm(const TimingContext& context, const BenchSettings& settings, Re
 }
 
 /// One /bench_matvec row: y = G x with G = κ(Q, K) (N×N, exponential kernel, d = --d) applied matrix-free
-/// on the context's device (kernel_operator), the Lanczos product of MATH.md §7. GFLOP/s counts the 2N²d of
-/// the logits (exp and the dot products with x not counted).
+/// on the context's device (kernel_operator), the Lanczos product of docs/mathematics.md §7. GFLOP/s counts
+/// the 2N²d of the logits (exp and the dot products with x not counted).
 template <class T>
 void time_matvec(Index n, const TimingContext& context, const BenchSettings& settings, ResultsTable& table) {
   std::mt19937_64 engine(settings.seed + std::uint64_t(n));

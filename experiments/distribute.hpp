@@ -1,6 +1,6 @@
 #pragma once
 /// @file distribute.hpp
-/// Dynamic distribution of sweep points over MPI ranks (issue 6). Points differ in cost by orders of
+/// Dynamic distribution of sweep points over MPI ranks. Points differ in cost by orders of
 /// magnitude and share expensive per-group state (a sweep's head reference), so they are handed out one at a
 /// time with cache affinity (PointScheduler): an evaluator keeps taking points of the group it works on,
 /// takes the largest unclaimed group when its own is used up, and only when no group is unclaimed steals from

@@ -1,9 +1,9 @@
 #pragma once
 /// @file hdf5_io.hpp
-/// HDF5 I/O of the `nystrom` program over the HDF5 C API (FORMATS.md §1–2): RAII handles, attributes, the
-/// attention dump reader and writer, and results tables made of equal-length, extendable 1-D column datasets
-/// that h5py and pandas read without this tool. Every input error throws std::invalid_argument naming the
-/// file, group and dataset.
+/// HDF5 I/O of the `nystrom` program over the HDF5 C API (docs/formats.md §1–2): RAII handles, attributes,
+/// the attention dump reader and writer, and results tables made of equal-length, extendable 1-D column
+/// datasets that h5py and pandas read without this tool. Every input error throws std::invalid_argument
+/// naming the file, group and dataset.
 
 #include <hdf5.h>
 
@@ -100,7 +100,7 @@ class AtomicFile {
 };
 
 // ---------------------------------------------------------------------------------------------------------------
-// Attention dumps (FORMATS.md §1)
+// Attention dumps (docs/formats.md §1)
 
 /// One layer of a dump, as described by its datasets and attributes (no data read yet).
 struct DumpLayer {
@@ -158,7 +158,7 @@ template <class T>
 void write_dump_layer(hid_t file, const std::string& name, const DumpLayerData<T>& data);
 
 // ---------------------------------------------------------------------------------------------------------------
-// Results files (FORMATS.md §2)
+// Results files (docs/formats.md §2)
 
 /// Provenance attributes of a results file.
 struct Provenance {

@@ -1,5 +1,6 @@
-// The `nystrom` program: dispatches to the subcommands in experiments/ (FORMATS.md §3). Under an MPI launcher
-// (mpirun -n P nystrom sweep ...) MPI is initialized for the whole run; one-process runs never touch MPI.
+// The `nystrom` program: dispatches to the subcommands in experiments/ (docs/formats.md §3). Under an MPI
+// launcher (mpirun -n P nystrom sweep ...) MPI is initialized for the whole run; one-process runs never touch
+// MPI.
 #include <optional>
 
 #include "cli.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 /// @file options.hpp
-/// Shared command-line machinery of the `nystrom` program (FORMATS.md §3): the invocation passed to every
-/// subcommand, parsing of the command line plus an optional `--config FILE` (Boost.Program_options INI
+/// Shared command-line machinery of the `nystrom` program (docs/formats.md §3): the invocation passed to
+/// every subcommand, parsing of the command line plus an optional `--config FILE` (Boost.Program_options INI
 /// syntax), and the list forms the options accept: comma-separated lists (`8,16,32`), geometric ranges
 /// (`4:256:x2`) and arithmetic ranges (`8:64:+8`). Every parse error throws std::invalid_argument naming the
 /// option (exit status 2).

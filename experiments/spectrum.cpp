@@ -1,9 +1,10 @@
 // `nystrom spectrum`: singular-value decay of G = κ(Q, K), S = D⁻¹G, the extended matrix G̃ = κ([Q̄;Q], [K̄;K])
-// and the model's own `attn` (when the dump has it), per layer and head (MATH.md §7; PnP-Nystra Fig. 1).
-// Dense or matrix-free by the evaluation's one rule (EvaluationOptions::matrix_free, --memory): small heads
-// take the dense path (full SVD, so the energy fractions and ranks use every singular value), larger heads
-// the matrix-free Lanczos path for G and G̃ (energy over the top k, S not computed). The kernel blocks and the
-// Lanczos products run on --device (backend.hpp); SVDs and Spectra's iterations stay on the CPU.
+// and the model's own `attn` (when the dump has it), per layer and head (docs/mathematics.md §7; PnP-Nystra
+// Fig. 1). Dense or matrix-free by the evaluation's one rule (EvaluationOptions::matrix_free, --memory):
+// small heads take the dense path (full SVD, so the energy fractions and ranks use every singular value),
+// larger heads the matrix-free Lanczos path for G and G̃ (energy over the top k, S not computed). The kernel
+// blocks and the Lanczos products run on --device (backend.hpp); SVDs and Spectra's iterations stay on the
+// CPU.
 //
 // Large logits: G and G̃ are analysed as κ_c = e^{−c}κ with the head's log-shift c (kernel_log_shift), and
 // their singular values written multiplied back by e^{c} in double (finite wherever they are representable;

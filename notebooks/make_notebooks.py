@@ -3,7 +3,7 @@
 diffed as Python. Run after editing:  .venv/bin/python notebooks/make_notebooks.py
 (tests/python/test_notebooks.py fails when a committed notebook differs from what this writes).
 
-The figure notebooks read only HDF5 written by `nystrom` (FORMATS.md §2) through nystrom_results.py, never recompute
+The figure notebooks read only HDF5 written by `nystrom` (docs/formats.md §2) through nystrom_results.py, never recompute
 the numerics, and write PNGs to $NYSTROM_FIGURES (default results/figures/). Execute headless with
 scripts/make-figures.sh or `jupyter nbconvert --to notebook --execute`. python_module.ipynb instead shows the Python
 module `nystrom` computing on the bundled dump (the test suite executes it).
@@ -31,11 +31,11 @@ SPECTRUM = [
     ("md", """\
 # Singular-value decay of real attention and kernel matrices
 
-Reads `$NYSTROM_RESULTS/spectrum.h5`, written by `nystrom spectrum` (FORMATS.md §2: `/spectra/<layer>/sv_<X>` as
+Reads `$NYSTROM_RESULTS/spectrum.h5`, written by `nystrom spectrum` (docs/formats.md §2: `/spectra/<layer>/sv_<X>` as
 `[B, H, k]`, σ₁ first). For every layer it shows the top singular values normalized by σ₁ and averaged over heads
 (PnP-Nystra Fig. 1 style), for each matrix the file holds:
 
-| name | matrix (MATH.md) |
+| name | matrix (docs/mathematics.md) |
 |---|---|
 | `G` | kernel matrix `κ(Q, K)` (N×N) |
 | `S` | attention map `D⁻¹G` |
@@ -104,7 +104,7 @@ ERRORS = [
     ("md", """\
 # Error against landmarks and pseudoinverse iterations
 
-Reads the `/sweep` table of `$NYSTROM_RESULTS/sweep.h5` (written by `nystrom sweep`, FORMATS.md §2) and shows, for
+Reads the `/sweep` table of `$NYSTROM_RESULTS/sweep.h5` (written by `nystrom sweep`, docs/formats.md §2) and shows, for
 the generalized Nyström approximation (`method = pnp-nystra`), how the errors fall with the number of landmarks m for
 each landmark strategy and kernel, and how an iterative pseudoinverse of the m×m core compares with the exact one
 (PnP-Nystra Table 6 style). Lines are medians over layers, batches and heads; bands the 25–75% range."""),
@@ -200,7 +200,7 @@ for kernel in kernels:
 
 BOUNDS = [
     ("md", """\
-# Validating the error bounds (MATH.md §3)
+# Validating the error bounds (docs/mathematics.md §3)
 
 For the generalized Nyström approximation with the exact pseudoinverse (`method = pnp-nystra`, `pinv = exact`) the
 sweep records the empirical `spectral_error = ‖G − Ĝ‖₂` and three derived bounds:
@@ -429,7 +429,7 @@ nr.save_figure(fig, "bench_time_vs_n")"""),
 ## Speed-up over exact attention
 
 `speedup_vs_exact` = time of exact attention / time of the method, same inputs, dtype and threads. Stars: the goals of
-issue 5 for PnP-Nystra with m = 16 in float32 (≥ 50× at N = 4096, ≥ 150× at N = 16,384)."""),
+the goal for PnP-Nystra with m = 16 in float32 (≥ 50× at N = 4096, ≥ 150× at N = 16,384)."""),
     ("code", """\
 goals = ((4096, 50), (16384, 150))
 fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
@@ -536,7 +536,7 @@ nr.save_figure(fig, "bench_accuracy_vs_cost")"""),
 ## Against the GEMM peak (when the file has it)
 
 `gemm_fraction`: the rate of exact attention (or of the matrix-free matvec of `/bench_matvec`) as a fraction of the
-GEMM rate measured in the same run (`/bench_gemm`); issue 5 asks ≥ 60% for exact attention (black line)."""),
+GEMM rate measured in the same run (`/bench_gemm`); the goal is ≥ 60% for exact attention (black line)."""),
     ("code", """\
 exact = bench.where(method="exact")
 sources = [(name, table, style) for name, table, style in

@@ -1,7 +1,7 @@
 #pragma once
 /// @file attention_oracles.hpp
-/// Slow, obviously correct dense oracles for the attention approximations (MATH.md §6), in double by naive
-/// loops.
+/// Slow, obviously correct dense oracles for the attention approximations (docs/mathematics.md §6), in double
+/// by naive loops.
 
 #include <cmath>
 #include <vector>

@@ -125,7 +125,9 @@ TEST_CASE_TEMPLATE(
   }
 }
 
-TEST_CASE("evaluate_bounds follows the table of MATH.md §3, NaN and false where a bound does not apply") {
+TEST_CASE(
+    "evaluate_bounds follows the table of docs/mathematics.md §3, NaN and false where a bound does not "
+    "apply") {
   // σ₁ = 10, σ_{m+1} = 1, a = 2, ‖E‖₂ = 3, K = 1.5.
   BoundReport r = evaluate_bounds({10, 1, 2, 3, 1.5});
   CHECK(r.ratio == doctest::Approx(0.5));

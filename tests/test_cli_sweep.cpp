@@ -194,7 +194,8 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
           doctest::Approx(table.number(r, "spectral_error") / ratio).epsilon(1e-12));
     CHECK(table.number(r, "theorem1_applies") ==
           (table.number(r, "sigma_m_core") > table.number(r, "sigma_m1_ext") ? 1 : 0));
-    // With the exact pseudoinverse the measured error respects every bound that applies (MATH.md §3).
+    // With the exact pseudoinverse the measured error respects every bound that applies (docs/mathematics.md
+    // §3).
     if (iterations == 0) CHECK(table.number(r, "bounds_hold") == 1);
     CHECK(table.number(r, "pinv_residual") ==
           doctest::Approx(factors.pinv.residual()).epsilon(1e-9).scale(1e-12));
@@ -792,7 +793,8 @@ TEST_CASE(
 
 TEST_CASE("sweep: heads with logits of a few hundred give finite rows, beyond double's exp range exit 2") {
   TempDir dir("logits");
-  // Tokens with a common last coordinate: every logit is about `largest` (MATH.md §7: G = e^{L}·G̃).
+  // Tokens with a common last coordinate: every logit is about `largest` (docs/mathematics.md §7: G =
+  // e^{L}·G̃).
   const auto dump_with_logits = [&](const std::string& name, double largest) {
     Matrix<double> q(60, 5), k(60, 5);
     q << random_matrix<double>(60, 4, 7, 0.5), Vector<double>::Constant(60, std::sqrt(largest));

@@ -17,8 +17,8 @@
 #include "method_options.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
-#include "nystrom/evaluation.hpp"
 #include "nystrom/batched.hpp"
+#include "nystrom/evaluation.hpp"
 #include "nystrom/nystrom.hpp"
 #include "nystrom/operators.hpp"
 #include "nystrom/pinv.hpp"
@@ -367,7 +367,7 @@ TEST_SUITE("gpu") {
     options.method = PinvMethod::newton_schulz;
     options.iterations = 12;
     cases.push_back({"newton-schulz", &well, options, condition_number<T>(well)});
-    // Newton–Schulz converges iff ασ₁² < 2 (MATH.md §4): ασ₁² = 10 diverges.
+    // Newton–Schulz converges iff ασ₁² < 2 (docs/mathematics.md §4): ασ₁² = 10 diverges.
     const double sigma_1 = Eigen::JacobiSVD<Matrix<double>>(well.template cast<double>()).singularValues()(0);
     options.alpha = 10 / (sigma_1 * sigma_1);
     cases.push_back({"newton-schulz, alpha too large", &well, options, condition_number<T>(well)});

@@ -70,7 +70,7 @@ Matrix<double> normalized_output(const Matrix<double>& g, const Matrix<double>& 
 }
 
 /// The matrix a method's errors are measured on (G or S), its approximation (Ĝ or Ŝ) and the output, by
-/// naive formulas in double on the head's tokens (MATH.md §2, §6).
+/// naive formulas in double on the head's tokens (docs/mathematics.md §2, §6).
 struct Oracle {
   Matrix<double> reference, approximate, output;
 };
@@ -205,7 +205,7 @@ TEST_CASE_TEMPLATE("every method's point equals independent dense oracles", T, f
         CHECK(point.landmark_seconds == 0);
         continue;
       }
-      // The Lemma 2.1 terms of the same landmarks (MATH.md §3).
+      // The Lemma 2.1 terms of the same landmarks (docs/mathematics.md §3).
       const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.nystrom.landmarks);
       const Matrix<double> qb = marks.q.template cast<double>(), kb = marks.k.template cast<double>();
       const Matrix<double> ga = naive_kernel<double>(qb, kb, kernel),

@@ -40,7 +40,7 @@ bool is_text(const Table& t, std::size_t r, const char* column, const std::strin
   return t.text(r, column) == value;
 }
 
-/// Why each float64 column of /sweep may be NaN (FORMATS.md §2); any other NaN fails the row.
+/// Why each float64 column of /sweep may be NaN (docs/formats.md §2); any other NaN fails the row.
 const std::vector<NanRule>& nan_rules() {
   const auto no_matrix = [](const Table& t, std::size_t r) { return is_text(t, r, "error_matrix", "none"); };
   const auto no_values = [](const Table& t, std::size_t r) { return t.number(r, "dv") == 0; };
@@ -193,7 +193,8 @@ struct HeadData {
   Matrix<double> q, k, v;
 };
 
-/// Writes a one-layer dump of `heads` in T (FORMATS.md §1) with optional window and prefix_tokens attributes.
+/// Writes a one-layer dump of `heads` in T (docs/formats.md §1) with optional window and prefix_tokens
+/// attributes.
 template <class T>
 void write_dump(const std::string& name, const std::vector<HeadData>& heads, std::array<Index, 2> window = {},
                 Index prefix_tokens = 0) {

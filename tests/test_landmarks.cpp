@@ -13,7 +13,7 @@ using namespace nystrom::test;
 
 namespace {
 
-/// Segment boundaries straight from the rule of MATH.md §5, built one segment length at a time.
+/// Segment boundaries straight from the rule of docs/mathematics.md §5, built one segment length at a time.
 std::vector<Index> segment_starts(Index n, Index m) {
   const Index s = n / m;
   std::vector<Index> starts{0};
@@ -40,8 +40,9 @@ std::vector<Index> top_by_sort(const Vector<double>& score, Index m) {
   return order;
 }
 
-/// Adaptive average pooling straight from MATH.md §5 (bins [⌊I·H/h⌋, ⌈(I+1)·H/h⌉) by floating-point floor and
-/// ceil) of the window tokens rows [first, first + h·w) of X to a gh×gw grid, cells row-major, in double.
+/// Adaptive average pooling straight from docs/mathematics.md §5 (bins [⌊I·H/h⌋, ⌈(I+1)·H/h⌉) by
+/// floating-point floor and ceil) of the window tokens rows [first, first + h·w) of X to a gh×gw grid, cells
+/// row-major, in double.
 template <class T>
 Matrix<double> pooling_oracle(const Matrix<T>& X, Index first, Index h, Index w, Index gh, Index gw) {
   Matrix<double> out(gh * gw, X.cols());

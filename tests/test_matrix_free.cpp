@@ -1,6 +1,6 @@
 /// Matrix-free kernel passes (kernel_passes.hpp), the kernel operator and the error operator built on it
 /// (operators.hpp) and the matrix-free norms (matrix_free.hpp) against slow dense oracles in double: naive
-/// kernel entries straight from MATH.md §1, Ĝ = diag(exp(l)) L Z U formed densely, and full SVDs.
+/// kernel entries straight from docs/mathematics.md §1, Ĝ = diag(exp(l)) L Z U formed densely, and full SVDs.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -18,7 +18,7 @@ Matrix<T> dyadic_tokens(Index n, Index d, std::uint64_t seed) {
   return (random_matrix<double>(n, d, seed).array() * 8.0).round().matrix().template cast<T>() / T(8);
 }
 
-/// The dense Ĝ = diag(exp(l)) · L · Z · U of MATH.md §2 in double from the factors as stored.
+/// The dense Ĝ = diag(exp(l)) · L · Z · U of docs/mathematics.md §2 in double from the factors as stored.
 template <class T>
 Matrix<double> dense_approximation(const NystromFactors<T>& f) {
   const Vector<double> scale = f.left_log_scale.template cast<double>().array().exp();

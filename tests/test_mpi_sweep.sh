@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6: a sweep over 2 MPI ranks (oversubscribed on 2 cores is fine) writes the same /sweep rows, in the same order,
+# A sweep over 2 MPI ranks (oversubscribed on 2 cores is fine) writes the same /sweep rows, in the same order,
 # as a 1-process sweep; so does a 2-rank sweep that is interrupted and resumed. Wall-time columns (*seconds*) differ
 # by nature and are not compared; every other column must match exactly.
 # Usage: test_mpi_sweep.sh NYSTROM_BINARY [MPIEXEC]

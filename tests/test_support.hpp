@@ -37,9 +37,9 @@ Matrix<T> random_low_rank(Index rows, Index cols, Index rank, std::uint64_t seed
   return (left * right).template cast<T>();
 }
 
-/// Tokens constant on the `blocks` segments of the segment-means partition of N rows (MATH.md §5: with
-/// s = ⌊N/blocks⌋ the first (s+1)·blocks − N segments have s rows, the rest s+1), one N(0, 1) row per block:
-/// with `blocks` segment-means landmarks, G̃ = κ([Q̄; Q], [K̄; K]) has rank ≤ blocks (Corollary 2.2).
+/// Tokens constant on the `blocks` segments of the segment-means partition of N rows (docs/mathematics.md §5:
+/// with s = ⌊N/blocks⌋ the first (s+1)·blocks − N segments have s rows, the rest s+1), one N(0, 1) row per
+/// block: with `blocks` segment-means landmarks, G̃ = κ([Q̄; Q], [K̄; K]) has rank ≤ blocks (Corollary 2.2).
 template <class T>
 Matrix<T> segment_constant(Index n, Index d, Index blocks, std::uint64_t seed) {
   const Matrix<T> values = random_matrix<T>(blocks, d, seed);
@@ -66,8 +66,8 @@ double relative_difference(const A& a, const B& b) {
   return (da - db).norm() / reference;
 }
 
-/// The dense kernel κ(X_i, Y_j) by a naive double loop in double precision straight from MATH.md §1, cast to
-/// T.
+/// The dense kernel κ(X_i, Y_j) by a naive double loop in double precision straight from docs/mathematics.md
+/// §1, cast to T.
 template <class T>
 Matrix<T> naive_kernel(const Matrix<T>& X, const Matrix<T>& Y, const Kernel& kernel) {
   Matrix<T> out(X.rows(), Y.rows());

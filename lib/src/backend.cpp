@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <type_traits>
 #include <new>
+#include <type_traits>
 
 #include "attention_inputs.hpp"
 #include "batch_inputs.hpp"
@@ -17,7 +17,7 @@
 #include "nystrom/matrix_free.hpp"
 #include "nystrom/operators.hpp"
 
-// The one file that tests NYSTROM_WITH_CUDA (STYLE.md pattern 7): each factory below checks the device, then
+// The one file that tests NYSTROM_WITH_CUDA: each factory below checks the device, then
 // takes the CUDA branch only when the backend is compiled in. The backend is a module loaded on first use.
 #ifdef NYSTROM_WITH_CUDA
 #include <dlfcn.h>
@@ -446,9 +446,8 @@ BatchedAttentionPlan<T>::BatchedAttentionPlan(Device device, Method method, cons
               landmarks.strategy == LandmarkStrategy::window_pool,
           describe("batched attention on --device cuda: landmark strategy ", to_string(landmarks.strategy),
                    " is not pooled on the GPU (segment-means, window-pool)"));
-      require(landmarks.prefix_tokens == 0,
-              describe("batched attention on --device cuda: prefix_tokens = ", landmarks.prefix_tokens,
-                       " is pooled on the CPU only"));
+      require(landmarks.prefix_tokens == 0, describe("batched attention on --device cuda: prefix_tokens = ",
+                                                     landmarks.prefix_tokens, " is pooled on the CPU only"));
       if (landmarks.strategy == LandmarkStrategy::window_pool) {
         Index h = landmarks.window[0], w = landmarks.window[1];
         if (h == 0 && w == 0)

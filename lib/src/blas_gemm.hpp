@@ -53,8 +53,8 @@ void gemm(Op op_a, Op op_b, T alpha, const ConstMatrixRef<T>& A, const ConstMatr
 #endif
 }
 
-/// out = φ(X, Y) (MATH.md §1) without Eigen's extra pass over `out`: the exponential kernel's s·X·Yᵀ is one
-/// gemm with α = s; the distance kernels go through Kernel::exponent.
+/// out = φ(X, Y) (docs/mathematics.md §1) without Eigen's extra pass over `out`: the exponential kernel's
+/// s·X·Yᵀ is one gemm with α = s; the distance kernels go through Kernel::exponent.
 template <class T>
 void kernel_exponent(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
                      MatrixRef<T> out) {

@@ -30,7 +30,7 @@ BoundReport evaluate_bounds(const BoundInputs& in) {
   r.theorem3_k = in.theorem3_k;
   // The paper's quantity σ_{m+1}(G̃)/σ_m(G_A) (Lemma 2.1): a term, always reported.
   r.ratio = s / a;
-  // Theorem 1 (derived, MATH.md §3): ‖E‖₂ ≤ σ₁²/(a − σ_{m+1}) · σ_{m+1}/a when a > σ_{m+1}.
+  // Theorem 1 (derived, docs/mathematics.md §3): ‖E‖₂ ≤ σ₁²/(a − σ_{m+1}) · σ_{m+1}/a when a > σ_{m+1}.
   r.theorem1_applies = a > s;
   r.theorem1 = r.theorem1_applies ? s1 * s1 / (a - s) * s / a : not_applicable;
   // Theorem 2: ‖E‖₂ ≤ 2σ₁² σ_{m+1}/a², whenever a > 0.

@@ -62,8 +62,8 @@ std::string kernel_key(const Kernel& kernel) {
 /// The cache key of landmark options: every field that selects the landmarks.
 std::string landmark_key(const LandmarkOptions& o) {
   std::string key = describe(to_string(o.strategy), "/", o.count, "/", o.seed, "/", o.same_indices, "/",
-                             o.window[0], "x", o.window[1], "/", to_string(o.window_grid), "/", o.prefix_tokens,
-                             "/", o.embed_column, "/", o.kmeans_iterations);
+                             o.window[0], "x", o.window[1], "/", to_string(o.window_grid), "/",
+                             o.prefix_tokens, "/", o.embed_column, "/", o.kmeans_iterations);
   for (const auto* indices : {&o.forced, &o.q_indices, &o.k_indices}) {
     key += "/";
     for (Index i : *indices) key += describe(i, ",");

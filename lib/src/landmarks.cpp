@@ -95,8 +95,8 @@ std::vector<Index> forced_tokens(const LandmarkOptions& options) {
   return {forced.begin(), forced.end()};
 }
 
-/// Selection (MATH.md §5): the forced tokens (forced_tokens) plus m − |forced| tokens of X chosen by the
-/// strategy among the others; returned ascending. `engine` drives the random strategy.
+/// Selection (docs/mathematics.md §5): the forced tokens (forced_tokens) plus m − |forced| tokens of X chosen
+/// by the strategy among the others; returned ascending. `engine` drives the random strategy.
 template <class T>
 std::vector<Index> select_rows(const ConstMatrixRef<T>& X, const LandmarkOptions& options,
                                std::mt19937_64& engine) {

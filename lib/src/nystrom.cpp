@@ -42,7 +42,8 @@ PinvOptions core_pinv_options(const NystromOptions& options) {
   if (options.stabilization != Stabilization::none || c == 0) return pinv;
   pinv.shift *= std::exp(-c);
   pinv.tikhonov *= std::exp(-2 * c);
-  // α = 0 asks for the automatic start; a given α of κ's core is e^{2c} times κ_c's (at most the largest double).
+  // α = 0 asks for the automatic start; a given α of κ's core is e^{2c} times κ_c's (at most the largest
+  // double).
   if (pinv.alpha > 0) pinv.alpha = std::min(pinv.alpha * std::exp(2 * c), std::numeric_limits<double>::max());
   return pinv;
 }

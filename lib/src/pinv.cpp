@@ -86,8 +86,8 @@ double identity_residual(const Matrix<T>& M, const Matrix<T>& Z) {
   return (Matrix<double>::Identity(M.rows(), M.cols()) - product).stableNorm();  // no overflow before 1e308
 }
 
-/// Exact pseudoinverse of M by SVD in double (MATH.md §4; spectral.hpp's dense_svd, LAPACK dgesdd):
-/// singular values ≤ cut·σ₁ are dropped.
+/// Exact pseudoinverse of M by SVD in double (docs/mathematics.md §4; spectral.hpp's dense_svd, LAPACK
+/// dgesdd): singular values ≤ cut·σ₁ are dropped.
 template <class T>
 void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result) {
   const DenseSvd svd = dense_svd<T>(M, SvdVectors::thin);
@@ -121,7 +121,8 @@ Matrix<T> iteration_step(PinvMethod method, const Matrix<T>& M, const Matrix<T>&
 /// Runs the iteration from Z₀ = αMᵀ, recording ‖I − MZ_k‖_F in double and stopping at convergence, divergence
 /// or a non-finite value. Divergence: the residual exceeds its starting value, or grows from one step to the
 /// next by more than rounding (c·m·eps·‖M‖_F‖Z‖_F). In exact arithmetic inside the monotone ranges (ασ₁² < 2
-/// Newton–Schulz, ασ₁² < 3 Razavi) every direction's residual shrinks, so neither happens (MATH.md §4).
+/// Newton–Schulz, ασ₁² < 3 Razavi) every direction's residual shrinks, so neither happens
+/// (docs/mathematics.md §4).
 template <class T>
 void iterative_pseudoinverse(const Matrix<T>& M, const PinvOptions& options, PinvResult<T>& result) {
   const Index m = M.rows();

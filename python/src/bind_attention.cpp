@@ -104,7 +104,8 @@ double best_seconds(const Array& q, const Array& k, const Array& v, const Keywor
 }
 
 /// Every keyword evaluate() accepts: the method's, and how its errors are computed.
-constexpr unsigned evaluate_keywords = method_keywords | lanczos_keywords | tiling_keywords | evaluation_keywords;
+constexpr unsigned evaluate_keywords =
+    method_keywords | lanczos_keywords | tiling_keywords | evaluation_keywords;
 
 /// The /sweep record of one method on one head (HeadEvaluator, point_record).
 template <class T>
@@ -197,9 +198,8 @@ void bind_attention(nb::module_& m) {
           "Ŝ as a dense N×N array (small N only; O(N²m)); None for exact.")
       .def("__repr__", [](const ApproximationAny& self) {
         return self.visit([](const auto& a) {
-          return describe("Approximation(method='", to_string(a.method),
-                          "', N=", a.output.rows(), ", dv=", a.output.cols(),
-                          ")");
+          return describe("Approximation(method='", to_string(a.method), "', N=", a.output.rows(),
+                          ", dv=", a.output.cols(), ")");
         });
       });
 
@@ -246,7 +246,8 @@ void bind_attention(nb::module_& m) {
             inputs.require_one_head("approximate");
             const MatrixArgument<T> Q = inputs.q.matrix(0), K = inputs.k.matrix(0), V = inputs.v.matrix(0);
             const ApproximationOptions options = approximation_options(arguments, Q.cols());
-            return ApproximationAny{approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options)};
+            return ApproximationAny{
+                approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options)};
           });
         });
       },
@@ -277,7 +278,8 @@ void bind_attention(nb::module_& m) {
                         array_parameters({"q", "k"}) + ", v: numpy.typing.ArrayLike | None = None",
                         evaluate_keywords, "dict[str, str | int | float]")),
       documentation(
-          "One point of a sweep on one head (q, k: N×d, v: N×dv or None): every column `nystrom sweep` writes "
+          "One point of a sweep on one head (q, k: N×d, v: N×dv or None): every column `nystrom sweep` "
+          "writes "
           "to /sweep (docs/formats.md §2) for the method and its options, computed by the same evaluator "
           "(HeadEvaluator) and named alike: spectral and Frobenius errors of G − Ĝ (pnp-nystra, "
           "symmetric-nystrom) or S − Ŝ (the softmax methods), output errors (with v), the Lemma 2.1 terms "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes small, plausible `nystrom` results files (shared FORMATS.md §2) for testing the notebooks without the C++
+"""Writes small, plausible `nystrom` results files (docs/formats.md §2) for testing the notebooks without the C++
 program: <dir>/sweep.h5 (a /sweep table), <dir>/spectrum.h5 (/spectra/<layer>/...), <dir>/bench.h5 (the /bench
 and /bench_steps tables of `nystrom bench`, and its optional /bench_gemm and /bench_matvec) and <dir>/vision.h5 (the
 /vision and /vision_windows tables of notebooks/vision_end_to_end.py, docs/formats.md §2.5).
@@ -7,7 +7,7 @@ and /bench_steps tables of `nystrom bench`, and its optional /bench_gemm and /be
     make_fake_results.py OUT_DIR [--minimal] [--methods pnp-nystra,nystromformer,...] [--seed 0]
 
 The files are results format_version 2 (performer's r in `features`, linformer's k in `projected`, `landmarks` = m).
---minimal writes only what FORMATS.md §2 requires, as format_version 1 (the required /sweep columns, performer's and
+--minimal writes only what docs/formats.md §2 requires, as format_version 1 (the required /sweep columns, performer's and
 linformer's sizes in `landmarks`; sv_G, sv_S, sv_Gext with attrs k, N), so that tests show the notebooks do not
 depend on the extra columns and datasets `nystrom` writes besides and still read version 1 files; its
 bench.h5 is like `nystrom bench --dtype float32 --threads-list 1 --methods <methods> --steps 0 --gemm-n 0` of an
@@ -26,7 +26,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# The required /sweep columns, transcribed from FORMATS.md §2 on purpose rather than imported from
+# The required /sweep columns, transcribed from docs/formats.md §2 on purpose rather than imported from
 # notebooks/nystrom_results.py: a writer sharing the reader's list could not catch a column the reader gets wrong.
 STRING_COLUMNS = ("layer", "kernel", "strategy", "pinv", "method")
 INT_COLUMNS = ("batch", "head", "n", "d", "landmarks", "pinv_iters", "seed")
@@ -340,7 +340,7 @@ def write_vision(path: Path, minimal: bool, rng: np.random.Generator) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output_dir", type=Path)
-    parser.add_argument("--minimal", action="store_true", help="only what FORMATS.md §2 requires")
+    parser.add_argument("--minimal", action="store_true", help="only what docs/formats.md §2 requires")
     parser.add_argument("--methods", default="pnp-nystra", help=f"comma-separated, from {','.join(METHODS)}")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

@@ -150,7 +150,7 @@ struct Operand {
 
 /// out_b (n×p, column-major, leading dimension ldo, at out + b·out_stride) = φ(X_b, Y_b) for `count` pairs of
 /// device matrices X_b (n×d) and Y_b (p×d): one strided batched cuBLAS GEMM s·X_bY_bᵀ for the exponential
-/// kernel, the tiled distance kernel for Laplacian and Gaussian (MATH.md §1).
+/// kernel, the tiled distance kernel for Laplacian and Gaussian (docs/mathematics.md §1).
 template <class T>
 void exponent(const Kernel& kernel, Operand<T> x, int n, Operand<T> y, int p, int d, T* out, Offset ldo,
               Offset out_stride, int count);

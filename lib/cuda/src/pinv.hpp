@@ -1,6 +1,6 @@
 #pragma once
 /// @file pinv.hpp
-/// The m×m pseudoinverses on the device (internal; MATH.md §4) for a batch of matrices, shared by
+/// The m×m pseudoinverses on the device (internal; docs/mathematics.md §4) for a batch of matrices, shared by
 /// cuda::pseudoinverse, the single-head Nyström pipeline and the batched plan. Diagnostics stay on the device
 /// until asked for, so Algorithm 1 never waits for them.
 

@@ -338,7 +338,7 @@ __global__ void pinv_iterate_kernel(const T* M, int m, bool razavi, int iteratio
   if (shared_alpha) {
     alpha = *shared_alpha;
   } else if (!(alpha > 0)) {
-    // Nyströmformer's per-matrix safe start α = 1/(‖M‖₁‖M‖_∞), so that ασ₁² ≤ 1 (MATH.md §4).
+    // Nyströmformer's per-matrix safe start α = 1/(‖M‖₁‖M‖_∞), so that ασ₁² ≤ 1 (docs/mathematics.md §4).
     double norm_1 = 0, norm_inf = 0;
     absolute_sums(M, m, norm_1, norm_inf);
     const double product = norm_1 * norm_inf;
@@ -431,7 +431,7 @@ __global__ void svd_pseudoinverse_kernel(const double* u, const double* v, bool 
   sigma += blockIdx.x * static_cast<Offset>(m);
   M += blockIdx.x * square;
   z += blockIdx.x * square;
-  // Singular values ≤ cut·σ₁ are dropped (MATH.md §4), σ₁ the largest.
+  // Singular values ≤ cut·σ₁ are dropped (docs/mathematics.md §4), σ₁ the largest.
   double largest = 0;
   for (int k = 0; k < m; ++k) largest = fmax(largest, sigma[k]);
   const double threshold = cut * largest;

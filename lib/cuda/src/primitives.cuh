@@ -13,7 +13,7 @@ namespace nystrom::cuda::detail {
 
 using Offset = std::int64_t;
 
-/// Distance exponents of MATH.md §1: L1 (Laplacian) or squared L2 (Gaussian).
+/// Distance exponents of docs/mathematics.md §1: L1 (Laplacian) or squared L2 (Gaussian).
 enum class Distance { l1, squared_l2 };
 
 /// The elementwise map applied to an exponent x: exp(x), or with `clamped` the authors' clamped exponential
@@ -84,15 +84,15 @@ void convert(const From* in, To* out, Offset count, cudaStream_t stream);
 /// Status codes written by pinv_iterate (mirroring nystrom::PinvStatus).
 enum PinvCode : int { pinv_converged = 0, pinv_completed = 1, pinv_diverged = 2, pinv_non_finite = 3 };
 
-/// Razavi or Newton–Schulz iterations for Z_b ≈ M_b⁺ (MATH.md §4) for `count` m×m matrices M_b (at m_matrix +
-/// b·m², column-major), one thread block per matrix (m is the landmark count, small). Start Z₀ = αM_bᵀ with α
-/// = *shared_alpha when that is non-null (the batch α), else `alpha` when > 0, else the per-matrix
-/// 1/(‖M_b‖₁‖M_b‖_∞); then Razavi Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))) or Newton–Schulz Z ← Z(2I − MZ),
-/// recording ‖I − M_bZ_k‖_F (in double) at residuals + b·(iterations + 1). Stops as nystrom::pseudoinverse
-/// does: converged (residual ≤ tolerance > 0), non-finite, or diverged (the residual grows past its start or
-/// its previous value by more than rounding). Z_b at z + b·m², workspace 4·m² entries per matrix; writes
-/// info + 3b = {status, iterations run, 0} and alpha_out[b]. One launch for the whole batch, no host
-/// synchronization.
+/// Razavi or Newton–Schulz iterations for Z_b ≈ M_b⁺ (docs/mathematics.md §4) for `count` m×m matrices M_b
+/// (at m_matrix + b·m², column-major), one thread block per matrix (m is the landmark count, small). Start Z₀
+/// = αM_bᵀ with α = *shared_alpha when that is non-null (the batch α), else `alpha` when > 0, else the
+/// per-matrix 1/(‖M_b‖₁‖M_b‖_∞); then Razavi Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))) or Newton–Schulz Z ← Z(2I −
+/// MZ), recording ‖I − M_bZ_k‖_F (in double) at residuals + b·(iterations + 1). Stops as
+/// nystrom::pseudoinverse does: converged (residual ≤ tolerance > 0), non-finite, or diverged (the residual
+/// grows past its start or its previous value by more than rounding). Z_b at z + b·m², workspace 4·m² entries
+/// per matrix; writes info + 3b = {status, iterations run, 0} and alpha_out[b]. One launch for the whole
+/// batch, no host synchronization.
 template <class T>
 void pinv_iterate(const T* m_matrix, int m, int count, bool razavi, int iterations, double alpha,
                   const double* shared_alpha, double tolerance, T* z, T* workspace, double* residuals,
@@ -113,9 +113,9 @@ void svd_pseudoinverse(const double* u, const double* v, bool v_transposed, cons
                        Offset residual_stride, int* info, cudaStream_t stream);
 
 /// Landmarks of `count` row-major N×d heads (head b at x + b·N·d) into column-major m×d matrices (at out +
-/// b·m·d), in double sums (MATH.md §5): segment means (s = ⌊N/m⌋, the first (s+1)m − N segments of s rows,
-/// the rest s+1), or with window_rows > 0 adaptive average pooling of the tokens t = r·window_cols + c to a
-/// grid_rows × grid_cols grid (bin I covers rows [⌊I·h/gh⌋, ⌈(I+1)h/gh⌉), likewise columns).
+/// b·m·d), in double sums (docs/mathematics.md §5): segment means (s = ⌊N/m⌋, the first (s+1)m − N segments
+/// of s rows, the rest s+1), or with window_rows > 0 adaptive average pooling of the tokens t = r·window_cols
+/// + c to a grid_rows × grid_cols grid (bin I covers rows [⌊I·h/gh⌋, ⌈(I+1)h/gh⌉), likewise columns).
 template <class T>
 void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_rows, int window_cols,
                       int grid_rows, int grid_cols, T* out, cudaStream_t stream);

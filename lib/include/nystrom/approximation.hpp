@@ -1,7 +1,7 @@
 #pragma once
 /// @file approximation.hpp
-/// The family of attention approximations the seeds compare (MATH.md §6), behind one dispatcher so a sweep
-/// runs them on the same inputs with the same error measures:
+/// The family of attention approximations the seeds compare (docs/mathematics.md §6), behind one dispatcher
+/// so a sweep runs them on the same inputs with the same error measures:
 ///   pnp-nystra         generalized Nyström Ĝ = G_L G_A⁺ G_U, Ô by PnP-Nystra Algorithm 1 (nystrom.hpp)
 ///   nystromformer      Ô = F̃ Ã⁺ (B̃V) (nystromformer.hpp)
 ///   cur                Ô = C U⁺ (RV) (cur.hpp)
@@ -29,7 +29,7 @@
 
 namespace nystrom {
 
-/// The approximation methods (FORMATS.md §2 column `method`).
+/// The approximation methods (docs/formats.md §2 column `method`).
 enum class Method { pnp_nystra, nystromformer, cur, symmetric_nystrom, performer, linformer, exact };
 
 /// "pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer", "exact".
@@ -37,7 +37,7 @@ std::string to_string(Method method);
 /// Inverse of to_string; throws std::invalid_argument naming an unknown method.
 Method method_from_string(const std::string& name);
 
-/// The N×N matrix a method's spectral and Frobenius errors are measured on (FORMATS.md §2 column
+/// The N×N matrix a method's spectral and Frobenius errors are measured on (docs/formats.md §2 column
 /// `error_matrix`): the kernel matrix G for the kernel approximations Ĝ (pnp-nystra, symmetric-nystrom), the
 /// attention matrix S = D⁻¹G for the softmax methods' Ŝ (nystromformer, cur, performer, linformer), none for
 /// exact.

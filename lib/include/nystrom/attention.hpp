@@ -1,7 +1,8 @@
 #pragma once
 /// @file attention.hpp
-/// Exact attention and its error measures (MATH.md §1, §7): O = (G V) ⊘ (G 1_N) = S V with S = D⁻¹G.
-/// Computed in tiles with a per-row max shift, so nothing N×N is stored and large logits do not overflow.
+/// Exact attention and its error measures (docs/mathematics.md §1, §7): O = (G V) ⊘ (G 1_N) = S V with S =
+/// D⁻¹G. Computed in tiles with a per-row max shift, so nothing N×N is stored and large logits do not
+/// overflow.
 
 #include "nystrom/kernels.hpp"
 #include "nystrom/types.hpp"
@@ -20,7 +21,8 @@ Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K
 template <class T>
 Matrix<T> attention_matrix(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel);
 
-/// Output error measures against exact attention (FORMATS.md §2): ‖O − Ô‖_F/‖O‖_F, max|O − Ô|, mean|O − Ô|.
+/// Output error measures against exact attention (docs/formats.md §2): ‖O − Ô‖_F/‖O‖_F, max|O − Ô|, mean|O −
+/// Ô|.
 struct OutputErrors {
   double relative_frobenius = 0;
   double max_abs = 0;

@@ -1,6 +1,6 @@
 #pragma once
 /// @file backend.hpp
-/// Choosing where the work runs (STYLE.md pattern 7): the CPU code or the CUDA backend (lib/cuda/, built when
+/// Choosing where the work runs: the CPU code or the CUDA backend (lib/cuda/, built when
 /// NYSTROM_WITH_CUDA is ON as the module libnystrom_cuda.so, loaded on the first request for Device::cuda so
 /// CPU runs never load the CUDA libraries), behind the same signatures. The implementation (src/backend.cpp)
 /// is the only place that tests NYSTROM_WITH_CUDA. Asking for Device::cuda in a build without the backend, or
@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
-#include "nystrom/kernel_passes.hpp"
 #include "nystrom/approximation.hpp"
 #include "nystrom/batched.hpp"
+#include "nystrom/kernel_passes.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
@@ -149,8 +149,8 @@ AnyOperator<S> kernel_operator(Device device, const ConstMatrixRef<T>& X, const 
                                const Kernel& kernel, const MatrixFreeOptions& tiling = {});
 
 /// E = G − Ĝ with G = κ(Q, K) (kernel from factors.options, its log-shift included) evaluated blockwise on
-/// `device`, with products in S, for Lanczos (MATH.md §7). The CPU operator (one kernel pass per Gram
-/// product) copies the factors in S; the GPU one copies them to the device.
+/// `device`, with products in S, for Lanczos (docs/mathematics.md §7). The CPU operator (one kernel pass per
+/// Gram product) copies the factors in S; the GPU one copies them to the device.
 template <class T, class S = T>
 AnyOperator<S> error_operator(Device device, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                               const NystromFactors<T>& factors, const MatrixFreeOptions& tiling = {});

@@ -1,7 +1,7 @@
 #pragma once
 /// @file bounds.hpp
-/// The Lemma 2.1 error-bound terms and the derived explicit bounds of MATH.md §3. With σ₁ = σ₁(G̃),
-/// σ_{m+1} = σ_{m+1}(G̃), a = σ_m(G_A):
+/// The Lemma 2.1 error-bound terms and the derived explicit bounds of docs/mathematics.md §3. With σ₁ =
+/// σ₁(G̃), σ_{m+1} = σ_{m+1}(G̃), a = σ_m(G_A):
 ///   ratio      σ_{m+1}/a                                    (a term, always reported)
 ///   theorem 1  ‖E‖₂ ≤ σ₁²/(a − σ_{m+1}) · σ_{m+1}/a        applies when a > σ_{m+1}
 ///   theorem 2  ‖E‖₂ ≤ 2σ₁² σ_{m+1}/a²                      always
@@ -22,7 +22,7 @@ struct BoundInputs {
   double theorem3_k = 0;  ///< K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) (Inf for a singular G_A)
 };
 
-/// Every bound of MATH.md §3 with whether it applies and whether the measured error respects it.
+/// Every bound of docs/mathematics.md §3 with whether it applies and whether the measured error respects it.
 struct BoundReport {
   double ratio = 0;
   double theorem1 = 0;

@@ -1,6 +1,7 @@
 #pragma once
 /// @file cur.hpp
-/// CUR attention (CURformer Alg. 1; MATH.md §6): with selected query rows q_idx and key rows k_idx (m each),
+/// CUR attention (CURformer Alg. 1; docs/mathematics.md §6): with selected query rows q_idx and key rows
+/// k_idx (m each),
 ///   C = softmax(sQK̂ᵀ) (N×m, K̂ = K[k_idx]),  R = softmax(sQ̂Kᵀ) (m×N, Q̂ = Q[q_idx]),  U = C[q_idx, :] (m×m),
 ///   Ô = C U⁺ (R V),
 /// optionally with the exact output rows R V copied into Ô at q_idx (row i of R is the exact softmax row of

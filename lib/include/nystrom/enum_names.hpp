@@ -1,8 +1,8 @@
 #pragma once
 /// @file enum_names.hpp
 /// One table of {value, name} pairs per enum gives both directions of the text form used by the CLI, the
-/// result tables and the HDF5 attributes (FORMATS.md): `name_of` (value → name) and `parse` (name → value,
-/// std::invalid_argument listing the accepted names otherwise).
+/// result tables and the HDF5 attributes (docs/formats.md): `name_of` (value → name) and `parse` (name →
+/// value, std::invalid_argument listing the accepted names otherwise).
 
 #include <array>
 #include <cstddef>

@@ -1,8 +1,7 @@
 #pragma once
 /// @file error.hpp
 /// Argument checking: programming and input errors throw std::invalid_argument with a message naming the
-/// value; numerical outcomes (divergence, singular cores) are statuses in result structs, never exceptions
-/// (STYLE.md §5).
+/// value; numerical outcomes (divergence, singular cores) are statuses in result structs, never exceptions.
 
 #include <sstream>
 #include <stdexcept>

@@ -1,8 +1,8 @@
 #pragma once
 /// @file factored_operator.hpp
-/// The N×N matrices the approximate attention methods imply, kept in factored form (MATH.md §6), as operators
-/// of the concept in operators.hpp (rows() cols() perform_op perform_transpose_op), so spectral errors ‖S −
-/// Ŝ‖₂ can be computed by Lanczos without forming N×N:
+/// The N×N matrices the approximate attention methods imply, kept in factored form (docs/mathematics.md §6),
+/// as operators of the concept in operators.hpp (rows() cols() perform_op perform_transpose_op), so spectral
+/// errors ‖S − Ŝ‖₂ can be computed by Lanczos without forming N×N:
 ///   FactoredOperator     Ŝ = diag(row_scale) · L · M · R    (L: N×m, M: m×p or identity, R: p×N)
 ///   RowScaledOperator    diag(w) · A for any operator A      (exact S = D⁻¹G from a kernel operator of G)
 

@@ -2,7 +2,7 @@
 /// @file kernel_passes.hpp
 /// The tiled kernel evaluation behind every matrix-free kernel operator (operators.hpp's KernelOperator):
 /// tiles of G = κ(X, Y) (row panel × column tile) evaluated on the fly, threaded with OpenMP, every product
-/// accumulated in double (MATH.md §1, §7):
+/// accumulated in double (docs/mathematics.md §1, §7):
 ///   exponential  logits s·X_P Y_Cᵀ by a GEMM in T, then exp(· − c) in double
 ///   Laplacian    ‖x − y‖₁ by a register-blocked, auto-vectorized tile loop in T, then exp(−·/λ − c) in
 ///   double Gaussian     ‖x − y‖₂² by the same loop, then exp(−·/(2h²) − c) in double

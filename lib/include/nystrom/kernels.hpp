@@ -1,6 +1,7 @@
 #pragma once
 /// @file kernels.hpp
-/// Kernels κ(q, k) = exp(φ(q, k) − c) as small value types evaluated on blocks of token rows (MATH.md §1):
+/// Kernels κ(q, k) = exp(φ(q, k) − c) as small value types evaluated on blocks of token rows
+/// (docs/mathematics.md §1):
 ///   exponential  φ = s·qᵀk                 (PnP-Nystra eq. (2); softmax attention S = D⁻¹G)
 ///   Laplacian    φ = −‖q − k‖₁ / λ          (LaplacianFormer Alg. 1)
 ///   Gaussian     φ = −‖q − k‖₂² / (2h²)     (LaplacianFormer, for comparison)
@@ -22,7 +23,7 @@
 
 namespace nystrom {
 
-/// The kernel families of MATH.md §1.
+/// The kernel families of docs/mathematics.md §1.
 enum class KernelType { exponential, laplacian, gaussian };
 
 /// "exp", "laplacian", "gaussian".

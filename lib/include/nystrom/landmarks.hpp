@@ -1,8 +1,9 @@
 #pragma once
 /// @file landmarks.hpp
-/// Landmark strategies of MATH.md §5: pooling strategies (segment means, 2-D window pooling, k-means) return
-/// averages; selection strategies (step, random, top-sum, top-abs, top-embed, given indices) return rows of Q
-/// and K and their indices. Forced tokens (e.g. a CLS token) are always included by selection strategies.
+/// Landmark strategies of docs/mathematics.md §5: pooling strategies (segment means, 2-D window pooling,
+/// k-means) return averages; selection strategies (step, random, top-sum, top-abs, top-embed, given indices)
+/// return rows of Q and K and their indices. Forced tokens (e.g. a CLS token) are always included by
+/// selection strategies.
 ///
 /// Prefix tokens (LandmarkOptions::prefix_tokens = p, e.g. a ViT's class token before its patch window) are
 /// the leading p tokens, which are not on the window grid. Every strategy but `given` takes them as landmarks
@@ -21,7 +22,7 @@
 
 namespace nystrom {
 
-/// Landmark strategies (MATH.md §5).
+/// Landmark strategies (docs/mathematics.md §5).
 enum class LandmarkStrategy {
   segment_means,  ///< means of contiguous segments, uneven when N % m ≠ 0 (Nyströmformer)
   window_pool,    ///< adaptive average pooling on an h×w token grid (PnP-Nystra code)
@@ -85,7 +86,7 @@ struct Landmarks {
   std::vector<Index> k_indices;  ///< rows of K behind K̄ (empty for pooling strategies)
 };
 
-/// The tokens of the extended matrix G̃ = κ([Q̄; Q], [K̄; K]) (MATH.md §2): landmarks first.
+/// The tokens of the extended matrix G̃ = κ([Q̄; Q], [K̄; K]) (docs/mathematics.md §2): landmarks first.
 template <class T>
 struct ExtendedTokens {
   Matrix<T> queries;  ///< [Q̄; Q], (m+N)×d
@@ -113,7 +114,7 @@ Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T
                               const LandmarkOptions& options);
 
 /// Segment means of the rows of X (N×d) into m segments: with s = ⌊N/m⌋ the first (s+1)m − N segments have s
-/// rows, the rest s+1 (Nyströmformer; MATH.md §5).
+/// rows, the rest s+1 (Nyströmformer; docs/mathematics.md §5).
 template <class T>
 Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m);
 

@@ -1,9 +1,9 @@
 #pragma once
 /// @file linformer.hpp
-/// Linformer attention, training-free variant (Wang et al. 2020, eq. (7); MATH.md §6): fixed random
-/// projections E, F ∈ R^{k×N} compress the keys and values along the sequence, Ô = softmax(sQ(EK)ᵀ)(FV). The
-/// implied attention matrix is Ŝ = P F with P = softmax(sQ(EK)ᵀ) (N×k); rows of Ŝ need not sum to 1. O(Nk(d +
-/// dv)).
+/// Linformer attention, training-free variant (Wang et al. 2020, eq. (7); docs/mathematics.md §6): fixed
+/// random projections E, F ∈ R^{k×N} compress the keys and values along the sequence, Ô =
+/// softmax(sQ(EK)ᵀ)(FV). The implied attention matrix is Ŝ = P F with P = softmax(sQ(EK)ᵀ) (N×k); rows of Ŝ
+/// need not sum to 1. O(Nk(d + dv)).
 ///
 /// E and F are drawn like the PyPI package `linformer` initialises proj_k and proj_v (i.i.d. uniform on
 /// [−1/√k, 1/√k]); the package stores them transposed (N×k), so E = proj_kᵀ, F = proj_vᵀ. Pass them

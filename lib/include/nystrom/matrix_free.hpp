@@ -1,7 +1,7 @@
 #pragma once
 /// @file matrix_free.hpp
-/// Matrix-free analysis of large kernels (MATH.md §7): ‖G − Ĝ‖₂, ‖G‖₂ and the top-k spectrum of G = κ(Q, K)
-/// for N up to 65,536 without storing an N×N matrix, by Lanczos (spectral.hpp) on operators.hpp's
+/// Matrix-free analysis of large kernels (docs/mathematics.md §7): ‖G − Ĝ‖₂, ‖G‖₂ and the top-k spectrum of G
+/// = κ(Q, K) for N up to 65,536 without storing an N×N matrix, by Lanczos (spectral.hpp) on operators.hpp's
 /// KernelOperator (tiles evaluated on the fly, kernel_passes.hpp) and DifferenceOperator, in double whatever
 /// the token type.
 ///
@@ -25,9 +25,9 @@ namespace nystrom {
 template <class T>
 NystromFactors<double> widened_factors(const NystromFactors<T>& factors);
 
-/// ‖G − Ĝ‖₂ for G = κ(Q, K) and Ĝ from `factors`, matrix-free (MATH.md §7). O(N²d) per Lanczos step, memory
-/// O(N(d + m) + threads·panel_rows·N). `matvecs` counts E and Eᵀ products (2 per fused Gram step = 1 kernel
-/// pass). Throws std::invalid_argument naming the shapes when the factors do not match Q and K.
+/// ‖G − Ĝ‖₂ for G = κ(Q, K) and Ĝ from `factors`, matrix-free (docs/mathematics.md §7). O(N²d) per Lanczos
+/// step, memory O(N(d + m) + threads·panel_rows·N). `matvecs` counts E and Eᵀ products (2 per fused Gram step
+/// = 1 kernel pass). Throws std::invalid_argument naming the shapes when the factors do not match Q and K.
 template <class T>
 SpectralResult matrix_free_error_norm(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromFactors<T>& factors, const Kernel& kernel,

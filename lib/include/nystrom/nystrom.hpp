@@ -1,8 +1,8 @@
 #pragma once
 /// @file nystrom.hpp
-/// Generalized (non-symmetric) Nyström approximation Ĝ = G_L G_A⁺ G_U (PnP-Nystra; MATH.md §2), its row-max
-/// stabilized form (PnP-Nystra eq. (8)), the authors' clamped-exp variant, and the symmetric form C W⁺ Cᵀ
-/// (LaplacianFormer Alg. 1). Only the thin blocks (N×m, m×m, m×N) are formed.
+/// Generalized (non-symmetric) Nyström approximation Ĝ = G_L G_A⁺ G_U (PnP-Nystra; docs/mathematics.md §2),
+/// its row-max stabilized form (PnP-Nystra eq. (8)), the authors' clamped-exp variant, and the symmetric form
+/// C W⁺ Cᵀ (LaplacianFormer Alg. 1). Only the thin blocks (N×m, m×m, m×N) are formed.
 
 #include <string>
 
@@ -13,7 +13,7 @@
 
 namespace nystrom {
 
-/// How the blocks are scaled before the pseudoinverse (MATH.md §2).
+/// How the blocks are scaled before the pseudoinverse (docs/mathematics.md §2).
 enum class Stabilization {
   none,     ///< plain blocks G_L, G_A, G_U
   row_max,  ///< PnP-Nystra eq. (8): G_Lⁿ = M_L⁻¹G_L, G_Aⁿ = M_U⁻¹G_A, G_Uⁿ = M_U⁻¹G_U with row-max exponents

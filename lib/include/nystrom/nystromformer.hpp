@@ -1,7 +1,7 @@
 #pragma once
 /// @file nystromformer.hpp
-/// Nyströmformer attention (Xiong et al. 2021, eq. (15); MATH.md §6): with segment-means landmarks Q̄, K̄
-/// (m×d),
+/// Nyströmformer attention (Xiong et al. 2021, eq. (15); docs/mathematics.md §6): with segment-means
+/// landmarks Q̄, K̄ (m×d),
 ///   F̃ = softmax(sQK̄ᵀ) (N×m),  Ã = softmax(sQ̄K̄ᵀ) (m×m),  B̃ = softmax(sQ̄Kᵀ) (m×N),  Ô = F̃ Ã⁺ (B̃ V),
 /// where Ã⁺ is Razavi's iterative pseudoinverse (pinv.hpp) by default. The implied attention matrix Ŝ = F̃ Ã⁺
 /// B̃ is N×N and its rows need not sum to 1. O(Nm(d + dv) + m³) time; nothing N×N is formed.

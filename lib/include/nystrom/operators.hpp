@@ -1,6 +1,6 @@
 #pragma once
 /// @file operators.hpp
-/// One operator concept for G, Ĝ, G − Ĝ and G̃ (STYLE.md §2), compatible with Spectra's matrix operations:
+/// One operator concept for G, Ĝ, G − Ĝ and G̃, compatible with Spectra's matrix operations:
 ///   typename Scalar;  Index rows() const;  Index cols() const;
 ///   void perform_op(const Scalar* x, Scalar* y) const;            // y = A x   (x: cols(), y: rows())
 ///   void perform_transpose_op(const Scalar* x, Scalar* y) const;  // y = Aᵀx  (x: rows(), y: cols())
@@ -206,7 +206,7 @@ class DifferenceOperator {
   const B& b_;
 };
 
-/// The extended matrix G̃ = κ([Q̄; Q], [K̄; K]) ((N+m)×(N+m)) as a kernel operator (MATH.md §2).
+/// The extended matrix G̃ = κ([Q̄; Q], [K̄; K]) ((N+m)×(N+m)) as a kernel operator (docs/mathematics.md §2).
 template <class T>
 KernelOperator<T> extended_kernel_operator(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                            const Landmarks<T>& landmarks, const Kernel& kernel,

@@ -1,9 +1,9 @@
 #pragma once
 /// @file performer.hpp
-/// Performer's FAVOR+ attention (Choromanski et al. 2021, Lemma 1 and §2.4; MATH.md §6): positive orthogonal
-/// random features φ(x) = exp(ωᵀx − ‖x‖²/2)/√r of x = s^{1/2}q and x = s^{1/2}k with r rows ω of a projection
-/// Ω (r×d), so that E[φ(q)ᵀφ(k)] = exp(s qᵀk); Ô = (Φ_Q(Φ_Kᵀ V)) ⊘ (Φ_Q(Φ_Kᵀ 1_N)). The implied attention
-/// matrix is Ŝ = D̂⁻¹ Φ_Q Φ_Kᵀ with D̂ = diag(Φ_Q Φ_Kᵀ 1_N). O(Nr(d + dv)).
+/// Performer's FAVOR+ attention (Choromanski et al. 2021, Lemma 1 and §2.4; docs/mathematics.md §6): positive
+/// orthogonal random features φ(x) = exp(ωᵀx − ‖x‖²/2)/√r of x = s^{1/2}q and x = s^{1/2}k with r rows ω of a
+/// projection Ω (r×d), so that E[φ(q)ᵀφ(k)] = exp(s qᵀk); Ô = (Φ_Q(Φ_Kᵀ V)) ⊘ (Φ_Q(Φ_Kᵀ 1_N)). The implied
+/// attention matrix is Ŝ = D̂⁻¹ Φ_Q Φ_Kᵀ with D̂ = diag(Φ_Q Φ_Kᵀ 1_N). O(Nr(d + dv)).
 ///
 /// The exponentials are shifted like the PyPI package `performer-pytorch` (per-row max of ΩᵀX for queries,
 /// the global max for keys); without `feature_epsilon` the shifts cancel in Ô exactly. The package adds ε =

@@ -1,8 +1,8 @@
 #pragma once
 /// @file pinv.hpp
-/// Pseudoinverse of the m×m core G_A (MATH.md §4): exact (SVD with a relative cut), Razavi's third-order
-/// iteration (Nyströmformer, PnP-Nystra), Newton–Schulz (LaplacianFormer); optional Tikhonov or εI
-/// regularization. A numerical failure is a status, never an exception.
+/// Pseudoinverse of the m×m core G_A (docs/mathematics.md §4): exact (SVD with a relative cut), Razavi's
+/// third-order iteration (Nyströmformer, PnP-Nystra), Newton–Schulz (LaplacianFormer); optional Tikhonov or
+/// εI regularization. A numerical failure is a status, never an exception.
 
 #include <string>
 #include <vector>
@@ -11,7 +11,7 @@
 
 namespace nystrom {
 
-/// Pseudoinverse methods (MATH.md §4).
+/// Pseudoinverse methods (docs/mathematics.md §4).
 ///
 /// Convergence of the iterations from Z₀ = αAᵀ, per singular direction of A with x = ασ² (AZ's eigenvalue
 /// there) and error e = 1 − x:

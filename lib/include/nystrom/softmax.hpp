@@ -1,6 +1,7 @@
 #pragma once
 /// @file softmax.hpp
-/// Row-wise softmax with the per-row max shift, shared by the attention-type approximations (MATH.md §6).
+/// Row-wise softmax with the per-row max shift, shared by the attention-type approximations
+/// (docs/mathematics.md §6).
 
 #include "nystrom/types.hpp"
 

@@ -1,9 +1,9 @@
 #pragma once
 /// @file spectral.hpp
-/// Spectral tools (MATH.md §7): ‖A‖₂ and top-k singular values of any operator (operators.hpp) by Lanczos
-/// (Spectra's SymEigsSolver on AᵀA or AAᵀ, whichever is smaller, or on [[0, A], [Aᵀ, 0]] where small singular
-/// values matter), with a dense SVD path for small sizes;
-/// numerical rank, normalized decay and energy fractions of a spectrum.
+/// Spectral tools (docs/mathematics.md §7): ‖A‖₂ and top-k singular values of any operator (operators.hpp) by
+/// Lanczos (Spectra's SymEigsSolver on AᵀA or AAᵀ, whichever is smaller, or on [[0, A], [Aᵀ, 0]] where small
+/// singular values matter), with a dense SVD path for small sizes; numerical rank, normalized decay and
+/// energy fractions of a spectrum.
 
 #include "nystrom/types.hpp"
 
@@ -26,9 +26,9 @@ struct SpectralResult {
   bool converged = false;
   /// Certificate of the last value σ_k: some singular value of the operator lies within this distance of it
   /// (residual bound on the Jordan–Wielandt matrix [[0, A], [Aᵀ, 0]] for σ_k's Ritz vector, checked with two
-  /// more products, so it holds whatever squaring cost the Lanczos run; MATH.md §7). It cannot fall below
-  /// the rounding of the products themselves, about eps·σ₁. 0 on the full-SVD paths, NaN where Lanczos did
-  /// not return k values.
+  /// more products, so it holds whatever squaring cost the Lanczos run; docs/mathematics.md §7). It cannot
+  /// fall below the rounding of the products themselves, about eps·σ₁. 0 on the full-SVD paths, NaN where
+  /// Lanczos did not return k values.
   double last_error_bound = 0;
 };
 

@@ -20,14 +20,15 @@ template <class T>
 Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
                           const Kernel& kernel);
 
-/// Z ≈ A⁺ for a square A by `options` (MATH.md §4), as nystrom::pseudoinverse: exact by cuSOLVER's SVD in
-/// double, or the Razavi / Newton–Schulz iteration in one device kernel; residuals ‖I − AZ_k‖_F in double.
+/// Z ≈ A⁺ for a square A by `options` (docs/mathematics.md §4), as nystrom::pseudoinverse: exact by
+/// cuSOLVER's SVD in double, or the Razavi / Newton–Schulz iteration in one device kernel; residuals ‖I −
+/// AZ_k‖_F in double.
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options);
 
-/// The generalized Nyström factors of G = κ(Q, K) (PnP-Nystra; MATH.md §2) for the given landmarks, as
-/// nystrom::generalized_nystrom computes them (same stabilization and pseudoinverse), built on the device and
-/// copied back. O(Nmd + m³).
+/// The generalized Nyström factors of G = κ(Q, K) (PnP-Nystra; docs/mathematics.md §2) for the given
+/// landmarks, as nystrom::generalized_nystrom computes them (same stabilization and pseudoinverse), built on
+/// the device and copied back. O(Nmd + m³).
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const Landmarks<T>& landmarks, const NystromOptions& options);

@@ -46,7 +46,7 @@ class KernelOperator {
 };
 
 /// E = G − Ĝ with G = κ(Q, K) evaluated blockwise on the device and Ĝ = diag(exp(l)) G_L Z G_U from the
-/// factors (MATH.md §7). O(N²d + Nm) per product; the factors are copied to the device once.
+/// factors (docs/mathematics.md §7). O(N²d + Nm) per product; the factors are copied to the device once.
 template <class T>
 class DifferenceOperator {
  public:
