@@ -76,7 +76,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "bench.h5")
         subprocess.run([args.binary, "synth", "-o", dump, "--layers", "1", "--heads", "1", "--tokens", str(n),
-                        "--dim", str(d), "--value-dim", str(d), "--dtype", "float64", "--seed", "0"], check=True,
+                        "--dim", str(d), "--value-dim", str(d), "--precision", "double", "--seed", "0"], check=True,
                        stderr=subprocess.DEVNULL)
         cpp_times, cpp_walls, row = [], [], None
         for r in range(args.repeats):

@@ -1,5 +1,5 @@
 // `nystrom bench`: wall time of exact attention against every approximation of approximation.hpp over N (per
-// head, d = dv = 64 by default, float32 and float64, 1 and 2 threads), the per-step timings of PnP-Nystra
+// head, d = dv = 64 by default, float and double, 1 and 2 threads), the per-step timings of PnP-Nystra
 // Algorithm 1 (paper Table 1), a GEMM reference rate measured in the same run (exact attention as a
 // fraction of the GEMM peak) and, on request, the matrix-free kernel matvec y = κ(Q, K) x of Lanczos. Writes
 // /bench, /bench_steps, /bench_gemm (unless --gemm-n 0) and /bench_matvec (with --matvec-n) tables
@@ -43,7 +43,7 @@ constexpr double not_measured = std::numeric_limits<double>::quiet_NaN();
 struct BenchSettings {
   std::vector<Index> sizes;
   Index dim = 64, value_dim = 64;
-  std::vector<std::string> dtypes;
+  std::vector<std::string> precisions;  ///< "float", "double"
   std::vector<Index> thread_counts;
   std::vector<Method> methods;
   Device device = Device::cpu;
@@ -61,11 +61,11 @@ struct BenchSettings {
   bool quiet = false;
 };
 
-/// Where one group of rows is timed: device, scalar type and thread count, the BLAS doing the products, and
+/// Where one group of rows is timed: device, precision and thread count, the BLAS doing the products, and
 /// the GEMM rate measured there (the reference of every `gemm_fraction`; NaN with --gemm-n 0).
 struct TimingContext {
   Device device = Device::cpu;
-  std::string dtype;
+  std::string precision;  ///< "float" or "double"
   Index threads = 1;
   std::string blas;  ///< the OpenBLAS core on the CPU, "cuBLAS" on the GPU
   double gemm_gflops = not_measured;
@@ -188,9 +188,11 @@ std::vector<Column> bench_columns() {
           {"n", ColumnType::int64, true},
           {"d", ColumnType::int64, true},
           {"dv", ColumnType::int64, true},
-          {"dtype", ColumnType::text, true},
+          {"precision", ColumnType::text, true},
           {"threads", ColumnType::int64, true},
           {"landmarks", ColumnType::int64, true},
+          {"features", ColumnType::int64, true},
+          {"projected", ColumnType::int64, true},
           {"seconds", ColumnType::float64, false},
           {"flops", ColumnType::float64, false},
           {"gflops", ColumnType::float64, false},
@@ -204,46 +206,51 @@ std::vector<Column> bench_columns() {
 std::vector<Column> step_columns() {
   return {{"step", ColumnType::text, true},         {"step_index", ColumnType::int64, true},
           {"n", ColumnType::int64, true},           {"d", ColumnType::int64, true},
-          {"dtype", ColumnType::text, true},        {"threads", ColumnType::int64, true},
+          {"precision", ColumnType::text, true},    {"threads", ColumnType::int64, true},
           {"landmarks", ColumnType::int64, true},   {"seconds", ColumnType::float64, false},
           {"fraction", ColumnType::float64, false}, {"blas_core", ColumnType::text, false}};
 }
 
 std::vector<Column> gemm_columns() {
-  return {{"device", ColumnType::text, true},      {"dtype", ColumnType::text, true},
+  return {{"device", ColumnType::text, true},      {"precision", ColumnType::text, true},
           {"threads", ColumnType::int64, true},    {"n", ColumnType::int64, true},
           {"seconds", ColumnType::float64, false}, {"gflops", ColumnType::float64, false},
           {"blas_core", ColumnType::text, false}};
 }
 
 std::vector<Column> matvec_columns() {
-  return {{"device", ColumnType::text, true},     {"dtype", ColumnType::text, true},
+  return {{"device", ColumnType::text, true},     {"precision", ColumnType::text, true},
           {"threads", ColumnType::int64, true},   {"n", ColumnType::int64, true},
           {"d", ColumnType::int64, true},         {"seconds", ColumnType::float64, false},
           {"gflops", ColumnType::float64, false}, {"gemm_fraction", ColumnType::float64, false},
           {"blas_core", ColumnType::text, false}};
 }
 
-/// The parameter reported in the `landmarks` column: m, r or k.
-Index size_parameter(Method method, const BenchSettings& settings) {
+/// The size of a method's approximation in the columns `landmarks` (m), `features` (performer's r) and
+/// `projected` (linformer's k), as in /sweep: 0 where the method has no such axis.
+struct ApproximationSize {
+  Index landmarks = 0, features = 0, projected = 0;
+};
+
+ApproximationSize approximation_size(Method method, const BenchSettings& settings) {
   switch (method) {
     case Method::performer:
-      return settings.features;
+      return {0, settings.features, 0};
     case Method::linformer:
-      return settings.projected;
+      return {0, 0, settings.projected};
     case Method::exact:
-      return 0;
+      return {};
     default:
-      return settings.landmarks;
+      return {settings.landmarks, 0, 0};
   }
 }
 
-/// Prints the leading cells of one stdout row: what was timed, N, dtype, threads, seconds, GFLOP/s and
+/// Prints the leading cells of one stdout row: what was timed, N, precision, threads, seconds, GFLOP/s and
 /// `gemm_fraction` as a percentage (the bench rows append the speedup and the error).
 void print_timing(const std::string& label, Index n, const TimingContext& context, double seconds,
                   double gflops, double gemm_fraction) {
-  std::cout << std::left << std::setw(18) << label << std::right << std::setw(7) << n << std::setw(9)
-            << context.dtype << std::setw(4) << context.threads << std::setw(13) << std::scientific
+  std::cout << std::left << std::setw(18) << label << std::right << std::setw(7) << n << std::setw(10)
+            << context.precision << std::setw(4) << context.threads << std::setw(13) << std::scientific
             << std::setprecision(3) << seconds << std::fixed << std::setprecision(1) << std::setw(10)
             << gflops << std::setw(8) << 100 * gemm_fraction << std::defaultfloat;
 }
@@ -301,7 +308,7 @@ void time_step_table(const Matrix<T>& Q, const Matrix<T>& K, const Matrix<T>& V,
   for (const auto& [name, seconds] : steps) total += seconds;
   for (size_t i = 0; i < steps.size(); ++i)
     table.append({steps[i].first, std::int64_t(i + 1), std::int64_t(n), std::int64_t(settings.dim),
-                  context.dtype, std::int64_t(context.threads), std::int64_t(settings.landmarks),
+                  context.precision, std::int64_t(context.threads), std::int64_t(settings.landmarks),
                   steps[i].second, steps[i].second / total, context.blas});
   if (!settings.quiet) {
     std::cout << "  pnp-nystra steps (m = " << settings.landmarks << "):";
@@ -341,10 +348,12 @@ void time_methods(Index n, const TimingContext& context, const BenchSettings& se
     const double gflops = flops / seconds * 1e-9;
     const double error = output_errors<T>(exact, output).relative_frobenius;
     const double speedup = exact_seconds / seconds;
+    const auto size = approximation_size(method, settings);
     tables.bench.append({to_string(method), std::int64_t(n), std::int64_t(settings.dim),
-                         std::int64_t(settings.value_dim), context.dtype, std::int64_t(context.threads),
-                         std::int64_t(size_parameter(method, settings)), seconds, flops, gflops, speedup,
-                         error, context.blas, context.gemm_fraction(gflops), to_string(context.device)});
+                         std::int64_t(settings.value_dim), context.precision, std::int64_t(context.threads),
+                         std::int64_t(size.landmarks), std::int64_t(size.features),
+                         std::int64_t(size.projected), seconds, flops, gflops, speedup, error, context.blas,
+                         context.gemm_fraction(gflops), to_string(context.device)});
     if (!settings.quiet) {
       print_timing(to_string(method), n, context, seconds, gflops, context.gemm_fraction(gflops));
       std::cout << std::fixed << std::setprecision(1) << std::setw(10) << speedup << std::scientific
@@ -361,7 +370,7 @@ double time_gemm(const TimingContext& context, const BenchSettings& settings, Re
   const Index n = settings.gemm_size;
   const double seconds = gemm_seconds<T>(context.device, n);
   const double gflops = 2 * std::pow(double(n), 3) / seconds * 1e-9;
-  table.append({to_string(context.device), context.dtype, std::int64_t(context.threads), std::int64_t(n),
+  table.append({to_string(context.device), context.precision, std::int64_t(context.threads), std::int64_t(n),
                 seconds, gflops, context.blas});
   if (!settings.quiet) {
     print_timing("[gemm n^3]", n, context, seconds, gflops, 1);
@@ -383,7 +392,7 @@ void time_matvec(Index n, const TimingContext& context, const BenchSettings& set
   const AnyOperator<T> G = kernel_operator<T>(context.device, Q, K, bench_kernel(settings));
   const double seconds = time_min([&] { G.perform_op(x.data(), y.data()); }, settings);
   const double gflops = 2 * double(n) * double(n) * double(settings.dim) / seconds * 1e-9;
-  table.append({to_string(context.device), context.dtype, std::int64_t(context.threads), std::int64_t(n),
+  table.append({to_string(context.device), context.precision, std::int64_t(context.threads), std::int64_t(n),
                 std::int64_t(settings.dim), seconds, gflops, context.gemm_fraction(gflops), context.blas});
   if (!settings.quiet) {
     print_timing("[matvec G x]", n, context, seconds, gflops, context.gemm_fraction(gflops));
@@ -404,9 +413,6 @@ void time_context(TimingContext context, const BenchSettings& settings, BenchTab
 
 /// Checks what the options cannot check one by one; throws std::invalid_argument naming the values.
 void validate(const BenchSettings& settings) {
-  for (const auto& dtype : settings.dtypes)
-    require(dtype == "float32" || dtype == "float64",
-            describe("option --dtype: '", dtype, "' (expected float32 or float64)"));
   require(settings.dim >= 1 && settings.value_dim >= 1,
           describe("options --d = ", settings.dim, " and --dv = ", settings.value_dim, " must be >= 1"));
   require(settings.landmarks >= 1 && settings.features >= 1 && settings.projected >= 1,
@@ -419,7 +425,7 @@ void validate(const BenchSettings& settings) {
     std::vector<std::string> cpu_only;
     for (auto method : settings.methods)
       if (!runs_on_gpu(method)) cpu_only.push_back(to_string(method));
-    require(cpu_only.empty(), describe("option --methods: ", join(cpu_only),
+    require(cpu_only.empty(), describe("option --method: ", join(cpu_only),
                                        " run on the CPU only (with --device cuda: exact, pnp-nystra)"));
   }
   const Index smallest = *std::min_element(settings.sizes.begin(), settings.sizes.end());
@@ -427,10 +433,11 @@ void validate(const BenchSettings& settings) {
   for (auto method : settings.methods) {
     if (method == Method::exact || method == Method::performer) continue;
     const bool projected = method == Method::linformer;
-    require(
-        size_parameter(method, settings) <= smallest,
-        describe("option --", projected ? "projected" : "landmarks", " = ", size_parameter(method, settings),
-                 " exceeds the smallest --n = ", smallest, " (method ", to_string(method), ")"));
+    const auto size = approximation_size(method, settings);
+    const Index count = projected ? size.projected : size.landmarks;
+    require(count <= smallest,
+            describe("option --", projected ? "projected" : "landmarks", " = ", count,
+                     " exceeds the smallest --n = ", smallest, " (method ", to_string(method), ")"));
   }
   require(!steps || settings.landmarks <= smallest,
           describe("option --landmarks = ", settings.landmarks, " exceeds the smallest --n = ", smallest,
@@ -455,58 +462,71 @@ std::string timing_note(Device device) {
 
 int run_bench(const Invocation& invocation) {
   po::options_description description("bench options");
-  std::string sizes = "256:16384:x2", dtypes = "float32,float64", thread_list = "1,2", methods,
-              device = "cpu", matvec_sizes;
+  std::string sizes = "256:16384:x2", matvec_sizes;
   BenchSettings settings;
   // clang-format off
   description.add_options()
     ("n", po::value(&sizes)->default_value(sizes), "token counts N (list or range first:last:xF)")
     ("d", po::value(&settings.dim)->default_value(settings.dim), "query/key dimension d")
-    ("dv", po::value(&settings.value_dim)->default_value(settings.value_dim), "value dimension dv")
-    ("dtype", po::value(&dtypes)->default_value(dtypes), "scalar types: float32, float64")
-    ("threads-list", po::value(&thread_list)->default_value(thread_list),
-     "thread counts to time (CPU only: --device cuda writes threads = 1)")
-    ("methods", po::value(&methods),
-     "methods (approximation.hpp names); default: all seven on the CPU, exact,pnp-nystra with --device cuda")
-    ("device", po::value(&device)->default_value(device),
-     "cpu or cuda: on cuda, exact and pnp-nystra run through the CUDA backend with host matrices in and out "
-     "(timings include the host<->device copies), the thread list does not apply and there is no step "
-     "table; exit 2 where no CUDA device is usable")
+    ("dv", po::value(&settings.value_dim)->default_value(settings.value_dim), "value dimension dv");
+  add_precision_option(description, "float,double", true);
+  description.add_options()
+    ("threads", po::value<std::string>()->default_value("1,2")->value_name("LIST"),
+     "OpenMP thread counts to time, list or range (0: the OpenMP default; CPU only: --device cuda writes "
+     "threads = 1)");
+  add_deprecated_alias(description, "threads-list", "threads");
+  add_method_option(description, "",
+                    "methods (approximation.hpp names); default: all seven on the CPU, exact,pnp-nystra with "
+                    "--device cuda");
+  add_device_option(description,
+                    "on cuda, exact and pnp-nystra run through the CUDA backend with host matrices in and out "
+                    "(timings include the host<->device copies), the thread list does not apply and there is "
+                    "no step table");
+  description.add_options()
     ("landmarks", po::value(&settings.landmarks)->default_value(settings.landmarks),
      "m of pnp-nystra, nystromformer, cur, symmetric-nystrom")
     ("features", po::value(&settings.features)->default_value(settings.features), "r of performer")
     ("projected", po::value(&settings.projected)->default_value(settings.projected), "k of linformer")
     ("gemm-n", po::value(&settings.gemm_size)->default_value(settings.gemm_size),
-     "n of the n x n x n GEMM timed per dtype and thread count (/bench_gemm, the reference of the "
+     "n of the n x n x n GEMM timed per precision and thread count (/bench_gemm, the reference of the "
      "gemm_fraction columns); 0: none")
     ("matvec-n", po::value(&matvec_sizes),
-     "N of the matrix-free kernel matvecs y = exp(s Q K^T) x timed per dtype and thread count "
+     "N of the matrix-free kernel matvecs y = exp(s Q K^T) x timed per precision and thread count "
      "(/bench_matvec; list or range); default: none")
     ("min-seconds", po::value(&settings.min_seconds)->default_value(settings.min_seconds, "0.2"),
      "time each point for at least this long (minimum over repeats is reported)")
     ("steps", po::value(&settings.steps)->default_value(settings.steps),
      "time PnP-Nystra Algorithm 1 step by step (CPU only)")
-    ("seed", po::value(&settings.seed)->default_value(settings.seed), "seed of the Gaussian Q, K, V")
     ("blas-core", po::value(&settings.blas_core)->default_value(settings.blas_core),
      "OPENBLAS_CORETYPE to run under (re-executes when the environment differs; 'default': keep)")
-    ("output,o", po::value(&settings.output)->default_value(settings.output), "results file (HDF5)")
-    ("quiet", po::bool_switch(&settings.quiet), "no table on stdout");
+    ("output,o", po::value(&settings.output)->default_value(settings.output), "results file (HDF5)");
   // clang-format on
+  add_seed_option(description);
+  add_quiet_option(description, "no table on stdout");
   add_common_options(description, false);
   po::variables_map values;
   if (!parse_options(invocation, "[options]", description, {}, values)) return 0;
 
-  settings.device = parse_enum<Device>(device, "device", device_from_string);
-  require_device(settings.device);
+  settings.device = parse_device(values);
   settings.sizes = parse_index_list(sizes, "n");
-  settings.thread_counts = parse_index_list(thread_list, "threads-list");
-  if (settings.device == Device::cuda) settings.thread_counts = {1};
-  if (methods.empty())
-    methods = settings.device == Device::cuda
-                  ? "exact,pnp-nystra"
-                  : "exact,pnp-nystra,nystromformer,cur,symmetric-nystrom,performer,linformer";
-  settings.methods = parse_enum_list<Method>(methods, "methods", method_from_string);
-  settings.dtypes = split_list(dtypes, "dtype");
+  settings.thread_counts = {1};
+  if (settings.device == Device::cpu) {
+    const Index default_threads = threads();  // the OpenMP default, before any set_threads
+    settings.thread_counts.clear();
+    for (auto count : parse_index_list(option_text(values, "threads", "threads-list"), "threads", 0)) {
+      const Index resolved = count > 0 ? count : default_threads;
+      if (std::find(settings.thread_counts.begin(), settings.thread_counts.end(), resolved) ==
+          settings.thread_counts.end())
+        settings.thread_counts.push_back(resolved);
+    }
+  }
+  settings.methods =
+      parse_methods(values, settings.device == Device::cuda
+                                ? "exact,pnp-nystra"
+                                : "exact,pnp-nystra,nystromformer,cur,symmetric-nystrom,performer,linformer");
+  settings.precisions = parse_precisions(values);
+  settings.seed = values["seed"].as<std::uint64_t>();
+  settings.quiet = values["quiet"].as<bool>();
   if (!matvec_sizes.empty()) settings.matvec_sizes = parse_index_list(matvec_sizes, "matvec-n");
   validate(settings);
   ensure_blas_core(settings.blas_core, invocation);
@@ -534,13 +554,13 @@ int run_bench(const Invocation& invocation) {
     tables.matvec = ResultsTable::create(file.get(), "bench_matvec", matvec_columns());
   if (!settings.quiet)
     std::cout
-        << "method                  n    dtype thr      seconds    GFLOP/s   %GEMM   speedup  rel.error\n";
-  for (const auto& dtype : settings.dtypes)
+        << "method                  n precision thr      seconds    GFLOP/s   %GEMM   speedup  rel.error\n";
+  for (const auto& precision : settings.precisions)
     for (auto threads_count : settings.thread_counts) {
       set_threads(int(threads_count));
-      const TimingContext context{settings.device, dtype, threads_count,
+      const TimingContext context{settings.device, precision, threads_count,
                                   settings.device == Device::cuda ? "cuBLAS" : core};
-      if (dtype == "float32")
+      if (precision == "float")
         time_context<float>(context, settings, tables);
       else
         time_context<double>(context, settings, tables);

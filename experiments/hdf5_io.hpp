@@ -177,9 +177,13 @@ Provenance make_provenance(const std::string& command_line, int threads, const s
 std::string git_revision();
 /// The current time as ISO 8601 UTC, e.g. "2026-11-21T21:07:19Z".
 std::string utc_timestamp();
-/// The results format version this build writes (docs/formats.md §2). Version 2: `landmarks` holds m only
-/// (0 for methods without landmarks), performer's r is in `features`, linformer's k in `projected`.
-constexpr std::int64_t results_format_version = 2;
+/// The results format version this build writes (docs/formats.md §2). Version 2: /sweep's `landmarks` holds
+/// m only (0 for methods without landmarks), performer's r is in `features`, linformer's k in `projected`.
+/// Version 3: the /bench tables likewise, and their `dtype` column is `precision` (`float`, `double`).
+constexpr std::int64_t results_format_version = 3;
+/// The oldest results format version whose /sweep table is this build's: a sweep resumes into such a file
+/// (version 3 changed only the /bench tables).
+constexpr std::int64_t resumable_format_version = 2;
 
 /// Writes format = "nystrom-results", format_version = results_format_version and the provenance attributes
 /// on the root group.

@@ -15,11 +15,90 @@ void add_common_options(po::options_description& options, bool with_threads_and_
   options.add_options()("help,h", "show this help and exit")(
       "config", po::value<std::string>()->value_name("FILE"),
       "read further options from an INI file (name = value per line); the command line wins");
-  if (with_threads_and_seed)
-    options.add_options()("threads", po::value<int>()->default_value(0)->value_name("N"),
-                          "OpenMP threads (0: the OpenMP default)")(
-        "seed", po::value<std::uint64_t>()->default_value(0)->value_name("S"),
-        "random seed (landmarks, synthetic data); results are deterministic for a given seed");
+  if (!with_threads_and_seed) return;
+  options.add_options()("threads", po::value<int>()->default_value(0)->value_name("N"),
+                        "OpenMP threads (0: the OpenMP default)");
+  add_seed_option(options);
+}
+
+void add_seed_option(po::options_description& options) {
+  options.add_options()(
+      "seed", po::value<std::uint64_t>()->default_value(0)->value_name("S"),
+      "random seed (landmarks, synthetic data); results are deterministic for a given seed");
+}
+
+void add_deprecated_alias(po::options_description& options, const std::string& alias,
+                          const std::string& name) {
+  options.add_options()(alias.c_str(), po::value<std::string>(),
+                        describe("deprecated alias of --", name).c_str());
+}
+
+std::string option_text(const po::variables_map& values, const std::string& name, const std::string& alias) {
+  if (!values.count(alias)) return values.count(name) ? values[name].as<std::string>() : std::string();
+  require(!values.count(name) || values[name].defaulted(),
+          describe("options --", name, " and --", alias, " (its deprecated alias) given together"));
+  return values[alias].as<std::string>();
+}
+
+void add_precision_option(po::options_description& options, const std::string& default_value, bool list) {
+  options.add_options()("precision", po::value<std::string>()->default_value(default_value),
+                        list ? "arithmetic, a list of: float, double (float32, float64 also accepted)"
+                             : "arithmetic: float or double (float32, float64 also accepted)");
+  add_deprecated_alias(options, "dtype", "precision");
+}
+
+std::vector<std::string> parse_precisions(const po::variables_map& values) {
+  std::vector<std::string> precisions;
+  for (const auto& item : split_list(option_text(values, "precision", "dtype"), "precision")) {
+    const std::string precision = item == "float32" ? "float" : item == "float64" ? "double" : item;
+    require(precision == "float" || precision == "double",
+            describe("option --precision: '", item, "' (expected float or double)"));
+    if (std::find(precisions.begin(), precisions.end(), precision) == precisions.end())
+      precisions.push_back(precision);
+  }
+  return precisions;
+}
+
+std::string parse_precision(const po::variables_map& values) {
+  const auto precisions = parse_precisions(values);
+  require(precisions.size() == 1,
+          describe("option --precision: one value expected (float or double), got ", join(precisions)));
+  return precisions.front();
+}
+
+void add_method_option(po::options_description& options, const std::string& default_value,
+                       const std::string& description) {
+  auto value = po::value<std::string>()->value_name("LIST");
+  if (!default_value.empty()) value->default_value(default_value);
+  options.add_options()("method", value, description.c_str());
+  add_deprecated_alias(options, "methods", "method");
+}
+
+std::vector<Method> parse_methods(const po::variables_map& values, const std::string& fallback) {
+  const auto text = option_text(values, "method", "methods");
+  return parse_enum_list<Method>(text.empty() ? fallback : text, "method", method_from_string);
+}
+
+void add_device_option(po::options_description& options, const std::string& where) {
+  options.add_options()("device", po::value<std::string>()->default_value("cpu"),
+                        describe("cpu or cuda: ", where, " (exit 2 where no CUDA device is usable)").c_str());
+}
+
+Device parse_device(const po::variables_map& values) {
+  const auto device = parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
+  require_device(device);
+  return device;
+}
+
+void add_memory_option(po::options_description& options, const std::string& above) {
+  options.add_options()(
+      "memory", po::value<std::string>()->default_value("4G")->value_name("BYTES"),
+      describe("bytes a dense N x N analysis may use (suffixes K, M, G, T: powers of 1024); above it ", above)
+          .c_str());
+}
+
+void add_quiet_option(po::options_description& options, const std::string& silences) {
+  options.add_options()("quiet,q", po::bool_switch(), silences.c_str());
 }
 
 bool parse_options(const Invocation& invocation, const std::string& synopsis,

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "nystrom/approximation.hpp"
+#include "nystrom/backend.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/types.hpp"
 
@@ -27,6 +29,49 @@ struct Invocation {
 
 /// Adds `--help` and `--config FILE` (every subcommand) and, when asked, `--threads N` and `--seed S`.
 void add_common_options(po::options_description& options, bool with_threads_and_seed);
+
+/// Adds `--seed S` (default 0): the seed of everything random a subcommand draws.
+void add_seed_option(po::options_description& options);
+
+/// Adds `alias` as a deprecated spelling of the string option `name` (so listed in --help); read both with
+/// option_text.
+void add_deprecated_alias(po::options_description& options, const std::string& alias,
+                          const std::string& name);
+
+/// The text of the string option `name`, or of its deprecated alias `alias` where that was given; throws
+/// std::invalid_argument when both were given.
+std::string option_text(const po::variables_map& values, const std::string& name, const std::string& alias);
+
+/// Adds `--precision` (`float` or `double`; a comma-separated list where `list`) with `default_value`, and
+/// its deprecated alias `--dtype`.
+void add_precision_option(po::options_description& options, const std::string& default_value, bool list);
+
+/// The values of `--precision` (or `--dtype`), each `float` or `double`; `float32` and `float64` are read as
+/// aliases of them. Throws std::invalid_argument naming the option and the value otherwise.
+std::vector<std::string> parse_precisions(const po::variables_map& values);
+
+/// The one value of `--precision` of a subcommand without a list (add_precision_option with list = false).
+std::string parse_precision(const po::variables_map& values);
+
+/// Adds `--method` (approximation.hpp names, a comma-separated list) with its deprecated alias `--methods`;
+/// no default value where `default_value` is empty.
+void add_method_option(po::options_description& options, const std::string& default_value,
+                       const std::string& description);
+
+/// The methods of `--method` (or `--methods`), `fallback` where neither was given.
+std::vector<Method> parse_methods(const po::variables_map& values, const std::string& fallback = "");
+
+/// Adds `--device` (`cpu` or `cuda`, default cpu), `where` saying what runs on the device.
+void add_device_option(po::options_description& options, const std::string& where);
+
+/// The device of `--device`, checked to be usable (require_device: exit 2 naming the reason otherwise).
+Device parse_device(const po::variables_map& values);
+
+/// Adds `--memory BYTES` (default 4G), `above` saying what happens above the budget.
+void add_memory_option(po::options_description& options, const std::string& above);
+
+/// Adds `-q/--quiet`, `silences` saying what it silences.
+void add_quiet_option(po::options_description& options, const std::string& silences);
 
 /// Parses `invocation.args` against `options` (and `positional`), then the INI file named by `--config`; the
 /// command line wins over the file. Returns false after printing the subcommand's help for `--help`.

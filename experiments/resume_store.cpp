@@ -43,9 +43,11 @@ std::vector<Row> ResumeStore::stored_rows(const std::string& path) const {
   const auto version = has_attribute(file.get(), "format_version")
                            ? read_numeric_attribute(file.get(), "format_version")
                            : std::vector<double>{};
-  require(version.size() == 1 && version[0] == double(results_format_version),
+  require(version.size() == 1 && version[0] >= double(resumable_format_version) &&
+              version[0] <= double(results_format_version),
           describe(path, ": results format_version ", version.empty() ? 0.0 : version[0],
-                   ", this build writes ", results_format_version, "; choose another --output"));
+                   ", this build writes ", results_format_version, " and resumes from ",
+                   resumable_format_version, "; choose another --output"));
   const auto stored_input =
       has_attribute(file.get(), "input") ? read_string_attribute(file.get(), "input") : "";
   require(stored_input == input_, describe(path, ": holds results for input '", stored_input, "', not '",

@@ -28,10 +28,10 @@ class ResumeStore {
   /// Writes a file's root attributes (provenance and run settings) on `file`.
   using AttributeWriter = std::function<void(hid_t file)>;
 
-  /// Reads what is finished: the rows of a finished `output` (which must be a results file of `input` in
-  /// this format version, with these columns: std::invalid_argument otherwise) and of a readable partial
-  /// file (an unreadable one, a leftover of another version or of a failed run, is discarded with a message
-  /// on stderr). Creates nothing.
+  /// Reads what is finished: the rows of a finished `output` (which must be a results file of `input` in a
+  /// format version from resumable_format_version on, with these columns: std::invalid_argument otherwise)
+  /// and of a readable partial file (an unreadable one, a leftover of another version or of a failed run, is
+  /// discarded with a message on stderr). Creates nothing.
   ResumeStore(std::string output, std::string input, std::string group, std::vector<Column> columns,
               AttributeWriter write_attributes);
 

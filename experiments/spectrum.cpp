@@ -187,13 +187,11 @@ po::options_description spectrum_options() {
       "landmarks,m", po::value<Index>()->default_value(16), "landmark count m for G~")(
       "top,k", po::value<Index>()->default_value(50), "number of singular values kept (capped at N)")(
       "rank-tol", po::value<double>()->default_value(1e-6),
-      "numerical rank: singular values > tol * sigma_1")(
-      "memory", po::value<std::string>()->default_value("4G")->value_name("BYTES"),
-      "bytes a dense N x N analysis may use (suffixes K, M, G, T: powers of 1024); above it, matrix-free")(
-      "device", po::value<std::string>()->default_value("cpu"),
-      "cpu or cuda: kernel blocks and Lanczos products on the GPU (exit 2 where no CUDA device is usable)")(
-      "precision", po::value<std::string>()->default_value("double"), "float or double arithmetic")(
-      "quiet,q", po::bool_switch(), "no progress output");
+      "numerical rank: singular values > tol * sigma_1");
+  add_memory_option(options, "the matrix-free path is taken (attribute path)");
+  add_device_option(options, "kernel blocks and Lanczos products on the GPU");
+  add_precision_option(options, "double", false);
+  add_quiet_option(options, "no progress output");
   return options;
 }
 
@@ -224,13 +222,9 @@ SpectrumSettings parse_settings(const po::variables_map& values) {
   settings.top = values["top"].as<Index>();
   settings.rank_tol = values["rank-tol"].as<double>();
   settings.evaluation.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
-  settings.evaluation.device =
-      parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
-  require_device(settings.evaluation.device);
+  settings.evaluation.device = parse_device(values);
   settings.quiet = values["quiet"].as<bool>();
-  settings.precision = values["precision"].as<std::string>();
-  require(settings.precision == "float" || settings.precision == "double",
-          describe("option --precision: '", settings.precision, "' (expected float or double)"));
+  settings.precision = parse_precision(values);
   require(settings.top >= 1, describe("option --top: ", settings.top, " must be >= 1"));
   require(settings.rank_tol > 0 && settings.rank_tol < 1, "option --rank-tol: must lie in (0, 1)");
   return settings;

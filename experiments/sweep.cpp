@@ -94,11 +94,12 @@ po::options_description sweep_options() {
       "kernels: exp, laplacian, gaussian")("scale", po::value<double>()->default_value(0),
                                            "exp: scale s (0: the layer's scale attribute, else 1/sqrt(d))")(
       "lambda", po::value<std::string>()->default_value("4"), "laplacian: lambda values (> 0)")(
-      "bandwidth", po::value<std::string>()->default_value("8"), "gaussian: bandwidths h (> 0)")(
-      "method", po::value<std::string>()->default_value("pnp-nystra"),
-      "approximation methods: pnp-nystra, nystromformer, cur, symmetric-nystrom, performer, linformer, "
-      "exact; "
-      "the softmax methods (nystromformer, cur, performer, linformer) skip non-exp kernels")(
+      "bandwidth", po::value<std::string>()->default_value("8"), "gaussian: bandwidths h (> 0)");
+  add_method_option(options, "pnp-nystra",
+                    "approximation methods: pnp-nystra, nystromformer, cur, symmetric-nystrom, performer, "
+                    "linformer, exact; the softmax methods (nystromformer, cur, performer, linformer) skip "
+                    "non-exp kernels");
+  options.add_options()(
       "strategy", po::value<std::string>()->default_value("segment-means,window-pool,step,random"),
       "landmark strategies: segment-means, window-pool, step, random, top-sum, top-abs, top-embed, kmeans "
       "(cur uses the selection ones: step, random, top-*; window-pool only layers with a token window)")(
@@ -117,21 +118,19 @@ po::options_description sweep_options() {
       "share-projections", po::bool_switch(), "linformer: F = E (share_kv)")(
       "copy-rows", po::bool_switch(), "cur: copy the exact rows (R V) into the output")(
       "different-indices", po::bool_switch(), "cur: select rows of Q and K separately")(
-      "front-padding", po::bool_switch(), "nystromformer: the package's front zero padding when N % m != 0")(
-      "precision", po::value<std::string>()->default_value("double"), "float or double arithmetic")(
-      "memory", po::value<std::string>()->default_value("4G")->value_name("BYTES"),
-      "bytes a dense N x N analysis may use (suffixes K, M, G, T: powers of 1024); above it the "
-      "matrix-free path is taken (column matrix_free)")("matrix-free", po::bool_switch(),
-                                                        "force the matrix-free (Lanczos) path")(
+      "front-padding", po::bool_switch(), "nystromformer: the package's front zero padding when N % m != 0");
+  add_precision_option(options, "double", false);
+  add_memory_option(options, "the matrix-free path is taken (column matrix_free)");
+  options.add_options()("matrix-free", po::bool_switch(), "force the matrix-free (Lanczos) path")(
       "dense-svd-limit", po::value<Index>()->default_value(EvaluationOptions{}.dense_svd_limit),
       "matrices up to this size get full SVDs, larger ones Lanczos (sigma_{m+1}(G~) of a stored G~ falls "
       "back "
-      "to a full SVD where its Lanczos value is not certified to 1e-10)")(
-      "device", po::value<std::string>()->default_value("cpu"),
-      "cpu or cuda: where the PnP-Nystra factors, exact attention and the matrix-free products run")(
-      "quiet,q", po::bool_switch(), "no progress output")(
-      "stop-after", po::value<std::int64_t>()->default_value(0),
-      "testing: stop as if interrupted (SIGINT) after this many new points (0: never)");
+      "to a full SVD where its Lanczos value is not certified to 1e-10)");
+  add_device_option(options,
+                    "where the PnP-Nystra factors, exact attention and the matrix-free products run");
+  add_quiet_option(options, "no progress output");
+  options.add_options()("stop-after", po::value<std::int64_t>()->default_value(0),
+                        "testing: stop as if interrupted (SIGINT) after this many new points (0: never)");
   return options;
 }
 
@@ -193,14 +192,12 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
   }
   grid.stabilizations = parse_enum_list<Stabilization>(values["stabilization"].as<std::string>(),
                                                        "stabilization", stabilization_from_string);
-  grid.methods = parse_enum_list<Method>(values["method"].as<std::string>(), "method", method_from_string);
+  grid.methods = parse_methods(values);
   grid.copy_rows = values["copy-rows"].as<bool>();
   grid.different_indices = values["different-indices"].as<bool>();
   grid.front_padding = values["front-padding"].as<bool>();
   grid.share_projections = values["share-projections"].as<bool>();
-  grid.precision = values["precision"].as<std::string>();
-  require(grid.precision == "float" || grid.precision == "double",
-          describe("option --precision: '", grid.precision, "' (expected float or double)"));
+  grid.precision = parse_precision(values);
   grid.seed = values["seed"].as<std::uint64_t>();
   return grid;
 }
@@ -216,9 +213,7 @@ SweepSettings parse_settings(const po::variables_map& values) {
   settings.evaluation.force_matrix_free = values["matrix-free"].as<bool>();
   settings.evaluation.dense_svd_limit = values["dense-svd-limit"].as<Index>();
   require(settings.evaluation.dense_svd_limit >= 0, "option --dense-svd-limit: must be >= 0");
-  settings.evaluation.device =
-      parse_enum<Device>(values["device"].as<std::string>(), "device", device_from_string);
-  require_device(settings.evaluation.device);
+  settings.evaluation.device = parse_device(values);
   settings.quiet = values["quiet"].as<bool>();
   settings.stop_after = values["stop-after"].as<std::int64_t>();
   require(settings.stop_after >= 0, "option --stop-after: must be >= 0");

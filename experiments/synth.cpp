@@ -199,9 +199,10 @@ int run_synth(const Invocation& invocation) {
       "dof", po::value<int>()->default_value(3), "heavy-tailed: Student-t degrees of freedom")(
       "blocks", po::value<Index>()->default_value(8), "block-constant: number of constant token blocks")(
       "window", po::value<std::string>()->default_value(""), "window: token grid HxW (default: square)")(
-      "dtype", po::value<std::string>()->default_value("float32"), "float32 or float64")(
       "with-attn", po::bool_switch(), "also write attn, the exact softmax attention [B, H, N, N]")(
       "no-batch-axis", po::bool_switch(), "write rank-3 datasets [H, N, d] (needs --batch 1)");
+  add_precision_option(options, "float", false);
+  add_quiet_option(options, "no summary on stderr");
   po::variables_map values;
   if (!parse_options(invocation, "--output FILE [options]", options, {}, values)) return 0;
   require(values.count("output"), "option --output is required");
@@ -220,7 +221,7 @@ int run_synth(const Invocation& invocation) {
   spec.blocks = values["blocks"].as<Index>();
   spec.seed = values["seed"].as<std::uint64_t>();
   spec.with_attention = values["with-attn"].as<bool>();
-  const auto dtype = values["dtype"].as<std::string>();
+  const auto precision = parse_precision(values);
   const bool without_batch_axis = values["no-batch-axis"].as<bool>();
   for (const auto& [name, value] : {std::pair{"layers", spec.layers},
                                     {"batch", spec.batch},
@@ -239,8 +240,6 @@ int run_synth(const Invocation& invocation) {
   require(spec.noise >= 0 && std::isfinite(spec.noise),
           describe("option --noise: ", spec.noise, " must be >= 0"));
   require(spec.dof >= 1, describe("option --dof: ", spec.dof, " must be >= 1"));
-  require(dtype == "float32" || dtype == "float64",
-          describe("option --dtype: '", dtype, "' (expected float32 or float64)"));
   require(!without_batch_axis || spec.batch == 1, "option --no-batch-axis needs --batch 1");
   if (uses(SynthKind::window)) spec.window = parse_window(values["window"].as<std::string>(), spec.tokens);
   apply_threads(values);
@@ -249,15 +248,16 @@ int run_synth(const Invocation& invocation) {
   write_dump_header(file.get(), "synthetic: " + invocation.command_line);
   for (Index layer = 0; layer < spec.layers; ++layer) {
     const std::string name = describe(layer < 10 ? "0" : "", layer);
-    if (dtype == "float32")
+    if (precision == "float")
       write_dump_layer(file.get(), name, generate_layer<float>(spec, layer, without_batch_axis));
     else
       write_dump_layer(file.get(), name, generate_layer<double>(spec, layer, without_batch_axis));
   }
   file.commit();
-  std::cerr << "nystrom synth: wrote " << values["output"].as<std::string>() << " (" << spec.layers
-            << " layers x " << spec.batch * spec.heads << " heads, N = " << spec.tokens
-            << ", d = " << spec.dim << ")\n";
+  if (!values["quiet"].as<bool>())
+    std::cerr << "nystrom synth: wrote " << values["output"].as<std::string>() << " (" << spec.layers
+              << " layers x " << spec.batch * spec.heads << " heads, N = " << spec.tokens
+              << ", d = " << spec.dim << ")\n";
   return 0;
 }
 

@@ -363,12 +363,14 @@ BENCH = [
 # CPU benchmark: exact attention against the approximations
 
 Reads `$NYSTROM_RESULTS/bench.h5`, written by `nystrom bench` (experiments/bench.cpp): `/bench` holds one row per
-method, token count N, dtype and thread count (wall time per head, the minimum over repeats; nominal GFLOP/s; speed-up
-over exact attention on the same inputs; output error against exact attention), `/bench_steps` the timings of
-PnP-Nystra Algorithm 1 step by step (paper Table 1). Newer files also carry `gemm_fraction` and the GEMM and
-matrix-free matvec reference rates `/bench_gemm`, `/bench_matvec`; the last figure shows them when present.
+method, token count N, precision (float or double) and thread count (wall time per head, the minimum over repeats;
+nominal GFLOP/s; speed-up over exact attention on the same inputs; output error against exact attention),
+`/bench_steps` the timings of PnP-Nystra Algorithm 1 step by step (paper Table 1). Newer files also carry `gemm_fraction` and the GEMM and
+matrix-free matvec reference rates `/bench_gemm`, `/bench_matvec`; the last figure shows them when present. Files of
+results format version 2 and older (a `dtype` column of float32/float64, performer's r and linformer's k in
+`landmarks`) are read as version 3 (`precision` float/double, r in `features`, k in `projected`).
 
-The file holds what the bench was asked for (`--methods`, `--dtype`, `--threads-list`, `--n`); the figures show
+The file holds what the bench was asked for (`--method`, `--precision`, `--threads`, `--n`); the figures show
 whatever it has. Make one with e.g. `build/bin/nystrom bench --n 256:16384:x2` (minutes)."""),
     ("code", SETUP),
     ("code", """\
@@ -381,8 +383,8 @@ methods = bench.values_of("method")
 known = ["exact", "pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer"]
 colors = {method: f"C{i}" for i, method in enumerate(known + [m for m in methods if m not in known])}
 styles = dict(zip(sorted(set(bench["threads"].tolist())), ["-", "--", ":", "-."] * 4))
-panels = bench.group_by("device", "dtype")  # one panel per dtype (and device, when the file has the column)
-print("methods:", methods, "| dtypes:", bench.values_of("dtype"), "| threads:", list(styles),
+panels = bench.group_by("device", "precision")  # one panel per precision (and device, when the file has the column)
+print("methods:", methods, "| precisions:", bench.values_of("precision"), "| threads:", list(styles),
       "| N:", sorted(set(bench["n"].tolist())))
 
 
@@ -404,7 +406,7 @@ def note(ax, text):
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=9, transform=ax.transAxes)
 
 
-def describe(rows, columns=("device", "dtype", "threads")):
+def describe(rows, columns=("device", "precision", "threads")):
     \"\"\"A title for a group of rows: the values of `columns` (those the table has) in its first row.\"\"\"
     formats = {"threads": "{} thr", "d": "d = {}"}
     return " / ".join(formats.get(c, "{}").format(rows[c][0]) for c in columns if c in rows)"""),
@@ -418,7 +420,7 @@ for ax, (_, rows) in zip(axes[0], panels):
     for (method, threads), line in rows.group_by("method", "threads"):
         plot_against_n(ax, line, "seconds", color=colors[method], ls=styles[threads], label=f"{method}, {threads} thr")
     nr.log2_axis(ax, rows["n"])
-    ax.set_title(describe(rows, ("device", "dtype")))
+    ax.set_title(describe(rows, ("device", "precision")))
     ax.set_xlabel("tokens N")
     ax.legend(fontsize=7)
 axes[0][0].set_ylabel("seconds per head")
@@ -428,8 +430,8 @@ nr.save_figure(fig, "bench_time_vs_n")"""),
     ("md", """\
 ## Speed-up over exact attention
 
-`speedup_vs_exact` = time of exact attention / time of the method, same inputs, dtype and threads. Stars: the goals of
-the goal for PnP-Nystra with m = 16 in float32 (≥ 50× at N = 4096, ≥ 150× at N = 16,384)."""),
+`speedup_vs_exact` = time of exact attention / time of the method, same inputs, precision and threads. Stars: the
+goals for PnP-Nystra with m = 16 in float (≥ 50× at N = 4096, ≥ 150× at N = 16,384)."""),
     ("code", """\
 goals = ((4096, 50), (16384, 150))
 fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
@@ -440,11 +442,11 @@ for ax, (_, rows) in zip(axes[0], panels):
                        label=f"{method}, {threads} thr")
     ax.axhline(1, color="k", lw=1)
     reachable = [(n, s) for n, s in goals if n <= rows["n"].max()]
-    if rows["dtype"][0] == "float32" and "pnp-nystra" in methods and reachable:
+    if rows["precision"][0] == "float" and "pnp-nystra" in methods and reachable:
         ax.scatter(*zip(*reachable), marker="*", s=120, color=colors["pnp-nystra"], edgecolor="k", zorder=3,
                    label="goal, pnp-nystra m = 16")
     nr.log2_axis(ax, rows["n"])
-    ax.set_title(describe(rows, ("device", "dtype")))
+    ax.set_title(describe(rows, ("device", "precision")))
     ax.set_xlabel("tokens N")
     if ax.has_data():
         ax.legend(fontsize=7)
@@ -459,7 +461,7 @@ nr.save_figure(fig, "bench_speedup")"""),
 Fraction of the summed step times per N: 1 landmarks (segment means), 2–4 the kernel blocks G_L, G_A, G_U, 5 the
 pseudoinverse of the m×m core, 6 G_U V and G_U 1, 7 the N×m products and the normalization."""),
     ("code", """\
-step_rows = steps.group_by("device", "dtype")  # panel rows; columns: thread counts
+step_rows = steps.group_by("device", "precision")  # panel rows; columns: thread counts
 step_threads = sorted(set(steps["threads"].tolist()))
 fig, axes = plt.subplots(max(len(step_rows), 1), max(len(step_threads), 1), squeeze=False, sharey=True,
                          figsize=(4.6 * max(len(step_threads), 1) + 1.5, 3.6 * max(len(step_rows), 1)))
@@ -478,7 +480,7 @@ for row_axes, (_, rows) in zip(axes, step_rows):
             bottom += fraction
         ax.set_xticks(np.arange(len(sizes)), [str(n) for n in sizes], rotation=45)
         ax.set_ylim(0, 1)
-        ax.set_title(describe(rows, ("device", "dtype")) + f" / {threads} thr", fontsize=9)
+        ax.set_title(describe(rows, ("device", "precision")) + f" / {threads} thr", fontsize=9)
         ax.set_xlabel("tokens N")
         if not sizes:
             note(ax, "no step timings")
@@ -490,7 +492,7 @@ if step_rows:
 fig.tight_layout()
 nr.save_figure(fig, "bench_steps")
 
-for _, rows in steps.group_by("device", "dtype", "threads"):
+for _, rows in steps.group_by("device", "precision", "threads"):
     sizes = sorted(set(rows["n"].tolist()))
     print(describe(rows) + ": seconds (fraction)")
     print(f"{'step':>30} " + " ".join(f"{n:>17}" for n in sizes))
@@ -523,7 +525,7 @@ for ax, (_, rows) in zip(axes[0], panels):
                            marker=markers[threads], label=f"{method}, {threads} thr")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_title(f"{describe(rows, ('device', 'dtype'))}, N = {largest['n'][0]}")
+    ax.set_title(f"{describe(rows, ('device', 'precision'))}, N = {largest['n'][0]}")
     ax.set_xlabel("seconds per head")
     ax.set_ylabel("‖O − Ô‖_F / ‖O‖_F")
     if ax.collections:
@@ -542,13 +544,13 @@ exact = bench.where(method="exact")
 sources = [(name, table, style) for name, table, style in
            (("GEMM", gemm, "-"), ("exact attention", exact, "--"), ("matvec", matvec, ":"))
            if table is not None and table.rows]
-configuration_colors = {}  # one colour per (dtype, threads), shared by the sources
+configuration_colors = {}  # one colour per (precision, threads), shared by the sources
 fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.4))
 for name, table, style in sources:
-    for _, line in table.group_by("device", "dtype", "threads", "d"):
-        configuration = (line["dtype"][0], int(line["threads"][0]))
+    for _, line in table.group_by("device", "precision", "threads", "d"):
+        configuration = (line["precision"][0], int(line["threads"][0]))
         color = configuration_colors.setdefault(configuration, f"C{len(configuration_colors)}")
-        label = f"{name}, {describe(line, ('device', 'dtype', 'threads', 'd'))}"
+        label = f"{name}, {describe(line, ('device', 'precision', 'threads', 'd'))}"
         options = {"color": color, "ls": style, "label": label}
         if table is not gemm and "gemm_fraction" in line:
             plot_against_n(axes[0], line, "gemm_fraction", **options)
@@ -580,7 +582,7 @@ nr.save_figure(fig, "bench_gemm")
 
 for name, table in (("/bench_gemm", gemm), ("/bench_matvec", matvec)):
     if table is not None and table.rows:
-        columns = [c for c in ("device", "dtype", "threads", "n", "d", "seconds", "gflops", "gemm_fraction")
+        columns = [c for c in ("device", "precision", "threads", "n", "d", "seconds", "gflops", "gemm_fraction")
                    if c in table]
         print(name)
         print(" ".join(f"{c:>13}" for c in columns))
@@ -589,7 +591,7 @@ for name, table in (("/bench_gemm", gemm), ("/bench_matvec", matvec)):
                            for c in columns))"""),
     ("md", "## Table: seconds per head (speed-up over exact attention), and the largest N"),
     ("code", """\
-for _, rows in bench.group_by("device", "dtype", "threads"):
+for _, rows in bench.group_by("device", "precision", "threads"):
     sizes = sorted(set(rows["n"].tolist()))
     print(describe(rows) + ", BLAS core " + ", ".join(rows.values_of("blas_core")))
     print(f"{'method':>18} " + " ".join(f"{n:>17}" for n in sizes))
@@ -605,10 +607,10 @@ for _, rows in bench.group_by("device", "dtype", "threads"):
 largest = bench.where(n=bench["n"].max())
 extra = ["gemm_fraction"] if "gemm_fraction" in largest else []
 print(f"N = {largest['n'][0]}")
-print(f"{'method':>18} {'dtype':>8} {'thr':>4} {'seconds':>10} {'GFLOP/s':>9} {'speed-up':>9} {'rel. error':>11}"
+print(f"{'method':>18} {'precision':>8} {'thr':>4} {'seconds':>10} {'GFLOP/s':>9} {'speed-up':>9} {'rel. error':>11}"
       + "".join(f" {c:>14}" for c in extra))
 for i in range(largest.rows):
-    print(f"{largest['method'][i]:>18} {largest['dtype'][i]:>8} {largest['threads'][i]:>4} "
+    print(f"{largest['method'][i]:>18} {largest['precision'][i]:>8} {largest['threads'][i]:>4} "
           f"{largest['seconds'][i]:10.3e} {largest['gflops'][i]:9.1f} {largest['speedup_vs_exact'][i]:9.1f} "
           f"{largest['output_relative_error'][i]:11.2e}" + "".join(f" {largest[c][i]:14.2f}" for c in extra))"""),
 ]

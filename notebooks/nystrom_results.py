@@ -56,8 +56,8 @@ def read_sweep(path: Path | str | None = None) -> Table:
 
 
 def read_bench(path: Path | str | None = None) -> BenchResults:
-    """The tables of a bench results file (default $NYSTROM_RESULTS/bench.h5); checks the format attributes and
-    the columns the bench notebook reads."""
+    """The tables of a bench results file (default $NYSTROM_RESULTS/bench.h5), older format versions read as version
+    3 (nystrom.results.read_bench); checks the format attributes and the columns the bench notebook reads."""
     path = Path(path) if path else results_dir() / "bench.h5"
     bench = _results.read_bench(path)
     optional = [f", /{name}: {table.rows} rows" for name, table in (("bench_gemm", bench.gemm),

@@ -6,6 +6,7 @@
 // `--device cuda` (GPU rows where a CUDA device is present, the reason for exit 2 elsewhere).
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -28,9 +29,11 @@ const std::vector<cli::Column> bench_columns = {{"method", ColumnType::text, tru
                                                 {"n", ColumnType::int64, true},
                                                 {"d", ColumnType::int64, true},
                                                 {"dv", ColumnType::int64, true},
-                                                {"dtype", ColumnType::text, true},
+                                                {"precision", ColumnType::text, true},
                                                 {"threads", ColumnType::int64, true},
                                                 {"landmarks", ColumnType::int64, true},
+                                                {"features", ColumnType::int64, true},
+                                                {"projected", ColumnType::int64, true},
                                                 {"seconds", ColumnType::float64, false},
                                                 {"flops", ColumnType::float64, false},
                                                 {"gflops", ColumnType::float64, false},
@@ -42,16 +45,16 @@ const std::vector<cli::Column> bench_columns = {{"method", ColumnType::text, tru
 const std::vector<cli::Column> step_columns = {
     {"step", ColumnType::text, true},         {"step_index", ColumnType::int64, true},
     {"n", ColumnType::int64, true},           {"d", ColumnType::int64, true},
-    {"dtype", ColumnType::text, true},        {"threads", ColumnType::int64, true},
+    {"precision", ColumnType::text, true},    {"threads", ColumnType::int64, true},
     {"landmarks", ColumnType::int64, true},   {"seconds", ColumnType::float64, false},
     {"fraction", ColumnType::float64, false}, {"blas_core", ColumnType::text, false}};
 const std::vector<cli::Column> gemm_columns = {
-    {"device", ColumnType::text, true},      {"dtype", ColumnType::text, true},
+    {"device", ColumnType::text, true},      {"precision", ColumnType::text, true},
     {"threads", ColumnType::int64, true},    {"n", ColumnType::int64, true},
     {"seconds", ColumnType::float64, false}, {"gflops", ColumnType::float64, false},
     {"blas_core", ColumnType::text, false}};
 const std::vector<cli::Column> matvec_columns = {
-    {"device", ColumnType::text, true},     {"dtype", ColumnType::text, true},
+    {"device", ColumnType::text, true},     {"precision", ColumnType::text, true},
     {"threads", ColumnType::int64, true},   {"n", ColumnType::int64, true},
     {"d", ColumnType::int64, true},         {"seconds", ColumnType::float64, false},
     {"gflops", ColumnType::float64, false}, {"gemm_fraction", ColumnType::float64, false},
@@ -84,14 +87,14 @@ CliRun run_bench(const std::string& output, std::vector<std::string> options) {
   return run_cli(args);
 }
 
-/// Where a row was timed: dtype and thread count (the key of the GEMM reference rate).
+/// Where a row was timed: precision and thread count (the key of the GEMM reference rate).
 using Context = std::pair<std::string, std::int64_t>;
 
 Context context_of(const Table& table, std::size_t row) {
-  return {table.text(row, "dtype"), std::int64_t(table.number(row, "threads"))};
+  return {table.text(row, "precision"), std::int64_t(table.number(row, "threads"))};
 }
 
-/// GEMM GFLOP/s per (dtype, threads), checking one /bench_gemm row per context on `device` and gflops =
+/// GEMM GFLOP/s per (precision, threads), checking one /bench_gemm row per context on `device` and gflops =
 /// 2n³/s.
 std::map<Context, double> gemm_rates(const Table& gemm, Index n, const std::string& device = "cpu") {
   std::map<Context, double> rates;
@@ -110,25 +113,29 @@ std::map<Context, double> gemm_rates(const Table& gemm, Index n, const std::stri
 const std::vector<std::string> all_methods = {
     "exact", "pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer"};
 
-/// m, r or k of each method as written in the `landmarks` column, for --landmarks 8 --features 16
-/// --projected 12.
-Index size_parameter(const std::string& method) {
-  if (method == "exact") return 0;
-  if (method == "performer") return 16;
-  if (method == "linformer") return 12;
-  return 8;
+/// The columns `landmarks`, `features` and `projected` of each method's rows for --landmarks 8 --features 16
+/// --projected 12: m, performer's r and linformer's k each in its own column, 0 elsewhere (as in /sweep).
+std::array<double, 3> approximation_size(const std::string& method) {
+  if (method == "exact") return {0, 0, 0};
+  if (method == "performer") return {0, 16, 0};
+  if (method == "linformer") return {0, 0, 12};
+  return {8, 0, 0};
+}
+
+std::array<double, 3> size_cells(const Table& table, std::size_t row) {
+  return {table.number(row, "landmarks"), table.number(row, "features"), table.number(row, "projected")};
 }
 
 }  // namespace
 
 TEST_CASE(
-    "bench: one row per method × N × dtype × threads, with speedups, GEMM fractions and errors from one "
+    "bench: one row per method × N × precision × threads, with speedups, GEMM fractions and errors from one "
     "file") {
   TempDir dir("bench");
   const auto output = dir / "bench.h5";
   const std::vector<Index> sizes = {64, 128}, thread_counts = {1, 2};
   const auto run =
-      run_bench(output, {"--n", "64,128", "--dtype", "float32,float64", "--threads-list", "1,2", "--methods",
+      run_bench(output, {"--n", "64,128", "--precision", "float,double", "--threads", "1,2", "--method",
                          "exact,pnp-nystra,nystromformer,cur,symmetric-nystrom,"
                          "performer,linformer",
                          "--landmarks", "8", "--features", "16", "--projected", "12", "--gemm-n", "64",
@@ -144,34 +151,35 @@ TEST_CASE(
 
   const Table bench = read_table(output, "bench", bench_columns);
   REQUIRE(bench.rows.size() == all_methods.size() * sizes.size() * 2 * thread_counts.size());
-  // exact's seconds per (dtype, threads, N): the reference of every speedup in the same file.
+  // exact's seconds per (precision, threads, N): the reference of every speedup in the same file.
   std::map<std::tuple<std::string, std::int64_t, std::int64_t>, double> exact_seconds;
   for (std::size_t r = 0; r < bench.rows.size(); ++r)
     if (bench.text(r, "method") == "exact")
-      exact_seconds[{bench.text(r, "dtype"), std::int64_t(bench.number(r, "threads")),
+      exact_seconds[{bench.text(r, "precision"), std::int64_t(bench.number(r, "threads")),
                      std::int64_t(bench.number(r, "n"))}] = bench.number(r, "seconds");
   std::set<std::tuple<std::string, std::int64_t, std::string, std::int64_t>> points;
   for (std::size_t r = 0; r < bench.rows.size(); ++r) {
     const auto method = bench.text(r, "method");
     const auto n = std::int64_t(bench.number(r, "n"));
-    const auto [dtype, threads] = context_of(bench, r);
+    const auto [precision, threads] = context_of(bench, r);
     CAPTURE(method);
     CAPTURE(n);
-    CAPTURE(dtype);
+    CAPTURE(precision);
     CAPTURE(threads);
-    CHECK(points.emplace(method, n, dtype, threads).second);
+    CHECK((precision == "float" || precision == "double"));
+    CHECK(points.emplace(method, n, precision, threads).second);
     CHECK(std::find(all_methods.begin(), all_methods.end(), method) != all_methods.end());
     CHECK(bench.number(r, "d") == 64);
     CHECK(bench.number(r, "dv") == 64);
-    CHECK(bench.number(r, "landmarks") == size_parameter(method));
+    CHECK(size_cells(bench, r) == approximation_size(method));
     CHECK(bench.text(r, "device") == "cpu");
     CHECK(!bench.text(r, "blas_core").empty());
     const double seconds = bench.number(r, "seconds"), gflops = bench.number(r, "gflops");
     CHECK(seconds > 0);
     CHECK(bench.number(r, "flops") > 0);
     CHECK(gflops == doctest::Approx(bench.number(r, "flops") / seconds * 1e-9).epsilon(1e-14));
-    CHECK(bench.number(r, "gemm_fraction") == gflops / gemm_gflops.at({dtype, threads}));
-    CHECK(bench.number(r, "speedup_vs_exact") == exact_seconds.at({dtype, threads, n}) / seconds);
+    CHECK(bench.number(r, "gemm_fraction") == gflops / gemm_gflops.at({precision, threads}));
+    CHECK(bench.number(r, "speedup_vs_exact") == exact_seconds.at({precision, threads, n}) / seconds);
     const double error = bench.number(r, "output_relative_error");
     if (method == "exact") {
       CHECK(bench.number(r, "flops") == 4.0 * n * n * 64);  // QKᵀ and (·)V, 2 flops per multiply-add
@@ -227,8 +235,8 @@ TEST_CASE(
   const auto output = dir / "bench.h5";
   constexpr Index n = 16;
   const auto run =
-      run_bench(output, {"--n", "16", "--landmarks", "16", "--dtype", "float32,float64", "--threads-list",
-                         "1", "--methods", "pnp-nystra,cur", "--gemm-n", "0", "--steps", "0"});
+      run_bench(output, {"--n", "16", "--landmarks", "16", "--precision", "float,double", "--threads", "1",
+                         "--method", "pnp-nystra,cur", "--gemm-n", "0", "--steps", "0"});
   REQUIRE_MESSAGE(run.status == 0, run.err);
   CHECK_FALSE(has_table(output, "bench_gemm"));
   CHECK_FALSE(has_table(output, "bench_matvec"));
@@ -237,14 +245,14 @@ TEST_CASE(
   REQUIRE(bench.rows.size() == 2 * 2);  // exact is timed for the speedups but not listed
   for (std::size_t r = 0; r < bench.rows.size(); ++r) {
     CAPTURE(bench.text(r, "method"));
-    CAPTURE(bench.text(r, "dtype"));
+    CAPTURE(bench.text(r, "precision"));
     CHECK(bench.text(r, "method") != "exact");
     CHECK(std::isnan(bench.number(r, "gemm_fraction")));
     CHECK(bench.number(r, "speedup_vs_exact") > 0);
     // With every token a landmark, G_A = G and Ĝ = G G⁺ G = G: the error is rounding amplified by the
     // conditioning of the 16×16 core (at most 1e3 here).
     const double eps_tolerance =
-        bench.text(r, "dtype") == "float32" ? tolerance<float>(n) : tolerance<double>(n);
+        bench.text(r, "precision") == "float" ? tolerance<float>(n) : tolerance<double>(n);
     CHECK(bench.number(r, "output_relative_error") < 1e3 * eps_tolerance);
   }
 }
@@ -252,18 +260,22 @@ TEST_CASE(
 TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave an existing file intact") {
   TempDir dir("bench_bad");
   const auto existing = dir / "existing.h5";
-  REQUIRE(run_bench(existing, {"--n", "16", "--dtype", "float64", "--threads-list", "1", "--methods", "exact",
+  REQUIRE(run_bench(existing, {"--n", "16", "--precision", "double", "--threads", "1", "--method", "exact",
                                "--gemm-n", "0"})
               .status == 0);
   const auto before = file_bytes(existing);
   // Options of each case, then the texts its message must contain. Every case fails before any timing.
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
-      {{"--n", "16", "--methods", "exact,bogus"}, {"--methods", "bogus"}},
-      {{"--n", "16", "--dtype", "float32,float16"}, {"--dtype", "float16"}},
+      {{"--n", "16", "--method", "exact,bogus"}, {"--method", "bogus"}},
+      {{"--n", "16", "--methods", "exact,bogus"}, {"--method", "bogus"}},
+      {{"--n", "16", "--precision", "float,float16"}, {"--precision", "float16"}},
+      {{"--n", "16", "--dtype", "float32,float16"}, {"--precision", "float16"}},
+      {{"--n", "16", "--precision", "float", "--dtype", "float32"}, {"--precision and --dtype"}},
+      {{"--n", "16", "--threads", "1", "--threads-list", "2"}, {"--threads and --threads-list"}},
       {{"--n", "64,32", "--landmarks", "40"}, {"--landmarks = 40", "--n = 32"}},
-      {{"--n", "64", "--methods", "linformer", "--projected", "65"}, {"--projected = 65", "linformer"}},
+      {{"--n", "64", "--method", "linformer", "--projected", "65"}, {"--projected = 65", "linformer"}},
       {{"--n", "0"}, {"--n", "0"}},
-      {{"--n", "16", "--threads-list", "1,0"}, {"--threads-list", "0"}},
+      {{"--n", "16", "--threads", "1,-1"}, {"--threads", "-1"}},
       {{"--n", "16", "--gemm-n", "-1"}, {"--gemm-n = -1"}},
       {{"--n", "16", "--matvec-n", "256,0"}, {"--matvec-n", "0"}},
       {{"--n", "16", "--d", "0"}, {"--d = 0"}},
@@ -296,9 +308,9 @@ TEST_CASE(
     return;
   }
   const auto cpu_only =
-      run_bench(output, {"--device", "cuda", "--n", "64", "--methods", "exact,performer,cur"});
+      run_bench(output, {"--device", "cuda", "--n", "64", "--method", "exact,performer,cur"});
   CHECK(cpu_only.status == 2);
-  CHECK_MESSAGE(cpu_only.err.find("--methods: performer, cur run on the CPU only") != std::string::npos,
+  CHECK_MESSAGE(cpu_only.err.find("--method: performer, cur run on the CPU only") != std::string::npos,
                 cpu_only.err);
   CHECK_FALSE(fs::exists(output));
 
@@ -306,8 +318,8 @@ TEST_CASE(
   // recovers exact attention (G_A = G), so the GPU's PnP-Nystra error is rounding only.
   constexpr Index n = 16;
   const auto run =
-      run_bench(output, {"--device", "cuda", "--n", "16,64", "--landmarks", "16", "--dtype",
-                         "float32,float64", "--threads-list", "1,2", "--gemm-n", "64", "--matvec-n", "256"});
+      run_bench(output, {"--device", "cuda", "--n", "16,64", "--landmarks", "16", "--precision",
+                         "float,double", "--threads", "1,2", "--gemm-n", "64", "--matvec-n", "256"});
   REQUIRE_MESSAGE(run.status == 0, run.err);
   CHECK(file_attribute(output, "device") == "cuda");
   CHECK(file_attribute(output, "device_description") != "cpu");
@@ -330,7 +342,7 @@ TEST_CASE(
     if (method == "exact") CHECK(error == 0);
     if (method == "pnp-nystra" && bench.number(r, "n") == n) {
       const double eps_tolerance =
-          bench.text(r, "dtype") == "float32" ? tolerance<float>(n) : tolerance<double>(n);
+          bench.text(r, "precision") == "float" ? tolerance<float>(n) : tolerance<double>(n);
       CHECK(error < 1e3 * eps_tolerance);
     }
   }
@@ -342,4 +354,43 @@ TEST_CASE(
     CHECK(matvec.number(r, "gemm_fraction") ==
           matvec.number(r, "gflops") / gemm_gflops.at(context_of(matvec, r)));
   }
+}
+
+TEST_CASE(
+    "bench: the deprecated spellings --dtype, --threads-list, --methods give the rows of --precision, "
+    "--threads, --method") {
+  TempDir dir("bench_aliases");
+  const std::vector<std::string> common = {"--n",         "32", "--landmarks", "8", "--features", "8",
+                                           "--projected", "8",  "--gemm-n",    "0", "--steps",    "0"};
+  // The current names, and the old ones (float32 = float, float64 = double).
+  auto current = common, deprecated = common;
+  current.insert(current.end(), {"--precision", "float,double", "--threads", "1", "--method",
+                                 "pnp-nystra,performer,linformer"});
+  deprecated.insert(deprecated.end(), {"--dtype", "float32,float64", "--threads-list", "1", "--methods",
+                                       "pnp-nystra,performer,linformer"});
+  const auto now = dir / "current.h5", old = dir / "deprecated.h5";
+  const auto run_now = run_bench(now, current);
+  REQUIRE_MESSAGE(run_now.status == 0, run_now.err);
+  const auto run_old = run_bench(old, deprecated);
+  REQUIRE_MESSAGE(run_old.status == 0, run_old.err);
+  const Table a = read_table(now, "bench", bench_columns), b = read_table(old, "bench", bench_columns);
+  REQUIRE(a.rows.size() == 3 * 2);
+  REQUIRE(b.rows.size() == a.rows.size());
+  for (std::size_t r = 0; r < a.rows.size(); ++r) {
+    CAPTURE(a.text(r, "method"));
+    CHECK(a.text(r, "precision") == (r < 3 ? "float" : "double"));
+    CHECK(b.text(r, "precision") == a.text(r, "precision"));
+    CHECK(b.text(r, "method") == a.text(r, "method"));
+    CHECK(b.number(r, "threads") == 1);
+    CHECK(a.number(r, "threads") == 1);
+    CHECK(size_cells(b, r) == size_cells(a, r));
+    // Same seeded inputs and arithmetic: the same output error.
+    CHECK(b.number(r, "output_relative_error") == a.number(r, "output_relative_error"));
+  }
+  const std::array<double, 3> performer = {0, 8, 0}, linformer = {0, 0, 8}, pnp = {8, 0, 0};
+  CHECK(size_cells(a, 0) == pnp);
+  CHECK(size_cells(a, 1) == performer);
+  CHECK(size_cells(a, 2) == linformer);
+  CHECK(cli::read_numeric_attribute(cli::open_file(now, false).get(), "format_version") ==
+        std::vector<double>{3});
 }

@@ -63,8 +63,8 @@ TEST_CASE(
                        "3",
                        "--blocks",
                        m,
-                       "--dtype",
-                       "float64",
+                       "--precision",
+                       "double",
                        "--seed",
                        std::to_string(seed)})
                   .status == 0);

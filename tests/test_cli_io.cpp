@@ -35,11 +35,17 @@ TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message
   CHECK(run_cli({}).status == 2);
   const auto help = run_cli({"--help"});
   CHECK(help.status == 0);
-  for (const char* name : {"sweep", "spectrum", "synth", "info"}) {
+  for (const char* name : {"sweep", "spectrum", "synth", "info", "bench"}) {
     CHECK(help.out.find(name) != std::string::npos);
     const auto sub = run_cli({name, "--help"});
     CHECK(sub.status == 0);
     CHECK(sub.out.find(std::string("usage: nystrom ") + name) != std::string::npos);
+    if (std::string(name) == "info") continue;
+    // One vocabulary: every subcommand that computes takes --precision (old spelling --dtype) and -q.
+    CAPTURE(sub.out);
+    CHECK(sub.out.find("--precision") != std::string::npos);
+    CHECK(sub.out.find("deprecated alias of --precision") != std::string::npos);
+    CHECK(sub.out.find("-q [ --quiet ]") != std::string::npos);
   }
   const auto unknown = run_cli({"sweeep"});
   CHECK(unknown.status == 2);
@@ -58,36 +64,20 @@ TEST_CASE("synth writes the dump format, the reader gets back the same heads, at
   TempDir dir("synth");
   const auto path = dir / "g.h5";
   // Two float64 layers of low-rank (noise-free) tokens with attn; written twice below to check determinism.
-  const auto synth_low_rank = [](const std::filesystem::path& out) {
-    return run_cli({"synth",
-                    "-o",
-                    out.string(),
-                    "--kind",
-                    "gaussian,low-rank",
-                    "--layers",
-                    "2",
-                    "--batch",
-                    "2",
-                    "--heads",
-                    "3",
-                    "--tokens",
-                    "24",
-                    "--dim",
-                    "5",
-                    "--value-dim",
-                    "4",
-                    "--dtype",
-                    "float64",
-                    "--with-attn",
-                    "--seed",
-                    "7",
-                    "--rank",
-                    "2",
-                    "--noise",
-                    "0"});
+  // `precision` spells the arithmetic: --precision double, or the deprecated alias --dtype float64.
+  const auto synth_low_rank = [](const std::filesystem::path& out,
+                                 const std::vector<std::string>& precision = {"--precision", "double"}) {
+    std::vector<std::string> args = {"synth",       "-o",       out.string(),  "--kind", "gaussian,low-rank",
+                                     "--layers",    "2",        "--batch",     "2",      "--heads",
+                                     "3",           "--tokens", "24",          "--dim",  "5",
+                                     "--value-dim", "4",        "--with-attn", "--seed", "7",
+                                     "--rank",      "2",        "--noise",     "0",      "-q"};
+    args.insert(args.end(), precision.begin(), precision.end());
+    return run_cli(args);
   };
   const auto run = synth_low_rank(path);
   REQUIRE(run.status == 0);
+  CHECK(run.err.empty());  // -q: no summary
   const auto dump = cli::inspect_dump(path);
   CHECK(dump.format_version == 1);
   CHECK(dump.source.find("synth") != std::string::npos);
@@ -114,9 +104,11 @@ TEST_CASE("synth writes the dump format, the reader gets back the same heads, at
   Matrix<double> softmax = (logits.colwise() - logits.rowwise().maxCoeff()).array().exp().matrix();
   softmax = softmax.array().colwise() / softmax.rowwise().sum().array();
   CHECK((attn - softmax).cwiseAbs().maxCoeff() < 1e-14);
-  // Deterministic: the same seed gives the same data, another seed different data.
+  // Deterministic: the same seed gives the same data (here spelt with the deprecated --dtype float64),
+  // another seed different data.
   const auto again = dir / "again.h5", other = dir / "other.h5";
-  REQUIRE(synth_low_rank(again).status == 0);
+  REQUIRE(synth_low_rank(again, {"--dtype", "float64"}).status == 0);
+  CHECK(cli::inspect_dump(again).layers[1].dtype == "float64");
   REQUIRE(run_cli({"synth", "-o", other, "--tokens", "24", "--dim", "5", "--seed", "8", "--layers", "2"})
               .status == 0);
   const auto same =

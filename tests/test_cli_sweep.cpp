@@ -29,9 +29,9 @@ namespace {
 /// A small dump: 1 layer × 2 heads, N = 40, d = 6, dv = 5, float64.
 std::string make_dump(const TempDir& dir, const std::string& kind = "gaussian") {
   const auto path = dir / (kind + ".h5");
-  REQUIRE(run_cli({"synth",   "-o",      path,       "--kind", kind,    "--layers", "1",
-                   "--heads", "2",       "--tokens", "40",     "--dim", "6",        "--value-dim",
-                   "5",       "--dtype", "float64",  "--seed", "3",     "--blocks", "4"})
+  REQUIRE(run_cli({"synth",   "-o",          path,       "--kind", kind,    "--layers", "1",
+                   "--heads", "2",           "--tokens", "40",     "--dim", "6",        "--value-dim",
+                   "5",       "--precision", "double",   "--seed", "3",     "--blocks", "4"})
               .status == 0);
   return path;
 }
@@ -215,7 +215,7 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
 
   cli::Handle file = cli::open_file(output, false);
   CHECK(cli::read_string_attribute(file.get(), "format") == "nystrom-results");
-  CHECK(cli::read_numeric_attribute(file.get(), "format_version") == std::vector<double>{2});
+  CHECK(cli::read_numeric_attribute(file.get(), "format_version") == std::vector<double>{3});
   CHECK(!cli::read_string_attribute(file.get(), "program_version").empty());
   CHECK(!cli::read_string_attribute(file.get(), "git_revision").empty());
   CHECK(cli::read_string_attribute(file.get(), "command_line").starts_with("nystrom sweep -i "));
@@ -292,6 +292,24 @@ TEST_CASE("sweep: interrupted (SIGINT after some points) and resumed gives the r
                               "exact", "-q"}))
               .status == 0);
   CHECK(read_sweep(resumed).rows.size() == a.rows.size() + 2);
+
+  // Results format version 2 has this build's /sweep table: resumed, and rewritten as version 3; version 1
+  // (r and k in `landmarks`) is refused.
+  const auto set_version = [&](std::int64_t version) {
+    cli::Handle file = cli::open_file(clean, true);
+    cli::write_attribute(file.get(), "format_version", std::vector<std::int64_t>{version});
+  };
+  const std::vector<std::string> extension = {"--kernel", "exp",    "--strategy", "step", "--landmarks",
+                                              "4,16",     "--pinv", "exact",      "-q"};
+  set_version(2);
+  REQUIRE(run_cli(sweep_args(input, clean, extension)).status == 0);
+  CHECK(read_sweep(clean).rows.size() == a.rows.size() + 2);
+  CHECK(cli::read_numeric_attribute(cli::open_file(clean, false).get(), "format_version") ==
+        std::vector<double>{3});
+  set_version(1);
+  const auto old = run_cli(sweep_args(input, clean, extension));
+  CHECK(old.status == 2);
+  CHECK_MESSAGE(old.err.find("format_version 1") != std::string::npos, old.err);
 }
 
 TEST_CASE(
@@ -318,6 +336,9 @@ TEST_CASE(
       {{"--heads", "5"}, "--heads: index 5 out of range"},
       {{"--layers", "07"}, "no layer /layers/07"},
       {{"--precision", "half"}, "--precision"},
+      {{"--precision", "float", "--dtype", "float32"}, "--precision and --dtype"},
+      {{"--precision", "float,double"}, "--precision: one value expected"},
+      {{"--method", "exact", "--methods", "exact"}, "--method and --methods"},
       {{"--landmark", "4"}, "landmark"},
       {{"--threads", "-2"}, "--threads"},
       {{"--method", "pnp-nystra,bogus"}, "unknown method 'bogus'"},
@@ -366,14 +387,21 @@ TEST_CASE("sweep: float arithmetic agrees with double to float accuracy") {
   const auto input = make_dump(dir);
   const std::vector<std::string> small = {
       "--kernel", "exp", "--strategy", "segment-means", "--landmarks", "4", "--pinv", "exact", "-q"};
-  auto single = small;
+  auto single = small, alias = small;
   single.insert(single.end(), {"--precision", "float"});
+  alias.insert(alias.end(), {"--dtype", "float32", "--methods", "pnp-nystra"});  // the deprecated spellings
   REQUIRE(run_cli(sweep_args(input, dir / "d.h5", small)).status == 0);
   REQUIRE(run_cli(sweep_args(input, dir / "f.h5", single)).status == 0);
+  REQUIRE(run_cli(sweep_args(input, dir / "alias.h5", alias)).status == 0);
   const Table d = read_sweep(dir / "d.h5"), f = read_sweep(dir / "f.h5");
   REQUIRE(d.rows.size() == f.rows.size());
+  const Table aliased = read_sweep(dir / "alias.h5");
+  REQUIRE(aliased.rows.size() == f.rows.size());
   for (std::size_t r = 0; r < d.rows.size(); ++r) {
+    CHECK(d.text(r, "precision") == "double");
     CHECK(f.text(r, "precision") == "float");
+    CHECK(aliased.text(r, "precision") == "float");
+    CHECK(aliased.number(r, "spectral_error") == f.number(r, "spectral_error"));
     CHECK(f.number(r, "sigma1_ext") == doctest::Approx(d.number(r, "sigma1_ext")).epsilon(1e-5));
     CHECK(f.number(r, "output_relative_error") ==
           doctest::Approx(d.number(r, "output_relative_error")).epsilon(1e-2).scale(1e-4));
@@ -383,9 +411,9 @@ TEST_CASE("sweep: float arithmetic agrees with double to float accuracy") {
 TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the dense matrices") {
   TempDir dir("spectrum");
   const auto input = dir / "attn.h5", output = dir / "spectra.h5";
-  REQUIRE(run_cli({"synth",   "-o",      input,     "--kind",      "low-rank", "--layers", "1",
-                   "--batch", "2",       "--heads", "2",           "--tokens", "30",       "--dim",
-                   "4",       "--dtype", "float64", "--with-attn", "--rank",   "2"})
+  REQUIRE(run_cli({"synth",   "-o",          input,     "--kind",      "low-rank", "--layers", "1",
+                   "--batch", "2",           "--heads", "2",           "--tokens", "30",       "--dim",
+                   "4",       "--precision", "double",  "--with-attn", "--rank",   "2"})
               .status == 0);
   REQUIRE(run_cli({"spectrum", "-i", input, "-o", output, "--landmarks", "5", "--strategy", "step", "--top",
                    "12", "--rank-tol", "1e-8", "-q"})

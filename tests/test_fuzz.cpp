@@ -269,7 +269,7 @@ TEST_CASE("write fuzz dumps") {
       synth(block_constant_name(family, seed),
             {"--kind", "block-constant", "--heads", "1", "--tokens", std::to_string(family.n), "--dim",
              std::to_string(family.d), "--value-dim", "4", "--blocks", std::to_string(family.blocks),
-             "--dtype", seed % 2 ? "float64" : "float32", "--seed", std::to_string(seed)});
+             "--precision", seed % 2 ? "double" : "float", "--seed", std::to_string(seed)});
   const Index n = 64, d = 8;
   const Matrix<double> v = random_matrix<double>(n, 4, 3);
   // All tokens equal: G is the constant exp(s·qᵀk) matrix of rank 1.

@@ -19,9 +19,10 @@ if TYPE_CHECKING:
     import pandas
 
 RESULTS_FORMAT = "nystrom-results"
-# Version 2: `landmarks` holds m only (0 for methods without landmarks); performer's feature count r is in `features`,
-# linformer's projected length k in `projected`. Version 1 files (r and k in `landmarks`) are read as version 2.
-RESULTS_FORMAT_VERSIONS = (1, 2)
+# Version 2: /sweep's `landmarks` holds m only (0 for methods without landmarks); performer's feature count r is in
+# `features`, linformer's projected length k in `projected`. Version 3: /bench likewise, and the /bench tables' `dtype`
+# (float32, float64) is `precision` (float, double). Older files are read as version 3.
+RESULTS_FORMAT_VERSIONS = (1, 2, 3)
 STRING_COLUMNS = ("layer", "kernel", "strategy", "pinv", "method")
 INT_COLUMNS = ("batch", "head", "n", "d", "landmarks", "pinv_iters", "seed")
 FLOAT_COLUMNS = (
@@ -32,12 +33,15 @@ FLOAT_COLUMNS = (
 REQUIRED_COLUMNS = STRING_COLUMNS + INT_COLUMNS + FLOAT_COLUMNS
 # `nystrom bench` (experiments/bench.cpp): the columns the bench notebook reads; gemm_fraction, /bench_gemm and
 # /bench_matvec are optional (GEMM reference rates, written by newer versions).
-BENCH_COLUMNS = ("method", "n", "d", "dtype", "threads", "landmarks", "seconds", "flops", "gflops",
+BENCH_COLUMNS = ("method", "n", "d", "precision", "threads", "landmarks", "seconds", "flops", "gflops",
                  "speedup_vs_exact", "output_relative_error", "blas_core")
-BENCH_STEP_COLUMNS = ("step", "step_index", "n", "d", "dtype", "threads", "landmarks", "seconds", "fraction",
+BENCH_STEP_COLUMNS = ("step", "step_index", "n", "d", "precision", "threads", "landmarks", "seconds", "fraction",
                       "blas_core")
-BENCH_GEMM_COLUMNS = ("device", "dtype", "threads", "n", "seconds", "gflops", "blas_core")
-BENCH_MATVEC_COLUMNS = ("device", "dtype", "threads", "n", "d", "seconds", "gflops", "gemm_fraction", "blas_core")
+BENCH_GEMM_COLUMNS = ("device", "precision", "threads", "n", "seconds", "gflops", "blas_core")
+BENCH_MATVEC_COLUMNS = ("device", "precision", "threads", "n", "d", "seconds", "gflops", "gemm_fraction",
+                        "blas_core")
+# The /bench tables' precision column before version 3: `dtype`, with these values.
+PRECISION_OF_DTYPE = {"float32": "float", "float64": "double"}
 
 
 def open_results(path: Path | str) -> h5py.File:
@@ -143,8 +147,8 @@ def format_version(file: h5py.File) -> int:
 
 
 def _sizes_in_their_columns(table: Table) -> None:
-    """Reads a version 1 /sweep as version 2: performer's r and linformer's k move from `landmarks` to `features`
-    and `projected` (0 elsewhere), leaving `landmarks` = m."""
+    """Reads a version 1 /sweep or a version 1 or 2 /bench as version 3: performer's r and linformer's k move from
+    `landmarks` to `features` and `projected` (0 elsewhere), leaving `landmarks` = m."""
     for method, column in (("performer", "features"), ("linformer", "projected")):
         rows = table["method"] == method
         table[column] = np.where(rows, table["landmarks"], 0).astype(np.int64)
@@ -152,7 +156,7 @@ def _sizes_in_their_columns(table: Table) -> None:
 
 
 def read_sweep(path: Path | str) -> Table:
-    """The /sweep table of a results file (as format version 2); checks the format attributes and the required
+    """The /sweep table of a results file (as format version 3, whose /sweep is version 2's); checks the format attributes and the required
     columns."""
     with open_results(path) as file:
         table = read_table(file, path, "sweep", REQUIRED_COLUMNS)
@@ -173,7 +177,7 @@ def approximation_size(table: Table) -> np.ndarray:
 
 def read_results(path: Path | str) -> "pandas.DataFrame":
     """The /sweep table of a results file as a pandas DataFrame, one row per evaluated point (strings decoded,
-    integers int64, the rest float64; a format version 1 file read as version 2), with the file's root attributes (provenance: command_line, git_revision,
+    integers int64, the rest float64; a format version 1 file read as version 3), with the file's root attributes (provenance: command_line, git_revision,
     threads, input, ...) in `df.attrs`."""
     import pandas
 
@@ -185,7 +189,7 @@ def read_results(path: Path | str) -> "pandas.DataFrame":
 
 
 class BenchResults(NamedTuple):
-    """The tables of a `nystrom bench` file: /bench (one row per method, N, dtype, thread count), /bench_steps
+    """The tables of a `nystrom bench` file: /bench (one row per method, N, precision, thread count), /bench_steps
     (PnP-Nystra Algorithm 1 step timings, paper Table 1; no rows with --steps 0) and, when the file has them, the
     GEMM reference rates /bench_gemm and the matrix-free matvec rates /bench_matvec (None otherwise)."""
 
@@ -195,13 +199,28 @@ class BenchResults(NamedTuple):
     matvec: Table | None
 
 
+def _read_bench_table(file: h5py.File, path: Path | str, name: str, required: tuple[str, ...]) -> Table:
+    """One /bench table as version 3: before it, the column `precision` was `dtype` (float32, float64)."""
+    if format_version(file) >= 3:
+        return read_table(file, path, name, required)
+    table = read_table(file, path, name, tuple("dtype" if c == "precision" else c for c in required))
+    dtype = table.pop("dtype")
+    table["precision"] = np.asarray([PRECISION_OF_DTYPE.get(value, value) for value in dtype], dtype=object)
+    return table
+
+
 def read_bench(path: Path | str) -> BenchResults:
-    """The tables of a bench results file; checks the format attributes and the columns the bench notebook reads."""
+    """The tables of a bench results file (as format version 3: `precision` float or double; performer's r in
+    `features`, linformer's k in `projected`); checks the format attributes and the columns the bench notebook
+    reads."""
     with open_results(path) as file:
-        bench = read_table(file, path, "bench", BENCH_COLUMNS)
-        steps = read_table(file, path, "bench_steps", BENCH_STEP_COLUMNS)
-        gemm = read_table(file, path, "bench_gemm", BENCH_GEMM_COLUMNS) if "bench_gemm" in file else None
-        matvec = read_table(file, path, "bench_matvec", BENCH_MATVEC_COLUMNS) if "bench_matvec" in file else None
+        bench = _read_bench_table(file, path, "bench", BENCH_COLUMNS)
+        if format_version(file) < 3:
+            _sizes_in_their_columns(bench)
+        steps = _read_bench_table(file, path, "bench_steps", BENCH_STEP_COLUMNS)
+        gemm = _read_bench_table(file, path, "bench_gemm", BENCH_GEMM_COLUMNS) if "bench_gemm" in file else None
+        matvec = (_read_bench_table(file, path, "bench_matvec", BENCH_MATVEC_COLUMNS)
+                  if "bench_matvec" in file else None)
     return BenchResults(bench, steps, gemm, matvec)
 
 

@@ -6,12 +6,14 @@ and /bench_steps tables of `nystrom bench`, and its optional /bench_gemm and /be
 
     make_fake_results.py OUT_DIR [--minimal] [--methods pnp-nystra,nystromformer,...] [--seed 0]
 
-The files are results format_version 2 (performer's r in `features`, linformer's k in `projected`, `landmarks` = m).
+The files are results format_version 3 (performer's r in `features`, linformer's k in `projected`, `landmarks` = m, in
+/sweep and /bench; the /bench tables' `precision` float or double).
 --minimal writes only what docs/formats.md §2 requires, as format_version 1 (the required /sweep columns, performer's and
 linformer's sizes in `landmarks`; sv_G, sv_S, sv_Gext with attrs k, N), so that tests show the notebooks do not
 depend on the extra columns and datasets `nystrom` writes besides and still read version 1 files; its
-bench.h5 is like `nystrom bench --dtype float32 --threads-list 1 --methods <methods> --steps 0 --gemm-n 0` of an
-older version (no exact rows unless asked for, no step rows, no device or gemm_fraction column, no /bench_gemm);
+bench.h5 is like `nystrom bench --precision float --threads 1 --method <methods> --steps 0 --gemm-n 0` of an
+older version (format_version 1: `dtype` float32 instead of `precision`, r and k in `landmarks`; no exact rows unless
+asked for, no step rows, no device or gemm_fraction column, no /bench_gemm);
 its vision.h5 holds the columns the vision notebook reads and three configurations.
 The numbers are synthetic (geometric singular-value decay, errors falling with the landmark count, time growing as
 N² for exact attention and as N for the approximations), not results.
@@ -43,22 +45,23 @@ TOKENS, DIM = 64, 16
 
 # `nystrom bench` tables (experiments/bench.cpp), transcribed for the same reason: column name, type.
 BENCH_COLUMNS = (
-    ("method", "text"), ("n", "int64"), ("d", "int64"), ("dv", "int64"), ("dtype", "text"), ("threads", "int64"),
-    ("landmarks", "int64"), ("seconds", "float64"), ("flops", "float64"), ("gflops", "float64"),
-    ("speedup_vs_exact", "float64"), ("output_relative_error", "float64"), ("blas_core", "text"),
+    ("method", "text"), ("n", "int64"), ("d", "int64"), ("dv", "int64"), ("precision", "text"),
+    ("threads", "int64"), ("landmarks", "int64"), ("features", "int64"), ("projected", "int64"), ("seconds", "float64"),
+    ("flops", "float64"), ("gflops", "float64"), ("speedup_vs_exact", "float64"), ("output_relative_error", "float64"),
+    ("blas_core", "text"),
 )
 BENCH_DEVICE_COLUMNS = (("gemm_fraction", "float64"), ("device", "text"))  # in /bench since the GEMM reference
 BENCH_STEP_COLUMNS = (
-    ("step", "text"), ("step_index", "int64"), ("n", "int64"), ("d", "int64"), ("dtype", "text"),
+    ("step", "text"), ("step_index", "int64"), ("n", "int64"), ("d", "int64"), ("precision", "text"),
     ("threads", "int64"), ("landmarks", "int64"), ("seconds", "float64"), ("fraction", "float64"),
     ("blas_core", "text"),
 )
 BENCH_GEMM_COLUMNS = (
-    ("device", "text"), ("dtype", "text"), ("threads", "int64"), ("n", "int64"), ("seconds", "float64"),
+    ("device", "text"), ("precision", "text"), ("threads", "int64"), ("n", "int64"), ("seconds", "float64"),
     ("gflops", "float64"), ("blas_core", "text"),
 )
 BENCH_MATVEC_COLUMNS = (
-    ("device", "text"), ("dtype", "text"), ("threads", "int64"), ("n", "int64"), ("d", "int64"),
+    ("device", "text"), ("precision", "text"), ("threads", "int64"), ("n", "int64"), ("d", "int64"),
     ("seconds", "float64"), ("gflops", "float64"), ("gemm_fraction", "float64"), ("blas_core", "text"),
 )
 STEPS = ("1 landmarks", "2 G_L", "3 G_A", "4 G_U", "5 pinv", "6 G_U V, G_U 1", "7 P, products, normalization")
@@ -66,6 +69,13 @@ BENCH_SIZES = tuple(64 * 2**k for k in range(7))  # 64 … 4096
 MATVEC_SIZES = (1024, 2048, 4096)
 BENCH_LANDMARKS, BENCH_FEATURES, BENCH_DIM, GEMM_N = 16, 64, 64, 4096
 BLAS_CORE = "SkylakeX"
+DTYPE_OF_PRECISION = {"float": "float32", "double": "float64"}  # the /bench tables before format version 3
+
+
+def bench_version_1(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """A /bench table's columns as format version 1 wrote them: `dtype` for `precision`, no `features`, `projected`."""
+    renamed = (("dtype" if name == "precision" else name, kind) for name, kind in columns)
+    return tuple((name, kind) for name, kind in renamed if name not in ("features", "projected"))
 
 
 def write_table(file: h5py.File, name: str, columns: tuple[tuple[str, str], ...], rows: list[dict]) -> None:
@@ -78,7 +88,7 @@ def write_table(file: h5py.File, name: str, columns: tuple[tuple[str, str], ...]
         group.create_dataset(column, data=values, dtype=types[kind], maxshape=(None,), chunks=(256,))
 
 
-def write_root(file: h5py.File, command: str, version: int = 2) -> None:
+def write_root(file: h5py.File, command: str, version: int = 3) -> None:
     file.attrs["format"] = "nystrom-results"
     file.attrs["format_version"] = np.int64(version)
     file.attrs["program_version"] = "0.0.0-fake"
@@ -138,7 +148,7 @@ def sweep_rows(methods: list[str], rng: np.random.Generator) -> list[dict]:
 def write_sweep(path: Path, methods: list[str], minimal: bool, rng: np.random.Generator) -> None:
     rows = sweep_rows(methods, rng)
     with h5py.File(path, "w") as file:
-        write_root(file, "nystrom sweep (fake)", 1 if minimal else 2)
+        write_root(file, "nystrom sweep (fake)", 1 if minimal else 3)
         columns = tuple((c, "text") for c in STRING_COLUMNS) + tuple((c, "int64") for c in INT_COLUMNS)
         if not minimal:  # version 2: performer's r and linformer's k in their own columns, `landmarks` = m
             for row in rows:
@@ -187,14 +197,15 @@ def write_spectrum(path: Path, minimal: bool, rng: np.random.Generator) -> None:
 
 def bench_rows(methods: list[str], minimal: bool, rng: np.random.Generator) -> dict[str, list[dict]]:
     """Rows of /bench, /bench_steps and (unless minimal) /bench_gemm and /bench_matvec, in bench's loop order
-    (dtype, threads; GEMM, then per N exact first, then the matvecs); exact attention is timed for the speedups even
-    without its own rows."""
-    dtypes, thread_counts = (["float32"], [1]) if minimal else (["float32", "float64"], [1, 2])
+    (precision, threads; GEMM, then per N exact first, then the matvecs); exact attention is timed for the speedups
+    even without its own rows. Minimal: format version 1 (`dtype` float32, r and k in `landmarks`)."""
+    precisions, thread_counts = (["float"], [1]) if minimal else (["float", "double"], [1, 2])
     listed = methods if minimal else ["exact", *methods]
     tables = {"bench": [], "bench_steps": [], "bench_gemm": [], "bench_matvec": []}
-    for dtype, threads in itertools.product(dtypes, thread_counts):
-        peak = 250e9 * threads * (1.0 if dtype == "float32" else 0.5)  # GEMM rate, flop/s
-        where = {"dtype": dtype, "threads": threads, "blas_core": BLAS_CORE}
+    for precision, threads in itertools.product(precisions, thread_counts):
+        peak = 250e9 * threads * (1.0 if precision == "float" else 0.5)  # GEMM rate, flop/s
+        where = {"dtype": DTYPE_OF_PRECISION[precision]} if minimal else {"precision": precision}
+        where.update(threads=threads, blas_core=BLAS_CORE)
         if not minimal:
             gemm_seconds = 2.0 * GEMM_N**3 / peak
             tables["bench_gemm"].append({"device": "cpu", "n": GEMM_N, "seconds": gemm_seconds,
@@ -214,8 +225,11 @@ def bench_rows(methods: list[str], minimal: bool, rng: np.random.Generator) -> d
                        "speedup_vs_exact": exact_seconds / seconds,
                        "output_relative_error": 0.0 if method == "exact" else 0.02 * (1 + METHODS.index(method))
                        * rng.uniform(0.8, 1.2), **where}
-                if not minimal:
-                    row.update(gemm_fraction=row["gflops"] * 1e9 / peak, device="cpu")
+                if not minimal:  # version 3: m, r and k each in its own column, 0 where the method has none
+                    row.update(gemm_fraction=row["gflops"] * 1e9 / peak, device="cpu",
+                               landmarks=0 if method in ("performer", "linformer") else size,
+                               features=size if method == "performer" else 0,
+                               projected=size if method == "linformer" else 0)
                 tables["bench"].append(row)
             if not minimal:
                 weights = rng.uniform(0.5, 1.5, len(STEPS)) * np.array([1, 3, 0.2, 3, 0.5, 2, 3])
@@ -235,16 +249,17 @@ def bench_rows(methods: list[str], minimal: bool, rng: np.random.Generator) -> d
 def write_bench(path: Path, methods: list[str], minimal: bool, rng: np.random.Generator) -> None:
     tables = bench_rows(methods, minimal, rng)
     with h5py.File(path, "w") as file:
-        write_root(file, "nystrom bench (fake)")
+        write_root(file, "nystrom bench (fake)", 1 if minimal else 3)
         file.attrs["input"] = "synthetic:gaussian"
         file.attrs["blas_core"] = BLAS_CORE
         if not minimal:
             file.attrs["device"] = "cpu"
             file.attrs["device_description"] = "fake CPU"
             file.attrs["timing"] = "one head on the host, minimum over repeats; threads = OpenMP and OpenBLAS threads"
-        columns = BENCH_COLUMNS if minimal else BENCH_COLUMNS + BENCH_DEVICE_COLUMNS
+        columns = bench_version_1(BENCH_COLUMNS) if minimal else BENCH_COLUMNS + BENCH_DEVICE_COLUMNS
         write_table(file, "bench", columns, tables["bench"])
-        write_table(file, "bench_steps", BENCH_STEP_COLUMNS, tables["bench_steps"])
+        write_table(file, "bench_steps", bench_version_1(BENCH_STEP_COLUMNS) if minimal else BENCH_STEP_COLUMNS,
+                    tables["bench_steps"])
         if not minimal:
             write_table(file, "bench_gemm", BENCH_GEMM_COLUMNS, tables["bench_gemm"])
             write_table(file, "bench_matvec", BENCH_MATVEC_COLUMNS, tables["bench_matvec"])
@@ -330,7 +345,7 @@ def write_vision(path: Path, minimal: bool, rng: np.random.Generator) -> None:
                                         dtype="float32", module=f"layers.0.blocks.{layer}.attn.attns.0",
                                         window_shape="8x32", n=256, sigma1=1.0, pinv_status="completed"))
     with h5py.File(path, "w") as file:
-        write_root(file, "notebooks/vision_end_to_end.py (fake)")
+        write_root(file, "notebooks/vision_end_to_end.py (fake)", 1)  # its own tables' version (formats.md §2.5)
         file.attrs["input"] = "fake images"
         write_table(file, "vision", VISION_COLUMNS + (() if minimal else VISION_EXTRA_COLUMNS), rows)
         write_table(file, "vision_windows",

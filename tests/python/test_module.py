@@ -789,7 +789,7 @@ def test_read_results_returns_the_sweep_as_a_dataframe(tmp_path):
     assert len(frame) == table.rows and set(frame.columns) == set(table)
     assert frame["landmarks"].dtype == np.int64 and frame["spectral_error"].dtype == np.float64
     assert isinstance(frame["method"].iloc[0], str) and set(frame["method"]) == {"pnp-nystra", "performer"}
-    assert frame.attrs["format"] == "nystrom-results" and frame.attrs["format_version"] == 2
+    assert frame.attrs["format"] == "nystrom-results" and frame.attrs["format_version"] == 3
     with pytest.raises(FileNotFoundError, match="no such results file"):
         nystrom.read_results(tmp_path / "absent.h5")
     with pytest.raises(ValueError, match="expected 'nystrom-results'"):

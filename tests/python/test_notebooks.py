@@ -41,7 +41,7 @@ def test_read_sweep_returns_typed_equal_length_columns(fake_results):
     assert table.values_of("method") == ["pnp-nystra", "performer"]
     performer = table.where(method="performer")
     assert performer.rows > 0 and np.isnan(performer["spectral_error"]).all()
-    # Format version 2: performer's feature count in `features`, `landmarks` = m (0 without landmarks).
+    # Format version 3 (/sweep as in 2): performer's feature count in `features`, `landmarks` = m (0 without landmarks).
     assert (performer["landmarks"] == 0).all() and (performer["features"] > 0).all()
     np.testing.assert_array_equal(nr.approximation_size(performer), performer["features"])
     exact = table.where(table["pinv_iters"] == 0, method="pnp-nystra")
@@ -52,7 +52,7 @@ def test_read_sweep_rejects_foreign_files(tmp_path, fake_results):
     with pytest.raises(FileNotFoundError, match="no such results file"):
         nr.read_sweep(tmp_path / "absent.h5")
     for name, format_name, version, message in (("dump", "nystrom-dump", 1, "expected 'nystrom-results'"),
-                                                ("future", "nystrom-results", 3, "unknown format_version")):
+                                                ("future", "nystrom-results", 4, "unknown format_version")):
         path = tmp_path / f"{name}.h5"
         with h5py.File(path, "w") as file:
             file.attrs["format"] = format_name
@@ -70,7 +70,7 @@ def test_read_sweep_rejects_foreign_files(tmp_path, fake_results):
 
 
 def test_read_sweep_reads_version_1_sizes_into_their_columns(tmp_path):
-    """A version 1 file held performer's r and linformer's k in `landmarks`; it is read as version 2."""
+    """A version 1 file held performer's r and linformer's k in `landmarks`; it is read as version 3."""
     folder = tmp_path / "v1"
     subprocess.run([sys.executable, str(REPOSITORY / "tests/python/make_fake_results.py"), str(folder), "--minimal",
                     "--methods", "pnp-nystra,performer,linformer"], check=True)
@@ -112,11 +112,11 @@ def test_median_and_quartiles_skip_nan():
     np.testing.assert_allclose(high, [2.5, 5.0])
 
 
-def write_results_file(path, tables):
+def write_results_file(path, tables, version=1):
     """A results file holding `tables` ({group: {column: values}}), strings as variable-length UTF-8 like `nystrom`."""
     with h5py.File(path, "w") as file:
         file.attrs["format"] = "nystrom-results"
-        file.attrs["format_version"] = np.int64(1)
+        file.attrs["format_version"] = np.int64(version)
         for name, columns in tables.items():
             group = file.create_group(name)
             for column, values in columns.items():
@@ -142,17 +142,44 @@ STEP_ROWS = {
 
 
 def test_read_bench_returns_the_rows_written(tmp_path):
+    """A version 1 file (`dtype` float32/float64) read as version 3 (`precision` float/double)."""
     path = tmp_path / "bench.h5"
     write_results_file(path, {"bench": BENCH_ROWS, "bench_steps": STEP_ROWS})
     bench, steps, gemm, matvec = nr.read_bench(str(path))
     assert gemm is None and matvec is None  # optional tables absent: not required
     assert bench.rows == 3 and steps.rows == 2
-    assert list(bench["method"]) == BENCH_ROWS["method"] and isinstance(bench["dtype"][0], str)
+    assert list(bench["method"]) == BENCH_ROWS["method"] and isinstance(bench["precision"][0], str)
+    assert "dtype" not in bench and "dtype" not in steps
+    assert list(bench["precision"]) == ["float", "float", "double"] and list(steps["precision"]) == ["float"] * 2
     np.testing.assert_array_equal(bench["n"], [256, 256, 512])
     np.testing.assert_array_equal(bench["speedup_vs_exact"], [1.0, 50.0, 1.0])
-    assert bench.where(method="pnp-nystra", dtype="float32")["output_relative_error"].tolist() == [0.03]
+    assert bench.where(method="pnp-nystra", precision="float")["output_relative_error"].tolist() == [0.03]
     assert list(steps["step"]) == ["1 landmarks", "2 G_L"]
     np.testing.assert_array_equal(steps["fraction"], [0.25, 0.75])
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_read_bench_reads_sizes_and_precision_of_versions_2_and_3_alike(tmp_path, version):
+    """Version 2 held performer's r and linformer's k in /bench's `landmarks` and the arithmetic in `dtype`;
+    version 3 has `precision`, `features` and `projected` as /sweep. Both read the same."""
+    rows = {"method": ["pnp-nystra", "performer", "linformer"], "n": [256] * 3, "d": [64] * 3, "dv": [64] * 3,
+            "threads": [1] * 3, "seconds": [2e-5, 3e-5, 4e-5], "flops": [4e5, 5e5, 6e5], "gflops": [20.0, 16.7, 15.0],
+            "speedup_vs_exact": [50.0, 33.3, 25.0], "output_relative_error": [0.03, 0.2, 0.1],
+            "blas_core": ["SkylakeX"] * 3}
+    if version == 2:
+        rows.update(dtype=["float64"] * 3, landmarks=[16, 64, 32])
+    else:
+        rows.update(precision=["double"] * 3, landmarks=[16, 0, 0], features=[0, 64, 0], projected=[0, 0, 32])
+    path = tmp_path / "bench.h5"
+    steps = {k: v for k, v in STEP_ROWS.items() if k != "dtype"}
+    steps["precision" if version == 3 else "dtype"] = ["double" if version == 3 else "float64"] * 2
+    write_results_file(path, {"bench": rows, "bench_steps": steps}, version)
+    bench = nr.read_bench(path).bench
+    assert list(bench["precision"]) == ["double"] * 3 and "dtype" not in bench
+    np.testing.assert_array_equal(bench["landmarks"], [16, 0, 0])
+    np.testing.assert_array_equal(bench["features"], [0, 64, 0])
+    np.testing.assert_array_equal(bench["projected"], [0, 0, 32])
+    np.testing.assert_array_equal(nr.approximation_size(bench), [16, 64, 32])
 
 
 def test_read_bench_reads_the_optional_gemm_tables_and_rejects_incomplete_files(tmp_path):
@@ -191,7 +218,10 @@ def test_fake_bench_files_hold_what_the_notebook_is_tested_on(fake_results, tmp_
     assert bench.rows == configurations * sizes * 3 and steps.rows == configurations * sizes * 7
     assert gemm.rows == configurations and matvec.rows == configurations * 3
     np.testing.assert_array_equal(bench.where(method="exact")["speedup_vs_exact"], 1.0)
-    for _, group in steps.group_by("dtype", "threads", "n"):
+    assert set(bench["precision"]) == {"float", "double"}
+    performer = bench.where(method="performer")
+    assert (performer["landmarks"] == 0).all() and (performer["features"] > 0).all()
+    for _, group in steps.group_by("precision", "threads", "n"):
         assert group["fraction"].sum() == pytest.approx(1.0)
     subprocess.run([sys.executable, str(REPOSITORY / "tests/python/make_fake_results.py"), str(tmp_path),
                     "--minimal"], check=True)
@@ -199,6 +229,7 @@ def test_fake_bench_files_hold_what_the_notebook_is_tested_on(fake_results, tmp_
     assert minimal.gemm is None and minimal.matvec is None and minimal.steps.rows == 0
     assert "gemm_fraction" not in minimal.bench and "device" not in minimal.bench
     assert minimal.bench.values_of("method") == ["pnp-nystra"]
+    assert set(minimal.bench["precision"]) == {"float"} and "dtype" not in minimal.bench
 
 
 def test_group_by_keeps_first_seen_order_and_ignores_absent_columns():
