@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <limits>
+#include <ostream>
 #include <stdexcept>
 
 #include <unistd.h>
@@ -321,6 +322,8 @@ DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& 
                      shape_text(q), " (expected [B, H, N, N])"));
     layer.has_attention = true;
   }
+  layer.has_bias = H5Lexists(group.get(), "bias", H5P_DEFAULT) > 0;
+  layer.has_mask = H5Lexists(group.get(), "mask", H5P_DEFAULT) > 0;
   layer.scale = 1.0 / std::sqrt(double(layer.dim));
   if (has_attribute(group.get(), "scale")) {
     const auto scale = read_numeric_attribute(group.get(), "scale");
@@ -509,6 +512,28 @@ std::string utc_timestamp() {
 
 Provenance make_provenance(const std::string& command_line, int threads, const std::string& input) {
   return {NYSTROM_VERSION, git_revision(), command_line, utc_timestamp(), threads, input};
+}
+
+std::string attention_reference(const std::vector<DumpLayer>& layers) {
+  std::string with_bias, with_mask;
+  for (const auto& layer : layers) {
+    if (layer.has_bias) with_bias += (with_bias.empty() ? "" : ", ") + layer.name;
+    if (layer.has_mask) with_mask += (with_mask.empty() ? "" : ", ") + layer.name;
+  }
+  std::string text = "kernel(q, k) of each head's q and k alone (exp: exp(s q k^T)); ";
+  if (with_bias.empty() && with_mask.empty()) return text + "no layer has a bias or mask";
+  text += "not the model's attention softmax(s q k^T + bias + mask):";
+  if (!with_bias.empty()) text += " bias not applied (layers " + with_bias + ")";
+  if (!with_mask.empty())
+    text += std::string(with_bias.empty() ? "" : ",") + " mask not applied (layers " + with_mask + ")";
+  return text;
+}
+
+void print_attention_reference(std::ostream& out, const std::string& program,
+                               const std::vector<DumpLayer>& layers) {
+  if (std::any_of(layers.begin(), layers.end(),
+                  [](const DumpLayer& layer) { return layer.has_bias || layer.has_mask; }))
+    out << program << ": attention reference: " << attention_reference(layers) << "\n";
 }
 
 void write_results_header(hid_t file, const Provenance& provenance) {

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <variant>
 #include <vector>
@@ -109,6 +110,8 @@ struct DumpLayer {
   Index batch = 1, heads = 0, tokens = 0, dim = 0;
   Index value_dim = 0;         ///< dv, 0 without v
   bool has_attention = false;  ///< an `attn` [B, H, N, N] dataset is present
+  bool has_bias = false;       ///< a `bias` dataset is present (the program does not read it)
+  bool has_mask = false;       ///< a `mask` dataset is present (the program does not read it)
   double scale = 0;            ///< the `scale` attribute, else 1/√d
   bool scale_given = false;
   std::array<Index, 2> window{};  ///< the `window` attribute (h, w) of the grid tokens, {0, 0} without it
@@ -188,6 +191,14 @@ constexpr std::int64_t resumable_format_version = 2;
 /// Writes format = "nystrom-results", format_version = results_format_version and the provenance attributes
 /// on the root group.
 void write_results_header(hid_t file, const Provenance& provenance);
+
+/// The root attribute `attention_reference` of `sweep` and `spectrum` (docs/formats.md §2): the kernels are
+/// functions of each head's q and k alone; names the layers among `layers` whose dump holds a `bias` or
+/// `mask` that the model adds to its logits and the program does not apply (docs/formats.md §1).
+std::string attention_reference(const std::vector<DumpLayer>& layers);
+/// Prints `program: attention reference: ...` on `out` where some of `layers` has a bias or mask.
+void print_attention_reference(std::ostream& out, const std::string& program,
+                               const std::vector<DumpLayer>& layers);
 
 /// Column types, columns and cells of a results table: the library's (point_record.hpp).
 using nystrom::Cell;

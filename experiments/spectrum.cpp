@@ -274,6 +274,8 @@ int run_spectrum(const Invocation& invocation) {
                                        std::filesystem::weakly_canonical(settings.input).string()));
   write_attribute(file.get(), "memory_budget", std::vector<double>{settings.evaluation.memory_budget});
   write_attribute(file.get(), "device", to_string(settings.evaluation.device));
+  write_attribute(file.get(), "attention_reference", attention_reference(layers));
+  if (!settings.quiet) print_attention_reference(std::cerr, "nystrom spectrum", layers);
   if (settings.precision == "float")
     compute_and_write<float>(dump, layers, settings, file);
   else

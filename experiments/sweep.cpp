@@ -50,6 +50,7 @@ struct SweepSettings {
   std::int64_t stop_after = 0;
   int threads = 1;
   std::string command_line;
+  std::string attention_reference;  ///< the root attribute of that name (docs/formats.md §2)
 };
 
 /// The bundled default dump (the real MiniLM dump, data/README.md): in the source tree, else next to the
@@ -227,6 +228,7 @@ void write_sweep_attributes(hid_t file, const SweepSettings& settings, const Ski
   write_attribute(file, "matrix_free_forced",
                   std::vector<std::int64_t>{settings.evaluation.force_matrix_free});
   write_attribute(file, "device", to_string(settings.evaluation.device));
+  write_attribute(file, "attention_reference", settings.attention_reference);
   std::string skipped_text;
   for (const auto& line : skipped.lines()) skipped_text += line + "\n";
   write_attribute(file, "skipped", skipped_text);
@@ -377,10 +379,13 @@ int run_sweep(const Invocation& invocation) {
   const DumpInfo dump = inspect_dump(settings.input);
   settings.input = fs::weakly_canonical(settings.input).string();
   const auto layers = select_layers(dump, settings.grid);
+  settings.attention_reference = attention_reference(layers);
   Skipped skipped;
   const auto points = enumerate_points(layers, settings.grid, settings.input, skipped);
-  if (mpi_rank() == 0 && !settings.quiet)
+  if (mpi_rank() == 0 && !settings.quiet) {
     for (const auto& line : skipped.lines()) std::cerr << "nystrom sweep: " << line << "\n";
+    print_attention_reference(std::cerr, "nystrom sweep", layers);
+  }
   if (points.empty()) {
     std::string reasons;
     for (const auto& line : skipped.lines()) reasons += "; " + line;

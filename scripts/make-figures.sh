@@ -8,8 +8,13 @@
 # program exists ($NYSTROM_BIN, else build/bin/nystrom), `nystrom spectrum` is run on that dump first. When
 # vision.h5 is missing, notebooks/vision_end_to_end.py runs its default grid (DAT-light x2 with every window
 # attention computed by the Python module: a few minutes on 2 cores) unless NYSTROM_VISION=0. A notebook whose
-# input is still missing is skipped with a message; with --strict that is an error. Needs .venv
-# (scripts/setup-python.sh).
+# input is still missing is skipped with a message; with --strict that is an error.
+# The bundled vision dump (data/dat-light-x2-astronaut-8x32.h5, N = 256) gets its own sweep and spectrum,
+# RESULTS_DIR/vision-sweep.h5 and RESULTS_DIR/vision-spectrum.h5, made when missing (unless NYSTROM_VISION=0; about a
+# minute on 2 cores) with the grid below; spectrum_decay and error_vs_landmarks draw them into
+# <figures>/vision/ (executed notebooks in <results>/notebooks/vision/) where both exist, else they are skipped
+# with a message (not an error with --strict). At the end the PSNR table of RESULTS_DIR/vision.h5 is printed.
+# Needs .venv (scripts/setup-python.sh).
 set -euo pipefail
 repository=$(cd "$(dirname "$0")/.." && pwd)
 python="$repository/.venv/bin/python"
@@ -31,6 +36,23 @@ if [[ ! -f "$results/spectrum.h5" && -f "$results/sweep.h5" && -x "$nystrom" ]];
   if [[ -f "$dump" ]]; then
     echo "make-figures: $results/spectrum.h5 missing; running nystrom spectrum on $dump"
     "$nystrom" spectrum --input "$dump" --output "$results/spectrum.h5"
+  fi
+fi
+
+# The vision dump's grid: the first, a middle and the last of its 18 layers, every window and head, the default
+# kernels, strategies and pseudoinverses, landmarks up to m = N = 256.
+vision_dump="$repository/data/dat-light-x2-astronaut-8x32.h5"
+vision_layers=00,08,17
+if [[ "${NYSTROM_VISION:-1}" != 0 && -x "$nystrom" && -f "$vision_dump" ]]; then
+  if [[ ! -f "$results/vision-sweep.h5" ]]; then
+    echo "make-figures: $results/vision-sweep.h5 missing; running nystrom sweep on $vision_dump (about a minute)"
+    "$nystrom" sweep --input "$vision_dump" --output "$results/vision-sweep.h5" --layers "$vision_layers" \
+      --landmarks 8:256:x2 --quiet
+  fi
+  if [[ ! -f "$results/vision-spectrum.h5" ]]; then
+    echo "make-figures: $results/vision-spectrum.h5 missing; running nystrom spectrum on $vision_dump"
+    "$nystrom" spectrum --input "$vision_dump" --output "$results/vision-spectrum.h5" --layers "$vision_layers" \
+      --quiet
   fi
 fi
 
@@ -67,5 +89,44 @@ for name in spectrum_decay error_vs_landmarks bound_validation method_comparison
     failed=1
   fi
 done
+
+# The vision dump's figures: the same notebooks on a folder that names its files sweep.h5 and spectrum.h5.
+if [[ -f "$results/vision-sweep.h5" && -f "$results/vision-spectrum.h5" ]]; then
+  vision_inputs="$executed/vision/inputs"
+  mkdir -p "$vision_inputs" "$NYSTROM_FIGURES/vision"
+  ln -sf "$results/vision-sweep.h5" "$vision_inputs/sweep.h5"
+  ln -sf "$results/vision-spectrum.h5" "$vision_inputs/spectrum.h5"
+  for name in spectrum_decay error_vs_landmarks; do
+    echo "make-figures: $name on $results/vision-*.h5 (the vision dump)"
+    if ! NYSTROM_RESULTS="$vision_inputs" NYSTROM_FIGURES="$NYSTROM_FIGURES/vision" \
+        "$repository/.venv/bin/jupyter" nbconvert --to notebook --execute --log-level=WARN \
+        --ExecutePreprocessor.timeout=900 --output-dir "$executed/vision" "$repository/notebooks/$name.ipynb"; then
+      echo "make-figures: $name on the vision dump failed (see the traceback above)" >&2
+      failed=1
+    fi
+  done
+else
+  echo "make-figures: skipping the vision dump's figures: $results/vision-sweep.h5 or vision-spectrum.h5 not found"
+fi
+
+# The end-to-end PSNR table (docs/formats.md §2.5): one line per window model and configuration, means over the
+# images.
+if [[ -f "$results/vision.h5" ]]; then
+  "$python" - "$results/vision.h5" <<'PYTHON' || failed=1
+import sys
+import h5py
+import pandas as pd
+with h5py.File(sys.argv[1], "r") as file:
+    group = file["vision"]
+    table = pd.DataFrame({name: group[name][()] for name in group})
+for name in table.columns:
+    if table[name].dtype == object:
+        table[name] = table[name].str.decode("utf-8")
+keys = ["model_window", "configuration"]
+summary = table.groupby(keys, sort=False)[["psnr", "psnr_drop", "time_ratio"]].mean().reset_index()
+print(f"make-figures: PSNR of DAT-light x2 with approximate attention ({sys.argv[1]}, mean over images)")
+print(summary.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+PYTHON
+fi
 echo "make-figures: figures in $NYSTROM_FIGURES, executed notebooks in $executed"
 exit "$failed"

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -930,6 +931,78 @@ TEST_CASE("spectrum: logits of a few hundred give the singular values of G itsel
       CHECK(std::isfinite(sv[j]));
       CHECK(std::abs((long double)sv[j] - sigma(j)) <= 1e-9L * sigma(0));
       CHECK(decay[j] == doctest::Approx(double(sigma(j) / sigma(0))).epsilon(1e-9).scale(1e-9));
+    }
+  }
+}
+
+TEST_CASE("sweep and spectrum: a dump's bias and mask are not applied, and attention_reference says so") {
+  TempDir dir("attention_reference");
+  const auto plain = dir / "plain.h5", scored = dir / "scored.h5";
+  for (const auto& path : {plain, scored})
+    REQUIRE(run_cli({"synth", "-o", path, "--layers", "2", "--batch", "2", "--heads", "2", "--tokens", "16",
+                     "--dim", "4", "--value-dim", "3", "--dtype", "float64", "--seed", "5"})
+                .status == 0);
+  {  // A position bias [H, N, N] on layer 00 and a shift mask (0 / −100) [B, N, N] on layer 01.
+    cli::Handle file = cli::open_file(scored, true);
+    const Matrix<double> bias = random_matrix<double>(2 * 16, 16, 7, 3.0);
+    std::vector<double> bias_values(bias.data(), bias.data() + bias.size());
+    std::vector<double> mask_values(2 * 16 * 16, 0.0);
+    for (std::size_t i = 0; i < mask_values.size(); i += 3) mask_values[i] = -100;
+    cli::Handle layer00 = cli::open_group(file.get(), "layers/00");
+    cli::write_array(layer00.get(), "bias", {2, 16, 16}, bias_values.data());
+    cli::Handle layer01 = cli::open_group(file.get(), "layers/01");
+    cli::write_array(layer01.get(), "mask", {2, 16, 16}, mask_values.data());
+  }
+  const std::string kernel_text = "kernel(q, k) of each head's q and k alone (exp: exp(s q k^T)); ";
+  const std::string not_applied =
+      kernel_text +
+      "not the model's attention softmax(s q k^T + bias + mask): bias not applied "
+      "(layers 00), mask not applied (layers 01)";
+  const auto reference = [](const std::string& path) {
+    cli::Handle file = cli::open_file(path, false);
+    return cli::read_string_attribute(file.get(), "attention_reference");
+  };
+  const std::vector<std::string> small_grid = {
+      "--kernel", "exp,laplacian", "--strategy", "step", "--landmarks", "4", "--pinv", "exact"};
+  std::map<std::string, Table> sweeps;
+  for (const auto& input : {plain, scored}) {
+    const auto run = run_cli(sweep_args(input, input + ".sweep.h5", small_grid));
+    CAPTURE(run.err);
+    REQUIRE(run.status == 0);
+    CHECK((run.err.find("nystrom sweep: attention reference: " + not_applied + "\n") != std::string::npos) ==
+          (input == scored));
+    CHECK(reference(input + ".sweep.h5") ==
+          (input == scored ? not_applied : kernel_text + "no layer has a bias or mask"));
+    sweeps[input] = read_sweep(input + ".sweep.h5");
+  }
+  check_same_results(sweeps[plain], sweeps[scored]);  // bias and mask change nothing
+  // A layer without them: the same reference as a dump without any.
+  REQUIRE(run_cli(sweep_args(scored, dir / "one.h5",
+                             {"--layers", "01", "--kernel", "exp", "--strategy", "step", "--landmarks", "4",
+                              "--pinv", "exact", "-q"}))
+              .status == 0);
+  CHECK(reference(dir / "one.h5") == kernel_text +
+                                         "not the model's attention softmax(s q k^T + bias + mask): "
+                                         "mask not applied (layers 01)");
+
+  const auto run = run_cli({"spectrum", "-i", scored, "-o", dir / "spectrum.h5", "--landmarks", "4",
+                            "--strategy", "step", "--top", "16"});
+  CAPTURE(run.err);
+  REQUIRE(run.status == 0);
+  CHECK(run.err.find("nystrom spectrum: attention reference: " + not_applied + "\n") != std::string::npos);
+  CHECK(reference(dir / "spectrum.h5") == not_applied);
+  // The oracle: σ(exp(s q kᵀ)) of every head, without the bias.
+  const auto dump = cli::inspect_dump(scored);
+  for (std::size_t l = 0; l < 2; ++l) {
+    const auto heads = cli::read_layer_heads<double>(dump, dump.layers[l]);
+    const Doubles sv = read_doubles(dir / "spectrum.h5", "spectra/" + dump.layers[l].name + "/sv_G");
+    const Kernel kernel = Kernel::exponential(dump.layers[l].scale);
+    for (std::size_t h = 0; h < heads.size(); ++h) {
+      const Vector<double> expected =
+          Eigen::JacobiSVD<Matrix<double>>(kernel.block<double>(heads[h].q, heads[h].k)).singularValues();
+      for (Index i = 0; i < 16; ++i)
+        CHECK(sv.values[h * 16 + i] ==
+              doctest::Approx(expected(i)).epsilon(1e-10).scale(1e-12 * expected(0)));
     }
   }
 }

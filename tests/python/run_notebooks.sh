@@ -14,6 +14,7 @@ if [[ "${1:-}" == "--fake" ]]; then
   shift
   results="$scratch/results"
   "$python" "$repository/tests/python/make_fake_results.py" "$results" "$@"
+  export NYSTROM_VISION=0  # no real vision runs on a fake folder
 else
   results=${1:?usage: run_notebooks.sh RESULTS_DIR | --fake [ARGS...]}
 fi
@@ -24,6 +25,10 @@ export NYSTROM_FIGURES="$scratch/figures"
 expected=(spectrum_decay spectrum_decay_mean error_vs_landmarks error_vs_pinv_iterations bounds_vs_error
           bounds_applicability bounds_tightness methods_comparison bench_time_vs_n bench_speedup bench_steps
           bench_accuracy_vs_cost bench_gemm vision_psnr_drop vision_time_vs_psnr vision_floor_vs_error)
+# The vision dump's sweep and spectrum, where the folder has them, drawn by the same notebooks.
+if [[ -f "$results/vision-sweep.h5" && -f "$results/vision-spectrum.h5" ]]; then
+  expected+=(vision/spectrum_decay vision/spectrum_decay_mean vision/error_vs_landmarks vision/error_vs_pinv_iterations)
+fi
 passed=0 failed=0
 for figure in "${expected[@]}"; do
   if [[ -s "$NYSTROM_FIGURES/$figure.png" ]] && head -c 8 "$NYSTROM_FIGURES/$figure.png" | grep -q PNG; then
