@@ -10,7 +10,7 @@
    average pooling (segment means), the clamped exp exp(min(x, 5)) + max(x − 5, 0) in all three blocks, Razavi's
    iteration from Z₀ = Aᵀ/(max column sum · max row sum), output P(G_U V) / (P(G_U 1) + 1e-12) with P = G_L Z,
    written below. The module runs the same formulation (stabilization="clamped", pinv="razavi"); both outputs are
-   checked to agree before timing.
+   checked to agree before timing. pnp_nystra_torch is bench/torch_attention.py's.
 
     .venv/bin/python bench/python_module.py [--threads T] [--repeat R] [--quick]
 
@@ -27,32 +27,7 @@ import numpy as np
 import torch
 
 import nystrom
-
-
-def pnp_nystra_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: int, iterations: int) -> torch.Tensor:
-    """PnP-Nystra attention as the authors' torch code computes it, for [..., N, d] tensors."""
-    scale = q.shape[-1] ** -0.5
-
-    def landmarks(x):
-        return torch.nn.functional.adaptive_avg_pool1d(x.transpose(-1, -2), m).transpose(-1, -2)
-
-    def clamped_kernel(a, b):
-        logits = scale * a @ b.transpose(-1, -2)
-        return torch.exp(torch.clamp(logits, max=5)) + torch.clamp(logits - 5, min=0)
-
-    def iterative_inverse(a):
-        eye = torch.eye(a.shape[-1], dtype=a.dtype)
-        alpha = 1 / (torch.max(torch.sum(torch.abs(a), dim=-2)) * torch.max(torch.sum(torch.abs(a), dim=-1)))
-        z = alpha * a.transpose(-1, -2)
-        for _ in range(iterations):
-            az = a @ z
-            z = (0.25 * z) @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
-        return z
-
-    q_bar, k_bar = landmarks(q), landmarks(k)
-    left, core, upper = clamped_kernel(q, k_bar), clamped_kernel(q_bar, k_bar), clamped_kernel(q_bar, k)
-    p = left @ iterative_inverse(core)
-    return (p @ (upper @ v)) / (p @ upper.sum(dim=-1, keepdim=True) + 1e-12)
+from torch_attention import pnp_nystra_torch
 
 
 def best(function, repeat: int) -> float:

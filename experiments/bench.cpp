@@ -1,9 +1,10 @@
 // `nystrom bench`: wall time of exact attention against every approximation of approximation.hpp over N (per
 // head, d = dv = 64 by default, float and double, 1 and 2 threads), the per-step timings of PnP-Nystra
 // Algorithm 1 (paper Table 1), a GEMM reference rate measured in the same run (exact attention as a
-// fraction of the GEMM peak) and, on request, the matrix-free kernel matvec y = κ(Q, K) x of Lanczos. Writes
-// /bench, /bench_steps, /bench_gemm (unless --gemm-n 0) and /bench_matvec (with --matvec-n) tables
-// (docs/formats.md §2 conventions) and prints them as one table.
+// fraction of the GEMM peak) and, on request, the matrix-free kernel matvec y = κ(Q, K) x of Lanczos and
+// whole [B, H, N, d] batches of heads through BatchedAttentionPlan (backend.hpp). Writes /bench,
+// /bench_steps, /bench_gemm (unless --gemm-n 0), /bench_matvec (with --matvec-n) and /bench_batch (with
+// --batch) tables (docs/formats.md §2 conventions) and prints them as one table.
 //
 // With --device cuda, exact attention and PnP-Nystra run through the CUDA backend (backend.hpp), which takes
 // and returns host matrices: those timings include the host↔device copies. The other methods and the step
@@ -24,11 +25,14 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <sstream>
+#include <tuple>
 
 #include "hdf5_io.hpp"
 #include "nystrom/approximation.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
+#include "nystrom/batched.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/threads.hpp"
 #include "subcommands.hpp"
@@ -52,6 +56,7 @@ struct BenchSettings {
   Index projected = 64;             ///< k of linformer
   Index gemm_size = 4096;           ///< n of the n×n×n reference GEMM; 0: none
   std::vector<Index> matvec_sizes;  ///< N of the kernel matvecs (none by default)
+  std::vector<BatchShape> batch_shapes;  ///< --batch: [B, H, N, d] batches, dv = d (none by default)
   double min_seconds = 0.2;
   int max_repeats = 50;
   bool steps = true;
@@ -77,7 +82,7 @@ struct TimingContext {
 struct BenchTables {
   hid_t file;
   ResultsTable bench, steps;
-  std::optional<ResultsTable> gemm, matvec;
+  std::optional<ResultsTable> gemm, matvec, batch;
 };
 
 /// Re-executes the program with OPENBLAS_CORETYPE = `core` when it differs (once; OpenBLAS reads it at load
@@ -102,26 +107,33 @@ void ensure_blas_core(const std::string& core, const Invocation& invocation) {
   std::cerr << "nystrom bench: warning: could not re-execute with OPENBLAS_CORETYPE=" << core << "\n";
 }
 
-/// Minimum wall time of `work` over repeats until `min_seconds` have been spent (at least 2 runs after a
-/// warm-up, except for runs longer than min_seconds, timed once after the warm-up).
+/// The wall times of repeated runs of one piece of work: the minimum over every run (the warm-up included) and
+/// the median over the runs after the warm-up.
+struct Timing {
+  double best = not_measured, median = not_measured;
+};
+
+/// Times `work` over repeats until `min_seconds` have been spent (at least 2 runs after a warm-up, except for
+/// runs longer than min_seconds, timed once after the warm-up).
 template <class Work>
-double time_min(Work&& work, const BenchSettings& settings) {
+Timing time_repeats(Work&& work, const BenchSettings& settings) {
   using clock = std::chrono::steady_clock;
   const auto seconds_of = [&] {
     const auto start = clock::now();
     work();
     return std::chrono::duration<double>(clock::now() - start).count();
   };
-  double best = seconds_of();  // warm-up (also times it)
-  double spent = best;
-  if (best > settings.min_seconds) return std::min(best, seconds_of());
-  for (int repeat = 0; repeat < settings.max_repeats && (repeat < 2 || spent < settings.min_seconds);
-       ++repeat) {
-    const double t = seconds_of();
-    best = std::min(best, t);
-    spent += t;
-  }
-  return best;
+  const double warm_up = seconds_of();
+  std::vector<double> runs = {seconds_of()};
+  double spent = warm_up + runs.front();
+  if (warm_up <= settings.min_seconds)
+    for (int repeat = 1; repeat < settings.max_repeats && (repeat < 2 || spent < settings.min_seconds);
+         ++repeat) {
+      runs.push_back(seconds_of());
+      spent += runs.back();
+    }
+  std::sort(runs.begin(), runs.end());
+  return {std::min(warm_up, runs.front()), runs[runs.size() / 2]};
 }
 
 /// Nominal floating-point operations of one head (multiply and add counted separately; exp not counted).
@@ -144,13 +156,12 @@ double nominal_flops(Method method, double n, double d, double dv, const BenchSe
 }
 
 /// κ of every timed method: the softmax kernel exp(s q·k) with s = 1/√d.
-Kernel bench_kernel(const BenchSettings& settings) {
-  return Kernel::exponential(1 / std::sqrt(double(settings.dim)));
-}
+Kernel bench_kernel(Index dim) { return Kernel::exponential(1 / std::sqrt(double(dim))); }
 
-ApproximationOptions method_options(const BenchSettings& settings) {
+/// The options of every method for query/key dimension `dim` (--d, or a --batch shape's d).
+ApproximationOptions method_options(const BenchSettings& settings, Index dim) {
   ApproximationOptions options;
-  options.kernel = bench_kernel(settings);
+  options.kernel = bench_kernel(dim);
   options.nystrom.kernel = options.kernel;
   options.nystrom.landmarks.count = settings.landmarks;
   options.symmetric.landmarks.count = settings.landmarks;
@@ -226,6 +237,27 @@ std::vector<Column> matvec_columns() {
           {"blas_core", ColumnType::text, false}};
 }
 
+std::vector<Column> batch_columns() {
+  return {{"device", ColumnType::text, true},
+          {"precision", ColumnType::text, true},
+          {"threads", ColumnType::int64, true},
+          {"batch", ColumnType::int64, true},
+          {"heads", ColumnType::int64, true},
+          {"n", ColumnType::int64, true},
+          {"d", ColumnType::int64, true},
+          {"method", ColumnType::text, true},
+          {"landmarks", ColumnType::int64, true},
+          {"features", ColumnType::int64, true},
+          {"projected", ColumnType::int64, true},
+          {"best_seconds", ColumnType::float64, false},
+          {"median_seconds", ColumnType::float64, false},
+          {"copy_seconds", ColumnType::float64, false},
+          {"speedup_vs_exact", ColumnType::float64, false},
+          {"heads_per_second", ColumnType::float64, false},
+          {"output_relative_error", ColumnType::float64, false},
+          {"blas_core", ColumnType::text, false}};
+}
+
 /// The size of a method's approximation in the columns `landmarks` (m), `features` (performer's r) and
 /// `projected` (linformer's k), as in /sweep: 0 where the method has no such axis.
 struct ApproximationSize {
@@ -269,7 +301,7 @@ Matrix<T> random_tokens(Index rows, Index cols, std::mt19937_64& engine) {
 template <class T>
 std::vector<std::pair<std::string, double>> time_steps(const Matrix<T>& Q, const Matrix<T>& K,
                                                        const Matrix<T>& V, const BenchSettings& settings) {
-  const Kernel kernel = bench_kernel(settings);
+  const Kernel kernel = bench_kernel(settings.dim);
   const Index m = settings.landmarks;
   Matrix<T> q_bar, k_bar, left, core, upper, upper_values, p, out;
   Vector<T> upper_ones;
@@ -277,7 +309,7 @@ std::vector<std::pair<std::string, double>> time_steps(const Matrix<T>& Q, const
   PinvOptions pinv_options;
   std::vector<std::pair<std::string, double>> steps;
   const auto step = [&](const char* name, auto&& work) {
-    steps.emplace_back(name, time_min(work, settings));
+    steps.emplace_back(name, time_repeats(work, settings).best);
   };
   step("1 landmarks", [&] {
     q_bar = segment_means<T>(Q, m);
@@ -325,7 +357,7 @@ void time_methods(Index n, const TimingContext& context, const BenchSettings& se
   const Matrix<T> Q = random_tokens<T>(n, settings.dim, engine);
   const Matrix<T> K = random_tokens<T>(n, settings.dim, engine);
   const Matrix<T> V = random_tokens<T>(n, settings.value_dim, engine);
-  const ApproximationOptions options = method_options(settings);
+  const ApproximationOptions options = method_options(settings, settings.dim);
 
   Matrix<T> exact;
   double exact_seconds = not_measured;
@@ -337,7 +369,8 @@ void time_methods(Index n, const TimingContext& context, const BenchSettings& se
   for (auto method : order) {
     Matrix<T> output;
     const double seconds =
-        time_min([&] { output = method_output<T>(method, context.device, Q, K, V, options); }, settings);
+        time_repeats([&] { output = method_output<T>(method, context.device, Q, K, V, options); }, settings)
+            .best;
     if (method == Method::exact) {
       exact = output;
       exact_seconds = seconds;
@@ -389,8 +422,8 @@ void time_matvec(Index n, const TimingContext& context, const BenchSettings& set
   const Matrix<T> K = random_tokens<T>(n, settings.dim, engine);
   const Vector<T> x = random_tokens<T>(n, 1, engine);
   Vector<T> y(n);
-  const AnyOperator<T> G = kernel_operator<T>(context.device, Q, K, bench_kernel(settings));
-  const double seconds = time_min([&] { G.perform_op(x.data(), y.data()); }, settings);
+  const AnyOperator<T> G = kernel_operator<T>(context.device, Q, K, bench_kernel(settings.dim));
+  const double seconds = time_repeats([&] { G.perform_op(x.data(), y.data()); }, settings).best;
   const double gflops = 2 * double(n) * double(n) * double(settings.dim) / seconds * 1e-9;
   table.append({to_string(context.device), context.precision, std::int64_t(context.threads), std::int64_t(n),
                 std::int64_t(settings.dim), seconds, gflops, context.gemm_fraction(gflops), context.blas});
@@ -400,7 +433,69 @@ void time_matvec(Index n, const TimingContext& context, const BenchSettings& set
   }
 }
 
-/// Everything timed in one context: the GEMM reference first, then the methods per N, then the matvecs.
+/// The /bench_batch rows of one [B, H, N, d] batch of Gaussian tokens (dv = d): exact attention first (the
+/// reference of the speedups and errors), then every method, each through one BatchedAttentionPlan on the
+/// context's device with host views in and out (backend.hpp; the copies' CUDA-event seconds in copy_seconds).
+template <class T>
+void time_batch(const BatchShape& shape, const TimingContext& context, const BenchSettings& settings,
+                ResultsTable& table) {
+  std::mt19937_64 engine(settings.seed + std::uint64_t(shape.count() * shape.tokens * shape.dim));
+  const Index size = shape.count() * shape.tokens * shape.dim;
+  const Matrix<T> q = random_tokens<T>(size, 1, engine), k = random_tokens<T>(size, 1, engine),
+                  v = random_tokens<T>(size, 1, engine);
+  const auto view = [&](const Matrix<T>& data) {
+    return BatchView<const T>{data.data(), shape.batch, shape.heads, shape.tokens, shape.dim};
+  };
+  const ApproximationOptions options = method_options(settings, shape.dim);
+  Matrix<T> exact(size, 1), out(size, 1);
+  double exact_seconds = not_measured;
+  const bool want_exact =
+      std::find(settings.methods.begin(), settings.methods.end(), Method::exact) != settings.methods.end();
+  std::vector<Method> order = {Method::exact};
+  for (auto method : settings.methods)
+    if (method != Method::exact) order.push_back(method);
+  for (auto method : order) {
+    BatchedAttentionPlan<T> plan(context.device, method, shape, options);
+    Matrix<T>& output = method == Method::exact ? exact : out;
+    const BatchView<T> out_view{output.data(), shape.batch, shape.heads, shape.tokens, shape.dim};
+    std::vector<double> copies;
+    const Timing timing = time_repeats(
+        [&] {
+          const TransferSeconds phases = plan.run(view(q), view(k), view(v), out_view);
+          copies.push_back(phases.to_device + phases.to_host);
+        },
+        settings);
+    std::sort(copies.begin(), copies.end());
+    const double copy_seconds = copies[copies.size() / 2];
+    if (method == Method::exact) {
+      exact_seconds = timing.best;
+      if (!want_exact) continue;
+    }
+    const double speedup = exact_seconds / timing.best;
+    const double heads_per_second = double(shape.count()) / timing.best;
+    const double error = output_errors<T>(exact, output).relative_frobenius;
+    const auto approximation = approximation_size(method, settings);
+    table.append({to_string(context.device), context.precision, std::int64_t(context.threads),
+                  std::int64_t(shape.batch), std::int64_t(shape.heads), std::int64_t(shape.tokens),
+                  std::int64_t(shape.dim), to_string(method), std::int64_t(approximation.landmarks),
+                  std::int64_t(approximation.features), std::int64_t(approximation.projected), timing.best,
+                  timing.median, copy_seconds, speedup, heads_per_second, error, context.blas});
+    if (!settings.quiet) {
+      std::ostringstream label;
+      label << to_string(method) << " " << shape.batch << "x" << shape.heads << "x" << shape.tokens << "x"
+            << shape.dim;
+      std::cout << std::left << std::setw(30) << label.str() << std::right << std::setw(10)
+                << context.precision << std::setw(4) << context.threads << std::scientific
+                << std::setprecision(3) << std::setw(12) << timing.best << std::setw(12) << timing.median
+                << std::setw(12) << copy_seconds << std::fixed << std::setprecision(1) << std::setw(9)
+                << speedup << std::setprecision(0) << std::setw(10) << heads_per_second << std::scientific
+                << std::setprecision(2) << std::setw(11) << error << std::defaultfloat << "\n";
+    }
+  }
+}
+
+/// Everything timed in one context: the GEMM reference first, then the methods per N, the matvecs, the
+/// batches.
 template <class T>
 void time_context(TimingContext context, const BenchSettings& settings, BenchTables& tables) {
   if (tables.gemm) context.gemm_gflops = time_gemm<T>(context, settings, *tables.gemm);
@@ -409,6 +504,36 @@ void time_context(TimingContext context, const BenchSettings& settings, BenchTab
     H5Fflush(tables.file, H5F_SCOPE_GLOBAL);
   }
   for (auto n : settings.matvec_sizes) time_matvec<T>(n, context, settings, *tables.matvec);
+  if (!settings.batch_shapes.empty() && !settings.quiet)
+    std::cout << "batch (method BxHxNxd)        precision thr     best(s)   median(s)     copy(s)  speedup"
+                 "   heads/s  rel.error\n";
+  for (const auto& shape : settings.batch_shapes) {
+    time_batch<T>(shape, context, settings, *tables.batch);
+    H5Fflush(tables.file, H5F_SCOPE_GLOBAL);
+  }
+}
+
+/// The shapes of --batch: a comma-separated list of BxHxNxd (dv = d), each count >= 1; throws
+/// std::invalid_argument naming the value.
+std::vector<BatchShape> parse_batch_shapes(const std::string& text) {
+  std::vector<BatchShape> shapes;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    std::vector<Index> parts;
+    std::stringstream dims(item);
+    std::string part;
+    while (std::getline(dims, part, 'x')) {
+      const bool digits = !part.empty() && part.size() <= 12 &&
+                          std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      parts.push_back(digits ? std::stoll(part) : 0);
+    }
+    require(parts.size() == 4 && item.back() != 'x' && std::all_of(parts.begin(), parts.end(), [](Index p) { return p >= 1; }),
+            describe("option --batch: '", item, "' is not BxHxNxd with every count >= 1"));
+    shapes.push_back({parts[0], parts[1], parts[2], parts[3], parts[3]});
+  }
+  require(!shapes.empty(), describe("option --batch: '", text, "' names no shape"));
+  return shapes;
 }
 
 /// Checks what the options cannot check one by one; throws std::invalid_argument naming the values.
@@ -428,45 +553,60 @@ void validate(const BenchSettings& settings) {
     require(cpu_only.empty(), describe("option --method: ", join(cpu_only),
                                        " run on the CPU only (with --device cuda: exact, pnp-nystra)"));
   }
-  const Index smallest = *std::min_element(settings.sizes.begin(), settings.sizes.end());
-  const bool steps = settings.steps && settings.device == Device::cpu;
+  // The smallest N of --n and --batch, and the option naming it.
+  Index smallest = std::numeric_limits<Index>::max();
+  std::string smallest_option;
+  for (auto n : settings.sizes)
+    if (n < smallest) std::tie(smallest, smallest_option) = std::pair(n, describe("--n = ", n));
+  for (const auto& shape : settings.batch_shapes)
+    if (shape.tokens < smallest)
+      std::tie(smallest, smallest_option) =
+          std::pair(shape.tokens, describe("--batch N = ", shape.tokens, " (", shape.batch, "x", shape.heads,
+                                           "x", shape.tokens, "x", shape.dim, ")"));
+  const bool steps = settings.steps && settings.device == Device::cpu && !settings.sizes.empty();
   for (auto method : settings.methods) {
     if (method == Method::exact || method == Method::performer) continue;
     const bool projected = method == Method::linformer;
     const auto size = approximation_size(method, settings);
     const Index count = projected ? size.projected : size.landmarks;
-    require(count <= smallest,
-            describe("option --", projected ? "projected" : "landmarks", " = ", count,
-                     " exceeds the smallest --n = ", smallest, " (method ", to_string(method), ")"));
+    require(count <= smallest, describe("option --", projected ? "projected" : "landmarks", " = ", count,
+                                        " exceeds the smallest ", smallest_option, " (method ",
+                                        to_string(method), ")"));
   }
   require(!steps || settings.landmarks <= smallest,
-          describe("option --landmarks = ", settings.landmarks, " exceeds the smallest --n = ", smallest,
+          describe("option --landmarks = ", settings.landmarks, " exceeds the smallest ", smallest_option,
                    " (the PnP-Nystra step table; --steps 0 skips it)"));
-  const ApproximationOptions options = method_options(settings);
-  for (auto method : settings.methods)
+  const ApproximationOptions options = method_options(settings, settings.dim);
+  for (auto method : settings.methods) {
     for (auto n : settings.sizes) options.validate(method, n, settings.dim);
+    for (const auto& shape : settings.batch_shapes)
+      method_options(settings, shape.dim).validate(method, shape.tokens, shape.dim);
+  }
 }
 
 /// Attribute `timing` of the file: what the rows time on this device.
 std::string timing_note(Device device) {
   if (device == Device::cpu)
     return "one head on the host, minimum over repeats; threads = OpenMP threads (BLAS single-threaded "
-           "inside; the GEMM reference uses OpenBLAS threads)";
+           "inside; the GEMM reference uses OpenBLAS threads); /bench_batch: whole batches through "
+           "BatchedAttentionPlan, heads spread over the OpenMP threads";
   return "exact and pnp-nystra through the CUDA backend with host matrices in and out (timings include the "
          "host<->device copies); threads = 1 (the thread list applies to the CPU only); /bench_steps is "
          "CPU-only and has no rows; the GEMM reference by cuBLAS, the matvec by the backend's kernel "
-         "operator";
+         "operator; /bench_batch: whole batches through BatchedAttentionPlan with host views in and out "
+         "(copies included, and timed alone in copy_seconds)";
 }
 
 }  // namespace
 
 int run_bench(const Invocation& invocation) {
   po::options_description description("bench options");
-  std::string sizes = "256:16384:x2", matvec_sizes;
+  std::string sizes = "256:16384:x2", matvec_sizes, batch_shapes;
   BenchSettings settings;
   // clang-format off
   description.add_options()
-    ("n", po::value(&sizes)->default_value(sizes), "token counts N (list or range first:last:xF)")
+    ("n", po::value(&sizes)->default_value(sizes),
+     "token counts N of the one-head tables (list or range first:last:xF); with --batch: none unless given")
     ("d", po::value(&settings.dim)->default_value(settings.dim), "query/key dimension d")
     ("dv", po::value(&settings.value_dim)->default_value(settings.value_dim), "value dimension dv");
   add_precision_option(description, "float,double", true);
@@ -493,6 +633,10 @@ int run_bench(const Invocation& invocation) {
     ("matvec-n", po::value(&matvec_sizes),
      "N of the matrix-free kernel matvecs y = exp(s Q K^T) x timed per precision and thread count "
      "(/bench_matvec; list or range); default: none")
+    ("batch", po::value(&batch_shapes)->value_name("LIST"),
+     "batches BxHxNxd (dv = d), comma-separated, e.g. 64x6x1024x64,16x8x4096x64: exact attention and every "
+     "--method on the whole batch through BatchedAttentionPlan on --device, per precision and thread count "
+     "(/bench_batch); default: none")
     ("min-seconds", po::value(&settings.min_seconds)->default_value(settings.min_seconds, "0.2"),
      "time each point for at least this long (minimum over repeats is reported)")
     ("steps", po::value(&settings.steps)->default_value(settings.steps),
@@ -508,7 +652,8 @@ int run_bench(const Invocation& invocation) {
   if (!parse_options(invocation, "[options]", description, {}, values)) return 0;
 
   settings.device = parse_device(values);
-  settings.sizes = parse_index_list(sizes, "n");
+  if (!batch_shapes.empty()) settings.batch_shapes = parse_batch_shapes(batch_shapes);
+  if (batch_shapes.empty() || !values["n"].defaulted()) settings.sizes = parse_index_list(sizes, "n");
   settings.thread_counts = {1};
   if (settings.device == Device::cpu) {
     const Index default_threads = threads();  // the OpenMP default, before any set_threads
@@ -548,11 +693,13 @@ int run_bench(const Invocation& invocation) {
   write_attribute(file.get(), "timing", timing_note(settings.device));
   BenchTables tables{file.get(), ResultsTable::create(file.get(), "bench", bench_columns()),
                      ResultsTable::create(file.get(), "bench_steps", step_columns()), std::nullopt,
-                     std::nullopt};
+                     std::nullopt, std::nullopt};
   if (settings.gemm_size > 0) tables.gemm = ResultsTable::create(file.get(), "bench_gemm", gemm_columns());
   if (!settings.matvec_sizes.empty())
     tables.matvec = ResultsTable::create(file.get(), "bench_matvec", matvec_columns());
-  if (!settings.quiet)
+  if (!settings.batch_shapes.empty())
+    tables.batch = ResultsTable::create(file.get(), "bench_batch", batch_columns());
+  if (!settings.quiet && !settings.sizes.empty())
     std::cout
         << "method                  n precision thr      seconds    GFLOP/s   %GEMM   speedup  rel.error\n";
   for (const auto& precision : settings.precisions)

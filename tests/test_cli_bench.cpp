@@ -59,6 +59,24 @@ const std::vector<cli::Column> matvec_columns = {
     {"d", ColumnType::int64, true},         {"seconds", ColumnType::float64, false},
     {"gflops", ColumnType::float64, false}, {"gemm_fraction", ColumnType::float64, false},
     {"blas_core", ColumnType::text, false}};
+const std::vector<cli::Column> batch_columns = {{"device", ColumnType::text, true},
+                                                {"precision", ColumnType::text, true},
+                                                {"threads", ColumnType::int64, true},
+                                                {"batch", ColumnType::int64, true},
+                                                {"heads", ColumnType::int64, true},
+                                                {"n", ColumnType::int64, true},
+                                                {"d", ColumnType::int64, true},
+                                                {"method", ColumnType::text, true},
+                                                {"landmarks", ColumnType::int64, true},
+                                                {"features", ColumnType::int64, true},
+                                                {"projected", ColumnType::int64, true},
+                                                {"best_seconds", ColumnType::float64, false},
+                                                {"median_seconds", ColumnType::float64, false},
+                                                {"copy_seconds", ColumnType::float64, false},
+                                                {"speedup_vs_exact", ColumnType::float64, false},
+                                                {"heads_per_second", ColumnType::float64, false},
+                                                {"output_relative_error", ColumnType::float64, false},
+                                                {"blas_core", ColumnType::text, false}};
 
 /// Table `group` of a results file, checked to have exactly `columns` (names and types).
 Table read_table(const std::string& path, const std::string& group, const std::vector<cli::Column>& columns) {
@@ -257,6 +275,66 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "bench --batch: one /bench_batch row per shape × method × precision × threads; exact's error 0, m = N "
+    "recovers it") {
+  TempDir dir("bench_batch");
+  const auto output = dir / "bench.h5";
+  // Without --n only the batches are timed; m = 16 = N of the second shape makes its PnP-Nystra exact.
+  const auto run = run_bench(output, {"--batch", "2x3x32x8,1x2x16x4", "--precision", "float,double",
+                                      "--threads", "1,2", "--method", "exact,pnp-nystra,performer",
+                                      "--landmarks", "16", "--features", "16", "--gemm-n", "0"});
+  REQUIRE_MESSAGE(run.status == 0, run.err);
+  CHECK(read_table(output, "bench", bench_columns).rows.empty());
+  CHECK(read_table(output, "bench_steps", step_columns).rows.empty());
+  const Table batch = read_table(output, "bench_batch", batch_columns);
+  REQUIRE(batch.rows.size() == 2 * 3 * 2 * 2);
+  using Shape = std::array<std::int64_t, 4>;
+  std::map<std::tuple<Shape, std::string, std::int64_t>, double> exact_seconds;
+  for (std::size_t r = 0; r < batch.rows.size(); ++r)
+    if (batch.text(r, "method") == "exact")
+      exact_seconds[{Shape{std::int64_t(batch.number(r, "batch")), std::int64_t(batch.number(r, "heads")),
+                           std::int64_t(batch.number(r, "n")), std::int64_t(batch.number(r, "d"))},
+                     batch.text(r, "precision"), std::int64_t(batch.number(r, "threads"))}] =
+          batch.number(r, "best_seconds");
+  std::set<std::tuple<Shape, std::string, std::string, std::int64_t>> points;
+  for (std::size_t r = 0; r < batch.rows.size(); ++r) {
+    const Shape shape = {std::int64_t(batch.number(r, "batch")), std::int64_t(batch.number(r, "heads")),
+                         std::int64_t(batch.number(r, "n")), std::int64_t(batch.number(r, "d"))};
+    const auto method = batch.text(r, "method");
+    const auto [precision, threads] = context_of(batch, r);
+    CAPTURE(method);
+    CAPTURE(shape[2]);
+    CAPTURE(precision);
+    CAPTURE(threads);
+    CHECK((shape == Shape{2, 3, 32, 8} || shape == Shape{1, 2, 16, 4}));
+    CHECK((threads == 1 || threads == 2));
+    CHECK(points.emplace(shape, method, precision, threads).second);
+    CHECK(batch.text(r, "device") == "cpu");
+    CHECK(!batch.text(r, "blas_core").empty());
+    const std::array<double, 3> size = {method == "pnp-nystra" ? 16.0 : 0.0, method == "performer" ? 16.0 : 0.0,
+                                        0};
+    CHECK(size_cells(batch, r) == size);
+    const double best = batch.number(r, "best_seconds");
+    CHECK(best > 0);
+    CHECK(batch.number(r, "median_seconds") >= best);
+    CHECK(batch.number(r, "copy_seconds") == 0);  // host memory: no copies on the CPU
+    CHECK(batch.number(r, "heads_per_second") == double(shape[0] * shape[1]) / best);
+    CHECK(batch.number(r, "speedup_vs_exact") == exact_seconds.at({shape, precision, threads}) / best);
+    const double error = batch.number(r, "output_relative_error");
+    const double eps_tolerance = precision == "float" ? tolerance<float>(16) : tolerance<double>(16);
+    if (method == "exact") {
+      CHECK(error == 0);
+    } else if (method == "pnp-nystra" && shape[2] == 16) {
+      // Every token a landmark: Ĝ = G G⁺ G = G, up to rounding amplified by the 16×16 core's conditioning.
+      CHECK(error < 1e3 * eps_tolerance);
+    } else {
+      CHECK(std::isfinite(error));
+      CHECK(error > 1e3 * eps_tolerance);
+    }
+  }
+}
+
 TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave an existing file intact") {
   TempDir dir("bench_bad");
   const auto existing = dir / "existing.h5";
@@ -280,6 +358,11 @@ TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave a
       {{"--n", "16", "--matvec-n", "256,0"}, {"--matvec-n", "0"}},
       {{"--n", "16", "--d", "0"}, {"--d = 0"}},
       {{"--n", "16", "--device", "gpu"}, {"--device", "gpu"}},
+      {{"--batch", "2x2x64"}, {"--batch", "'2x2x64'"}},
+      {{"--batch", "2x2x64x16,2x0x64x16"}, {"--batch", "'2x0x64x16'"}},
+      {{"--batch", "2x2x64x16x"}, {"--batch", "'2x2x64x16x'"}},
+      {{"--batch", "2xax64x16"}, {"--batch", "'2xax64x16'"}},
+      {{"--batch", "2x2x8x16", "--landmarks", "16"}, {"--landmarks = 16", "--batch N = 8"}},
   };
   for (const auto& [options, named] : cases) {
     CAPTURE(cli::join(options, " "));

@@ -148,10 +148,10 @@ def test_sweep_columns() -> None:
         assert_same("/sweep", documented("/sweep"), table_columns(file["sweep"]))
 
 
-@pytest.mark.parametrize("table", ["/bench", "/bench_steps", "/bench_gemm", "/bench_matvec"])
+@pytest.mark.parametrize("table", ["/bench", "/bench_steps", "/bench_gemm", "/bench_matvec", "/bench_batch"])
 def test_bench_tables(table: str) -> None:
     with h5py.File(ci_file("bench.h5"), "r") as file:
-        assert table.strip("/") in file, f"the CI bench (--gemm-n, --matvec-n) writes {table}"
+        assert table.strip("/") in file, f"the CI bench (--gemm-n, --matvec-n, --batch) writes {table}"
         assert_same(table, documented(table), table_columns(file[table.strip("/")]))
 
 
