@@ -51,11 +51,11 @@ struct BenchSettings {
   std::vector<Index> thread_counts;
   std::vector<Method> methods;
   Device device = Device::cpu;
-  Index landmarks = 16;             ///< m of pnp-nystra, nystromformer, cur, symmetric-nystrom
-  Index features = 64;              ///< r of performer
-  Index projected = 64;             ///< k of linformer
-  Index gemm_size = 4096;           ///< n of the n×n×n reference GEMM; 0: none
-  std::vector<Index> matvec_sizes;  ///< N of the kernel matvecs (none by default)
+  Index landmarks = 16;                  ///< m of pnp-nystra, nystromformer, cur, symmetric-nystrom
+  Index features = 64;                   ///< r of performer
+  Index projected = 64;                  ///< k of linformer
+  Index gemm_size = 4096;                ///< n of the n×n×n reference GEMM; 0: none
+  std::vector<Index> matvec_sizes;       ///< N of the kernel matvecs (none by default)
   std::vector<BatchShape> batch_shapes;  ///< --batch: [B, H, N, d] batches, dv = d (none by default)
   double min_seconds = 0.2;
   int max_repeats = 50;
@@ -107,8 +107,8 @@ void ensure_blas_core(const std::string& core, const Invocation& invocation) {
   std::cerr << "nystrom bench: warning: could not re-execute with OPENBLAS_CORETYPE=" << core << "\n";
 }
 
-/// The wall times of repeated runs of one piece of work: the minimum over every run (the warm-up included) and
-/// the median over the runs after the warm-up.
+/// The wall times of repeated runs of one piece of work: the minimum over every run (the warm-up included)
+/// and the median over the runs after the warm-up.
 struct Timing {
   double best = not_measured, median = not_measured;
 };
@@ -156,7 +156,9 @@ double nominal_flops(Method method, double n, double d, double dv, const BenchSe
 }
 
 /// κ of every timed method: the softmax kernel exp(s q·k) with s = 1/√d.
-Kernel bench_kernel(Index dim) { return Kernel::exponential(1 / std::sqrt(double(dim))); }
+Kernel bench_kernel(Index dim) {
+  return Kernel::exponential(1 / std::sqrt(double(dim)));
+}
 
 /// The options of every method for query/key dimension `dim` (--d, or a --batch shape's d).
 ApproximationOptions method_options(const BenchSettings& settings, Index dim) {
@@ -528,7 +530,8 @@ std::vector<BatchShape> parse_batch_shapes(const std::string& text) {
                           std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
       parts.push_back(digits ? std::stoll(part) : 0);
     }
-    require(parts.size() == 4 && item.back() != 'x' && std::all_of(parts.begin(), parts.end(), [](Index p) { return p >= 1; }),
+    require(parts.size() == 4 && item.back() != 'x' &&
+                std::all_of(parts.begin(), parts.end(), [](Index p) { return p >= 1; }),
             describe("option --batch: '", item, "' is not BxHxNxd with every count >= 1"));
     shapes.push_back({parts[0], parts[1], parts[2], parts[3], parts[3]});
   }
@@ -569,9 +572,9 @@ void validate(const BenchSettings& settings) {
     const bool projected = method == Method::linformer;
     const auto size = approximation_size(method, settings);
     const Index count = projected ? size.projected : size.landmarks;
-    require(count <= smallest, describe("option --", projected ? "projected" : "landmarks", " = ", count,
-                                        " exceeds the smallest ", smallest_option, " (method ",
-                                        to_string(method), ")"));
+    require(count <= smallest,
+            describe("option --", projected ? "projected" : "landmarks", " = ", count,
+                     " exceeds the smallest ", smallest_option, " (method ", to_string(method), ")"));
   }
   require(!steps || settings.landmarks <= smallest,
           describe("option --landmarks = ", settings.landmarks, " exceeds the smallest ", smallest_option,
@@ -691,9 +694,12 @@ int run_bench(const Invocation& invocation) {
   write_attribute(file.get(), "device", to_string(settings.device));
   write_attribute(file.get(), "device_description", device_description);
   write_attribute(file.get(), "timing", timing_note(settings.device));
-  BenchTables tables{file.get(), ResultsTable::create(file.get(), "bench", bench_columns()),
-                     ResultsTable::create(file.get(), "bench_steps", step_columns()), std::nullopt,
-                     std::nullopt, std::nullopt};
+  BenchTables tables{file.get(),
+                     ResultsTable::create(file.get(), "bench", bench_columns()),
+                     ResultsTable::create(file.get(), "bench_steps", step_columns()),
+                     std::nullopt,
+                     std::nullopt,
+                     std::nullopt};
   if (settings.gemm_size > 0) tables.gemm = ResultsTable::create(file.get(), "bench_gemm", gemm_columns());
   if (!settings.matvec_sizes.empty())
     tables.matvec = ResultsTable::create(file.get(), "bench_matvec", matvec_columns());

@@ -276,14 +276,14 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "bench --batch: one /bench_batch row per shape × method × precision × threads; exact's error 0, m = N "
-    "recovers it") {
+    "bench --batch: one /bench_batch row per shape × method × precision × threads, exact error 0, m = N "
+    "recovers exact attention") {
   TempDir dir("bench_batch");
   const auto output = dir / "bench.h5";
   // Without --n only the batches are timed; m = 16 = N of the second shape makes its PnP-Nystra exact.
-  const auto run = run_bench(output, {"--batch", "2x3x32x8,1x2x16x4", "--precision", "float,double",
-                                      "--threads", "1,2", "--method", "exact,pnp-nystra,performer",
-                                      "--landmarks", "16", "--features", "16", "--gemm-n", "0"});
+  const auto run = run_bench(
+      output, {"--batch", "2x3x32x8,1x2x16x4", "--precision", "float,double", "--threads", "1,2", "--method",
+               "exact,pnp-nystra,performer", "--landmarks", "16", "--features", "16", "--gemm-n", "0"});
   REQUIRE_MESSAGE(run.status == 0, run.err);
   CHECK(read_table(output, "bench", bench_columns).rows.empty());
   CHECK(read_table(output, "bench_steps", step_columns).rows.empty());
@@ -312,8 +312,8 @@ TEST_CASE(
     CHECK(points.emplace(shape, method, precision, threads).second);
     CHECK(batch.text(r, "device") == "cpu");
     CHECK(!batch.text(r, "blas_core").empty());
-    const std::array<double, 3> size = {method == "pnp-nystra" ? 16.0 : 0.0, method == "performer" ? 16.0 : 0.0,
-                                        0};
+    const std::array<double, 3> size = {method == "pnp-nystra" ? 16.0 : 0.0,
+                                        method == "performer" ? 16.0 : 0.0, 0};
     CHECK(size_cells(batch, r) == size);
     const double best = batch.number(r, "best_seconds");
     CHECK(best > 0);
