@@ -104,12 +104,12 @@ po::options_description sweep_options() {
       "strategy", po::value<std::string>()->default_value("segment-means,window-pool,step,random"),
       "landmark strategies: segment-means, window-pool, step, random, top-sum, top-abs, top-embed, kmeans "
       "(cur uses the selection ones: step, random, top-*; window-pool only layers with a token window)")(
-      "landmarks,m", po::value<std::string>()->default_value("8,16,32,64"),
-      "landmark counts m: list and ranges, e.g. 4:256:x2 or 8:64:+8")(
-      "pinv", po::value<std::string>()->default_value("exact,razavi"),
-      "pseudoinverses: exact, razavi, newton-schulz")("iterations",
-                                                      po::value<std::string>()->default_value("2,4,6"),
-                                                      "iteration counts of the iterative pseudoinverses")(
+      "landmarks,m", po::value<std::string>()->value_name("LIST"),
+      "landmark counts m: list and ranges, e.g. 4:256:x2 or 8:64:+8 (default: 8, 16, 32, ... below each "
+      "layer's N, and N)")("pinv", po::value<std::string>()->default_value("exact,razavi"),
+                           "pseudoinverses: exact, razavi, newton-schulz")(
+      "iterations", po::value<std::string>()->default_value("2,4,6"),
+      "iteration counts of the iterative pseudoinverses")(
       "stabilization", po::value<std::string>()->default_value("row-max"),
       "pnp-nystra: none, row-max, clamped (other methods: none)")(
       "features", po::value<std::string>()->value_name("LIST"),
@@ -175,14 +175,13 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
   grid.kernels = parse_kernels(values);
   grid.strategies = parse_enum_list<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy",
                                                       landmark_strategy_from_string);
-  grid.landmarks = parse_index_list(values["landmarks"].as<std::string>(), "landmarks", 1);
-  grid.default_landmarks = values["landmarks"].defaulted();
-  grid.features = values.count("features")
-                      ? parse_index_list(values["features"].as<std::string>(), "features", 1)
-                      : grid.landmarks;
-  grid.projected = values.count("projected")
-                       ? parse_index_list(values["projected"].as<std::string>(), "projected", 1)
-                       : grid.landmarks;
+  const auto index_list = [&](const char* name) {
+    return values.count(name) ? parse_index_list(values[name].as<std::string>(), name, 1)
+                              : std::vector<Index>{};
+  };
+  grid.landmarks = index_list("landmarks");
+  grid.features = values.count("features") ? index_list("features") : grid.landmarks;
+  grid.projected = values.count("projected") ? index_list("projected") : grid.landmarks;
   const auto iterations = parse_index_list(values["iterations"].as<std::string>(), "iterations", 1);
   for (auto method :
        parse_enum_list<PinvMethod>(values["pinv"].as<std::string>(), "pinv", pinv_method_from_string)) {

@@ -109,8 +109,7 @@ std::vector<PointDescription> method_points(const PointDescription& base, const 
 }
 
 /// Why a point of the grid cannot run on `layer` ("" when it can): a softmax method on another kernel than
-/// exp, cur with a pooling strategy, window-pool without a token window (`window_obstacle`), a default
-/// landmark count above N.
+/// exp, cur with a pooling strategy, window-pool without a token window (`window_obstacle`).
 std::string obstacle(const PointDescription& point, const DumpLayer& layer,
                      const std::string& window_obstacle) {
   const Method method = point.method;
@@ -127,16 +126,26 @@ std::string obstacle(const PointDescription& point, const DumpLayer& layer,
                                                              : nullptr;
   if (landmarks && landmarks->strategy == LandmarkStrategy::window_pool && !window_obstacle.empty())
     return window_obstacle;
-  const Index m = landmarks                         ? landmarks->count
-                  : method == Method::nystromformer ? point.options.nystromformer.landmarks
-                                                    : 0;
-  if (m > layer.tokens)  // default counts only: enumerate_points rejects given ones
-    return describe("the default landmark count m = ", m, " exceeds N = ", layer.tokens, " of /layers/",
-                    layer.name);
   return "";
 }
 
+/// The grid on a layer of n tokens: the default landmark counts where none were given, and performer's and
+/// linformer's sizes following the landmark counts where they were not given.
+SweepGrid on_layer(SweepGrid grid, Index n) {
+  if (grid.landmarks.empty()) grid.landmarks = default_landmark_counts(n);
+  if (grid.features.empty()) grid.features = grid.landmarks;
+  if (grid.projected.empty()) grid.projected = grid.landmarks;
+  return grid;
+}
+
 }  // namespace
+
+std::vector<Index> default_landmark_counts(Index n) {
+  std::vector<Index> counts;
+  for (Index m = 8; m < n; m *= 2) counts.push_back(m);
+  counts.push_back(n);
+  return counts;
+}
 
 std::vector<std::string> Skipped::lines() const {
   std::vector<std::string> out;
@@ -163,10 +172,10 @@ std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& lay
   std::vector<PointDescription> points;
   for (const auto& layer : layers) {
     const std::string window_obstacle = window_pool_obstacle(layer);
-    for (auto m : grid.landmarks)
-      require(m <= layer.tokens || grid.default_landmarks,
-              describe("option --landmarks: m = ", m, " exceeds N = ", layer.tokens, " of /layers/",
-                       layer.name, " in ", input));
+    const SweepGrid layer_grid = on_layer(grid, layer.tokens);
+    for (auto m : layer_grid.landmarks)
+      require(m <= layer.tokens, describe("option --landmarks: m = ", m, " exceeds N = ", layer.tokens,
+                                          " of /layers/", layer.name, " in ", input));
     for (auto b : select_indices(grid.batches, layer.batch, layer, "batch"))
       for (auto h : select_indices(grid.heads, layer.heads, layer, "heads"))
         for (const auto& kernel : grid.kernels)
@@ -183,7 +192,7 @@ std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& lay
             base.precision = grid.precision;
             base.seed = grid.seed;
             const auto first = points.size();
-            for (auto& point : method_points(base, grid)) {
+            for (auto& point : method_points(base, layer_grid)) {
               const std::string reason = obstacle(point, layer, window_obstacle);
               if (reason.empty())
                 points.push_back(std::move(point));

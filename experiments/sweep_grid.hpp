@@ -27,12 +27,10 @@ struct SweepGrid {
   std::vector<Index> batches, heads;  ///< empty: all
   std::vector<Kernel> kernels;        ///< exponential scale 0 means the layer's scale
   std::vector<LandmarkStrategy> strategies;
-  std::vector<Index> landmarks;  ///< m
-  /// The landmark counts are the default ones: counts above a layer's N are left out there (given counts
-  /// above N are an error).
-  bool default_landmarks = false;
-  std::vector<Index> features;                    ///< performer's r
-  std::vector<Index> projected;                   ///< linformer's k
+  /// m; empty: the default counts of each layer (default_landmark_counts), so that the grid reaches m = N.
+  std::vector<Index> landmarks;
+  std::vector<Index> features;                    ///< performer's r; empty: the layer's landmark counts
+  std::vector<Index> projected;                   ///< linformer's k; empty: the layer's landmark counts
   std::vector<std::pair<PinvMethod, int>> pinvs;  ///< method and iterations (0 for exact)
   std::vector<Stabilization> stabilizations;
   std::vector<Method> methods;
@@ -48,6 +46,10 @@ struct Skipped {
   /// One line per reason, "skipping <count> grid points: <reason>".
   std::vector<std::string> lines() const;
 };
+
+/// The default landmark counts of a layer of n tokens: 8, 16, 32, … below n, and n itself (exact recovery,
+/// docs/mathematics.md §2), so that error figures show the whole path from small m to Ĝ = G.
+std::vector<Index> default_landmark_counts(Index n);
 
 /// The selected layers of the dump, every name checked.
 std::vector<DumpLayer> select_layers(const DumpInfo& dump, const SweepGrid& grid);

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <map>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "cli_test_support.hpp"
@@ -769,23 +770,31 @@ TEST_CASE("sweep: the default grid runs on a dump without a token window, leavin
   const auto run = run_cli({"sweep", "-i", input, "-o", output});
   CAPTURE(run.err);
   REQUIRE(run.status == 0);
-  // 2 kernels × 4 landmark counts × 4 pseudoinverses per strategy; window-pool's 32 points are left out.
+  // 2 kernels × 7 landmark counts (8, 16, …, 256 and N = 300) × 4 pseudoinverses per strategy; window-pool's
+  // 56 points are left out.
   const std::string reason = "window-pool needs a token window";
-  CHECK(run.err.find("skipping 32 grid points: " + reason) != std::string::npos);
+  CHECK(run.err.find("skipping 56 grid points: " + reason) != std::string::npos);
   CHECK(run.err.find(reason) == run.err.rfind(reason));  // said once
   const Table table = read_sweep(output);
-  CHECK(table.rows.size() == 3 * 32);
+  CHECK(table.rows.size() == 3 * 56);
   for (std::size_t r = 0; r < table.rows.size(); ++r) CHECK(table.text(r, "strategy") != "window-pool");
-  CHECK(skipped_attribute(output).find("skipping 32 grid points: " + reason) != std::string::npos);
-  // Default landmark counts above N are left out too (given ones are an error, see the bad-options case).
+  CHECK(skipped_attribute(output).find("skipping 56 grid points: " + reason) != std::string::npos);
+  // The default landmark counts of each layer end at its N (given counts above N are an error, see the
+  // bad-options case), and at m = N with the exact pseudoinverse Ĝ = G (Corollary 2.2).
   const auto small = make_dump(dir);
   const auto few = run_cli({"sweep", "-i", small, "-o", dir / "few.h5", "--kernel", "exp", "--strategy",
-                            "step", "--pinv", "exact"});
+                            "step", "--pinv", "exact", "-q"});
   CAPTURE(few.err);
   REQUIRE(few.status == 0);
-  CHECK(few.err.find("skipping 2 grid points: the default landmark count m = 64 exceeds N = 40") !=
-        std::string::npos);
-  CHECK(read_sweep(dir / "few.h5").rows.size() == 2 * 3);
+  const Table small_table = read_sweep(dir / "few.h5");
+  std::set<double> counts;
+  for (std::size_t r = 0; r < small_table.rows.size(); ++r) {
+    counts.insert(small_table.number(r, "landmarks"));
+    if (small_table.number(r, "landmarks") == 40)
+      CHECK(small_table.number(r, "relative_spectral_error") < 1e-10);
+  }
+  CHECK(counts == std::set<double>{8, 16, 32, 40});
+  CHECK(small_table.rows.size() == 2 * 4);
 }
 
 TEST_CASE(
