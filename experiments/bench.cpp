@@ -600,15 +600,17 @@ std::string timing_note(Device device) {
          "(copies included, and timed alone in copy_seconds)";
 }
 
-}  // namespace
-
-int run_bench(const Invocation& invocation) {
-  po::options_description description("bench options");
+/// The raw texts of the list options, parsed by complete_settings.
+struct BenchOptionTexts {
   std::string sizes = "256:16384:x2", matvec_sizes, batch_shapes;
-  BenchSettings settings;
+};
+
+/// The options of `nystrom bench`, writing into `texts` and `settings`.
+po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& settings) {
+  po::options_description description("bench options");
   // clang-format off
   description.add_options()
-    ("n", po::value(&sizes)->default_value(sizes),
+    ("n", po::value(&texts.sizes)->default_value(texts.sizes),
      "token counts N of the one-head tables (list or range first:last:xF); with --batch: none unless given")
     ("d", po::value(&settings.dim)->default_value(settings.dim), "query/key dimension d")
     ("dv", po::value(&settings.value_dim)->default_value(settings.value_dim), "value dimension dv");
@@ -633,10 +635,10 @@ int run_bench(const Invocation& invocation) {
     ("gemm-n", po::value(&settings.gemm_size)->default_value(settings.gemm_size),
      "n of the n x n x n GEMM timed per precision and thread count (/bench_gemm, the reference of the "
      "gemm_fraction columns); 0: none")
-    ("matvec-n", po::value(&matvec_sizes),
+    ("matvec-n", po::value(&texts.matvec_sizes),
      "N of the matrix-free kernel matvecs y = exp(s Q K^T) x timed per precision and thread count "
      "(/bench_matvec; list or range); default: none")
-    ("batch", po::value(&batch_shapes)->value_name("LIST"),
+    ("batch", po::value(&texts.batch_shapes)->value_name("LIST"),
      "batches BxHxNxd (dv = d), comma-separated, e.g. 64x6x1024x64,16x8x4096x64: exact attention and every "
      "--method on the whole batch through BatchedAttentionPlan on --device, per precision and thread count "
      "(/bench_batch); default: none")
@@ -651,12 +653,16 @@ int run_bench(const Invocation& invocation) {
   add_seed_option(description);
   add_quiet_option(description, "no table on stdout");
   add_common_options(description, false);
-  po::variables_map values;
-  if (!parse_options(invocation, "[options]", description, {}, values)) return 0;
+  return description;
+}
 
+/// `settings` completed from the parsed options (sizes, thread counts, methods, precisions, seed).
+void complete_settings(const po::variables_map& values, const BenchOptionTexts& texts,
+                       BenchSettings& settings) {
   settings.device = parse_device(values);
-  if (!batch_shapes.empty()) settings.batch_shapes = parse_batch_shapes(batch_shapes);
-  if (batch_shapes.empty() || !values["n"].defaulted()) settings.sizes = parse_index_list(sizes, "n");
+  if (!texts.batch_shapes.empty()) settings.batch_shapes = parse_batch_shapes(texts.batch_shapes);
+  if (texts.batch_shapes.empty() || !values["n"].defaulted())
+    settings.sizes = parse_index_list(texts.sizes, "n");
   settings.thread_counts = {1};
   if (settings.device == Device::cpu) {
     const Index default_threads = threads();  // the OpenMP default, before any set_threads
@@ -675,7 +681,35 @@ int run_bench(const Invocation& invocation) {
   settings.precisions = parse_precisions(values);
   settings.seed = values["seed"].as<std::uint64_t>();
   settings.quiet = values["quiet"].as<bool>();
-  if (!matvec_sizes.empty()) settings.matvec_sizes = parse_index_list(matvec_sizes, "matvec-n");
+  if (!texts.matvec_sizes.empty()) settings.matvec_sizes = parse_index_list(texts.matvec_sizes, "matvec-n");
+}
+
+/// The tables `settings` asks for, created in `file`.
+BenchTables create_tables(hid_t file, const BenchSettings& settings) {
+  BenchTables tables{file,
+                     ResultsTable::create(file, "bench", bench_columns()),
+                     ResultsTable::create(file, "bench_steps", step_columns()),
+                     std::nullopt,
+                     std::nullopt,
+                     std::nullopt};
+  if (settings.gemm_size > 0) tables.gemm = ResultsTable::create(file, "bench_gemm", gemm_columns());
+  if (!settings.matvec_sizes.empty())
+    tables.matvec = ResultsTable::create(file, "bench_matvec", matvec_columns());
+  if (!settings.batch_shapes.empty())
+    tables.batch = ResultsTable::create(file, "bench_batch", batch_columns());
+  return tables;
+}
+
+}  // namespace
+
+int run_bench(const Invocation& invocation) {
+  BenchOptionTexts texts;
+  BenchSettings settings;
+  const po::options_description description = bench_options(texts, settings);
+  po::variables_map values;
+  if (!parse_options(invocation, "[options]", description, {}, values)) return 0;
+
+  complete_settings(values, texts, settings);
   validate(settings);
   ensure_blas_core(settings.blas_core, invocation);
 
@@ -694,17 +728,7 @@ int run_bench(const Invocation& invocation) {
   write_attribute(file.get(), "device", to_string(settings.device));
   write_attribute(file.get(), "device_description", device_description);
   write_attribute(file.get(), "timing", timing_note(settings.device));
-  BenchTables tables{file.get(),
-                     ResultsTable::create(file.get(), "bench", bench_columns()),
-                     ResultsTable::create(file.get(), "bench_steps", step_columns()),
-                     std::nullopt,
-                     std::nullopt,
-                     std::nullopt};
-  if (settings.gemm_size > 0) tables.gemm = ResultsTable::create(file.get(), "bench_gemm", gemm_columns());
-  if (!settings.matvec_sizes.empty())
-    tables.matvec = ResultsTable::create(file.get(), "bench_matvec", matvec_columns());
-  if (!settings.batch_shapes.empty())
-    tables.batch = ResultsTable::create(file.get(), "bench_batch", batch_columns());
+  BenchTables tables = create_tables(file.get(), settings);
   if (!settings.quiet && !settings.sizes.empty())
     std::cout
         << "method                  n precision thr      seconds    GFLOP/s   %GEMM   speedup  rel.error\n";
