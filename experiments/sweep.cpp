@@ -180,8 +180,8 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
                               : std::vector<Index>{};
   };
   grid.landmarks = index_list("landmarks");
-  grid.features = values.count("features") ? index_list("features") : grid.landmarks;
-  grid.projected = values.count("projected") ? index_list("projected") : grid.landmarks;
+  grid.features = index_list("features");  // empty: each layer's landmark counts (sweep_grid.hpp)
+  grid.projected = index_list("projected");
   const auto iterations = parse_index_list(values["iterations"].as<std::string>(), "iterations", 1);
   for (auto method :
        parse_enum_list<PinvMethod>(values["pinv"].as<std::string>(), "pinv", pinv_method_from_string)) {

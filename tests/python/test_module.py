@@ -168,8 +168,8 @@ def test_clamp_threshold(dtype):
     factors = {c: nystrom.nystrom_factors(q, k, landmarks=6, stabilization="clamped", clamp_threshold=c).dense()
                for c in (0.0, 5.0, 1e6)}
     plain = nystrom.nystrom_factors(q, k, landmarks=6, stabilization="none").dense()
-    # Above every logit the clamped exponential is exp itself; at 0 and 5 it is not.
-    assert relative(factors[1e6], plain) < 1e3 * TOLERANCE[dtype]
+    # Above every logit the clamped exponential is exp itself (the same factors up to rounding); at 0 and 5 not.
+    assert relative(factors[1e6], plain) < TOLERANCE[dtype]
     assert relative(factors[0.0], plain) > 1e-2 and relative(factors[0.0], factors[5.0]) > 1e-3
 
 
