@@ -175,12 +175,7 @@ void exponent(const Kernel& kernel, Operand<T> x, int n, Operand<T> y, int p, in
       // PnP-Nystra eq. (2): φ = s·qᵀk, one GEMM per pair; a row-major operand is the transpose of a
       // column-major one. With a log-shift c, the GEMMs accumulate onto −c.
       const bool shifted = kernel.log_shift != 0;
-      if (shifted && ldo == n && out_stride == Offset(n) * p)
-        fill<T>(out, Offset(n) * p * count, T(-kernel.log_shift), context().stream);
-      else if (shifted)
-        for (int i = 0; i < count; ++i)
-          for (int j = 0; j < p; ++j)
-            fill<T>(out + i * out_stride + j * ldo, n, T(-kernel.log_shift), context().stream);
+      if (shifted) fill<T>(out, n, p, ldo, out_stride, count, T(-kernel.log_shift), context().stream);
       gemm_batched(x.row_major ? CUBLAS_OP_T : CUBLAS_OP_N, y.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, n, p, d,
                    T(kernel.param), x.data, x.ld, x.stride, y.data, y.ld, y.stride, T(shifted ? 1 : 0), out,
                    ldo, out_stride, count);

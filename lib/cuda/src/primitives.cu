@@ -232,10 +232,14 @@ __global__ void divide_columns_kernel(T* data, Offset ld, int rows, int cols, co
 }
 
 template <class T>
-__global__ void fill_kernel(T* data, Offset count, T value) {
-  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
-       e += static_cast<Offset>(gridDim.x) * blockDim.x)
-    data[e] = value;
+__global__ void fill_kernel(T* data, Offset rows, Offset cols, Offset ld, Offset stride, Offset count,
+                            T value) {
+  const Offset total = rows * cols * count;
+  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<Offset>(gridDim.x) * blockDim.x) {
+    const Offset i = e % rows, j = (e / rows) % cols, b = e / (rows * cols);
+    data[b * stride + j * ld + i] = value;
+  }
 }
 
 template <class T>
@@ -582,10 +586,17 @@ void divide_columns(T* data, Offset ld, int rows, int cols, const T* denominator
 }
 
 template <class T>
-void fill(T* data, Offset count, T value, cudaStream_t stream) {
-  if (count == 0) return;
-  fill_kernel<T><<<blocks_for(count, block_threads), block_threads, 0, stream>>>(data, count, value);
+void fill(T* data, Offset rows, Offset cols, Offset ld, Offset stride, Offset count, T value,
+          cudaStream_t stream) {
+  if (rows == 0 || cols == 0 || count == 0) return;
+  fill_kernel<T><<<blocks_for(rows * cols * count, block_threads), block_threads, 0, stream>>>(
+      data, rows, cols, ld, stride, count, value);
   check_launch("fill");
+}
+
+template <class T>
+void fill(T* data, Offset count, T value, cudaStream_t stream) {
+  fill(data, count, 1, count, count, 1, value, stream);
 }
 
 template <class T>
@@ -650,6 +661,7 @@ void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_row
   template void divide_rows<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                           \
   template void divide_columns<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                        \
   template void fill<T>(T*, Offset, T, cudaStream_t);                                                      \
+  template void fill<T>(T*, Offset, Offset, Offset, Offset, Offset, T, cudaStream_t);                      \
   template void add_to_diagonal<T>(T*, Offset, int, T, int, Offset, cudaStream_t);                         \
   template void pinv_iterate<T>(const T*, int, int, bool, int, double, const double*, double, T*, T*,      \
                                 double*, int*, double*, cudaStream_t);                                     \

@@ -73,6 +73,12 @@ void divide_columns(T* data, Offset ld, int rows, int cols, const T* denominator
 template <class T>
 void fill(T* data, Offset count, T value, cudaStream_t stream);
 
+/// data_b(i, j) ← value for `count` column-major rows×cols blocks, data_b(i, j) at data[b·stride + j·ld + i]:
+/// one launch for every block.
+template <class T>
+void fill(T* data, Offset rows, Offset cols, Offset ld, Offset stride, Offset count, T value,
+          cudaStream_t stream);
+
 /// a_b(i, i) += value for `batch` m×m blocks, a_b at a + b·stride.
 template <class T>
 void add_to_diagonal(T* a, Offset lda, int m, T value, int batch, Offset stride, cudaStream_t stream);
