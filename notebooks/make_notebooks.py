@@ -796,7 +796,8 @@ def drops(rows):
 
 Per window model, the drop of each configuration against the unmodified model on each image (the unmodified model's
 PSNR / SSIM against the ground truth minus the configuration's; the first line is the unmodified model's own PSNR /
-SSIM) and their mean over the images. NaN: the output went non-finite."""),
+SSIM) and their mean over the images the configuration ran on. NaN: the output went non-finite, or the configuration
+did not run on that image (the m = N controls run on the first image only)."""),
     ("code", """\
 pd.set_option("display.width", 200)
 for model in models:
@@ -806,7 +807,8 @@ for model in models:
         drops_by_image = frame.pivot_table(index="configuration", columns="image", values=f"{value}_drop",
                                            sort=False, dropna=False).reindex(order)
         drops_by_image = drops_by_image[list(dict.fromkeys(frame["image"]))]
-        drops_by_image["mean"] = drops_by_image.mean(axis=1, skipna=False)
+        drops_by_image["mean"] = frame.groupby("configuration", sort=False)[f"{value}_drop"].agg(
+            lambda values: values.mean(skipna=False))  # over the images it ran on; NaN if any output was not finite
         own = frame[frame["method"] == "model"].set_index("image")[value]
         drops_by_image.loc["unmodified"] = [*own.reindex(drops_by_image.columns[:-1]), own.mean()]
         drops_by_image = drops_by_image.rename(index={"unmodified": f"unmodified model: its {label}"})

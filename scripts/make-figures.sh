@@ -124,7 +124,9 @@ for model, rows in table.groupby("model_window", sort=False):
     order = list(dict.fromkeys(rows["configuration"]))
     summary = rows.pivot_table(index="configuration", columns="image", values="psnr_drop", sort=False,
                                dropna=False).reindex(order)[list(dict.fromkeys(rows["image"]))]
-    means = rows.groupby("configuration", sort=False)[["psnr", "psnr_drop", "ssim_drop", "time_ratio"]].mean()
+    # Over the images each configuration ran on (the m = N controls: the first); NaN where an output was not finite.
+    means = rows.groupby("configuration", sort=False)[["psnr", "psnr_drop", "ssim_drop", "time_ratio"]].agg(
+        lambda values: values.mean(skipna=False))
     summary = summary.join(means.add_prefix("mean "))
     print(f"{model} windows")
     print(summary.to_string(float_format=lambda x: f"{x:.3f}"))
