@@ -366,7 +366,9 @@ Reads `$NYSTROM_RESULTS/bench.h5`, written by `nystrom bench` (experiments/bench
 method, token count N, precision (float or double) and thread count (wall time per head, the minimum over repeats;
 nominal GFLOP/s; speed-up over exact attention on the same inputs; output error against exact attention),
 `/bench_steps` the timings of PnP-Nystra Algorithm 1 step by step (paper Table 1). Newer files also carry `gemm_fraction` and the GEMM and
-matrix-free matvec reference rates `/bench_gemm`, `/bench_matvec`; the last figure shows them when present. Files of
+matrix-free matvec reference rates `/bench_gemm`, `/bench_matvec`; the last figure shows them when present; with
+`nystrom bench --batch`, `/bench_batch` times whole batches of heads in the `[B, H, N, d]` layout of vision
+transformers (the last section). Files of
 results format version 2 and older (a `dtype` column of float32/float64, performer's r and linformer's k in
 `landmarks`) are read as version 3 (`precision` float/double, r in `features`, k in `projected`).
 
@@ -374,7 +376,7 @@ The file holds what the bench was asked for (`--method`, `--precision`, `--threa
 whatever it has. Make one with e.g. `build/bin/nystrom bench --n 256:16384:x2` (minutes)."""),
     ("code", SETUP),
     ("code", """\
-bench, steps, gemm, matvec = nr.read_bench()
+bench, steps, gemm, matvec, batch = nr.read_bench()
 for key, value in nr.provenance(nr.results_dir() / "bench.h5").items():
     print(f"{key:>16}: {value}")
 if bench.rows == 0:
@@ -613,6 +615,48 @@ for i in range(largest.rows):
     print(f"{largest['method'][i]:>18} {largest['precision'][i]:>8} {largest['threads'][i]:>4} "
           f"{largest['seconds'][i]:10.3e} {largest['gflops'][i]:9.1f} {largest['speedup_vs_exact'][i]:9.1f} "
           f"{largest['output_relative_error'][i]:11.2e}" + "".join(f" {largest[c][i]:14.2f}" for c in extra))"""),
+    ("md", """\
+## Batches of heads (`/bench_batch`)
+
+`nystrom bench --batch BxHxNxd` times whole batches of Gaussian heads in the `[B, H, N, d]` layout of a vision
+transformer's window attention (B windows × H heads, dv = d) through the batched plan, heads spread over the threads:
+wall time of the whole batch (best and median over the runs), speed-up over exact attention on the same batch, heads
+per second and the output error over the batch against exact attention (docs/formats.md §2.3)."""),
+    ("code", """\
+import itertools
+
+if batch is None or batch.rows == 0:
+    print("no /bench_batch in this file (run e.g. build/bin/nystrom bench --batch 64x6x1024x64 --n 256)")
+else:
+    shapes = batch.group_by("batch", "heads", "n", "d")
+    print(f"{'shape BxHxNxd':>16} {'device':>6} {'precision':>9} {'thr':>4} {'method':>18} {'best s':>10} "
+          f"{'median s':>10} {'speed-up':>9} {'heads/s':>10} {'rel. error':>11}")
+    for (b, h, n, d), rows in shapes:
+        for i in range(rows.rows):
+            print(f"{f'{b}x{h}x{n}x{d}':>16} {rows['device'][i]:>6} {rows['precision'][i]:>9} {rows['threads'][i]:>4} "
+                  f"{rows['method'][i]:>18} {rows['best_seconds'][i]:10.3e} {rows['median_seconds'][i]:10.3e} "
+                  f"{rows['speedup_vs_exact'][i]:9.2f} {rows['heads_per_second'][i]:10.3g} "
+                  f"{rows['output_relative_error'][i]:11.2e}")
+    approximations = batch.where(batch["method"] != "exact")
+    contexts = approximations.group_by("device", "precision", "threads")
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(shapes) * max(len(contexts), 1)), 4.2))
+    labels = [f"{b}x{h}x{n}x{d}" for (b, h, n, d), _ in shapes]
+    methods = approximations.values_of("method")
+    width = 0.8 / max(len(methods) * len(contexts), 1)
+    for index, ((context, rows), method) in enumerate(itertools.product(contexts, methods)):
+        values = [rows.where(method=method, batch=b, heads=h, n=n, d=d)["speedup_vs_exact"]
+                  for (b, h, n, d), _ in shapes]
+        heights = [v[0] if v.size else np.nan for v in values]
+        ax.bar(np.arange(len(shapes)) + index * width, heights, width,
+               label=f"{method}, " + ", ".join(map(str, context)) + " threads")
+    ax.axhline(1.0, color="k", lw=1)
+    ax.set_xticks(np.arange(len(shapes)) + 0.4 - width / 2, labels)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch shape B×H×N×d")
+    ax.set_ylabel("speed-up over exact attention (whole batch)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    nr.save_figure(fig, "bench_batch")"""),
 ]
 
 PYTHON_MODULE = [
@@ -738,7 +782,7 @@ stabilizations = [s for s in ("row-max", "clamped") if s in set(vision["stabiliz
 
 def pnp(rows, **equal):
     \"\"\"PnP-Nystra rows of the main line: window-pool landmarks, masked windows split into regions, float32.\"\"\"
-    return rows.where(method="pnp-nystra", strategy="window-pool", masks="regions", dtype="float32", **equal)
+    return rows.where(method="pnp-nystra", strategy="window-pool", masks="regions", precision="float", **equal)
 
 
 def drops(rows):
@@ -748,15 +792,40 @@ def drops(rows):
         return np.nan, np.nan, np.nan
     return values.mean(), values.min(), values.max()"""),
     ("md", """\
+## Per image: PSNR and SSIM drops
+
+Per window model, the drop of each configuration against the unmodified model on each image (the unmodified model's
+PSNR / SSIM against the ground truth minus the configuration's; the first line is the unmodified model's own PSNR /
+SSIM) and their mean over the images the configuration ran on. NaN: the output went non-finite, or the configuration
+did not run on that image (the m = N controls run on the first image only)."""),
+    ("code", """\
+pd.set_option("display.width", 200)
+for model in models:
+    frame = pd.DataFrame(dict(vision.where(model_window=model)))
+    order = list(dict.fromkeys(frame["configuration"]))
+    for value, label, digits in (("psnr", "PSNR", 3), ("ssim", "SSIM", 4)):
+        drops_by_image = frame.pivot_table(index="configuration", columns="image", values=f"{value}_drop",
+                                           sort=False, dropna=False).reindex(order)
+        drops_by_image = drops_by_image[list(dict.fromkeys(frame["image"]))]
+        drops_by_image["mean"] = frame.groupby("configuration", sort=False)[f"{value}_drop"].agg(
+            lambda values: values.mean(skipna=False))  # over the images it ran on; NaN if any output was not finite
+        own = frame[frame["method"] == "model"].set_index("image")[value]
+        drops_by_image.loc["unmodified"] = [*own.reindex(drops_by_image.columns[:-1]), own.mean()]
+        drops_by_image = drops_by_image.rename(index={"unmodified": f"unmodified model: its {label}"})
+        print(f"{model} windows: {label} drop{' (dB)' if value == 'psnr' else ''} per image and the mean")
+        print(drops_by_image.to_string(float_format=lambda x: f"{x:.{digits}f}"))
+        print()"""),
+    ("md", """\
 ## Every configuration (Table 6 style)
 
 Per window model, the mean over images of the PSNR and SSIM drops against the unmodified model (the unmodified
 model's own PSNR / SSIM against the ground truth minus the configuration's), the PSNR of the output against the
-unmodified model's output, and the time per attention block as a ratio to the library's exact attention and to the
-model's own attention (median over images; the m = N controls cost O(N³) per head, their time says nothing). NaN:
-the output went non-finite (`non_finite` counts the attention entries)."""),
+unmodified model's output, and the time per attention block as a ratio to the library's exact attention
+(`time_ratio`) and to the model's own attention (median over images). The time per block is the best of the timed
+replays of the unmodified pass's 18 attention calls, the same inputs for every configuration (docs/formats.md §2.5);
+the m = N controls cost O(N³) per head and are not timed (NaN), nor is anything with `--repeats 0`. NaN in the
+quality columns: the output went non-finite (`non_finite` counts the attention entries)."""),
     ("code", """\
-pd.set_option("display.width", 200)
 for model in models:
     frame = pd.DataFrame(dict(vision.where(model_window=model)))
     order = list(dict.fromkeys(frame["configuration"]))
@@ -866,16 +935,16 @@ for ax, model in zip(axes[0], models):
     rows = vision.where(model_window=model)
     rows = rows.where((rows["landmarks"] != ALL_TOKENS) & (rows["method"] != "model") & (rows["method"] != "exact"))
     for (name,), selected in rows.group_by("configuration"):
-        mean = drops(selected)[0]
-        if np.isfinite(mean):
+        point = (1e3 * np.median(selected["seconds_per_block"]), max(drops(selected)[0], 1e-3))
+        if np.isfinite(point).all():  # no time with --repeats 0; no drop for a non-finite output
             marker = {"pnp-nystra": "o"}.get(selected["method"][0], others.get(selected["method"][0], "D"))
-            point = (1e3 * np.median(selected["seconds_per_block"]), max(mean, 1e-3))
             ax.scatter(*point, marker=marker, s=24)
             ax.annotate(name.replace("pnp-nystra ", ""), point, fontsize=6, xytext=(3, 2), textcoords="offset points")
     model_rows = vision.where(model_window=model)
-    ax.axvline(1e3 * np.median(model_rows["exact_seconds_per_block"]), color="k", lw=1, label="library exact attention")
-    ax.axvline(1e3 * np.median(model_rows["unmodified_seconds_per_block"]), color="k", ls="--", lw=1,
-               label="the model's own attention (torch)")
+    for column, style, label in (("exact_seconds_per_block", "-", "library exact attention"),
+                                 ("unmodified_seconds_per_block", "--", "the model's own attention (torch)")):
+        if np.isfinite(model_rows[column]).any():
+            ax.axvline(1e3 * np.nanmedian(model_rows[column]), color="k", ls=style, lw=1, label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("ms per attention block (18 blocks per pass)")

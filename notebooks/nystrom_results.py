@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from nystrom import results as _results
 from nystrom.results import (  # noqa: F401
-    REQUIRED_COLUMNS, BenchResults, LayerSpectra, Table, approximation_size, provenance)
+    REQUIRED_COLUMNS, BenchResults, LayerSpectra, Table, VisionResults, approximation_size, provenance)
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,8 @@ def read_bench(path: Path | str | None = None) -> BenchResults:
     path = Path(path) if path else results_dir() / "bench.h5"
     bench = _results.read_bench(path)
     optional = [f", /{name}: {table.rows} rows" for name, table in (("bench_gemm", bench.gemm),
-                                                                    ("bench_matvec", bench.matvec))
+                                                                    ("bench_matvec", bench.matvec),
+                                                                    ("bench_batch", bench.batch))
                 if table is not None]
     print(f"{path}: /bench: {bench.bench.rows} rows, /bench_steps: {bench.steps.rows} rows" + "".join(optional))
     return bench
@@ -75,25 +76,14 @@ def read_spectra(path: Path | str | None = None) -> list[LayerSpectra]:
     return layers
 
 
-# The columns of vision.h5 the vision notebook reads (notebooks/vision_end_to_end.py, docs/formats.md §2.5).
-VISION_COLUMNS = ("model_window", "image", "n", "configuration", "method", "landmarks", "strategy", "pinv",
-                  "pinv_iters", "stabilization", "masks", "dtype", "psnr", "ssim", "psnr_drop", "ssim_drop", "psnr_vs_unmodified",
-                  "seconds_per_block", "exact_seconds_per_block", "unmodified_seconds_per_block", "time_ratio",
-                  "time_ratio_unmodified", "non_finite")
-VISION_WINDOW_COLUMNS = ("model_window", "configuration", "method", "landmarks", "strategy", "pinv", "pinv_iters",
-                         "stabilization", "layer", "window", "head", "rank", "floor", "relative_spectral_error",
-                         "output_relative_error")
-
-
-def read_vision(path: Path | str | None = None) -> tuple[Table, Table]:
+def read_vision(path: Path | str | None = None) -> VisionResults:
     """The /vision and /vision_windows tables of a vision results file (default $NYSTROM_RESULTS/vision.h5,
-    written by notebooks/vision_end_to_end.py); checks the format attributes and the columns the notebook reads."""
+    written by notebooks/vision_end_to_end.py), version 1 read as version 2 (nystrom.results.read_vision); checks
+    the format attributes and the columns the notebook reads."""
     path = Path(path) if path else results_dir() / "vision.h5"
-    with _results.open_results(path) as file:
-        vision = _results.read_table(file, path, "vision", VISION_COLUMNS)
-        windows = _results.read_table(file, path, "vision_windows", VISION_WINDOW_COLUMNS)
-    print(f"{path}: /vision: {vision.rows} rows, /vision_windows: {windows.rows} rows")
-    return vision, windows
+    vision = _results.read_vision(path)
+    print(f"{path}: /vision: {vision.vision.rows} rows, /vision_windows: {vision.windows.rows} rows")
+    return vision
 
 
 def log2_axis(ax, values) -> None:

@@ -6,16 +6,18 @@ Every `Spatial_Attention` of DAT-light (notebooks/vision_models.py) is replaced,
 `nystrom.attention(q, k, v, method=..., ...)` on the [windows, heads, N, d] batch of each call. Per (model window,
 image, configuration) the run records PSNR and SSIM against the ground truth, their drops against the unmodified
 model, PSNR / SSIM against the unmodified model's own output, and the time per attention block of the configuration
-beside the library's exact attention and the model's own attention, measured in the same run. For sampled windows
-of the unmodified model it records, per head, the best rank-m error of the attention matrix S (σ_{m+1}(S)/σ₁(S),
-Eckart–Young: the floor of every rank-m method) beside the measured ‖S − Ŝ‖₂/‖S‖₂ of each approximation.
+beside the library's exact attention and the model's own attention, measured in the same run on the same inputs
+(`time_ratio`: docs/formats.md §2.5). For sampled windows of the unmodified model it records, per head, the best
+rank-m error of the attention matrix S (σ_{m+1}(S)/σ₁(S), Eckart–Young: the floor of every rank-m method) beside the
+measured ‖S − Ŝ‖₂/‖S‖₂ of each approximation.
 
 Results: one HDF5 file (default results/vision.h5, docs/formats.md §2.5): root attributes with the provenance,
 `/vision` (one row per model window, image and configuration) and `/vision_windows` (one row per configuration,
 layer, window and head). The notebook vision_end_to_end.ipynb draws the tables and figures from it.
 
-    .venv/bin/python notebooks/vision_end_to_end.py              # default: a few minutes on 2 cores
-    .venv/bin/python notebooks/vision_end_to_end.py --full       # the complete grid (both window models, 3 images)
+    .venv/bin/python notebooks/vision_end_to_end.py              # default: 4 images, 128×128 crops (minutes)
+    .venv/bin/python notebooks/vision_end_to_end.py --images astronaut,camera --crop-size 256 --repeats 3
+    .venv/bin/python notebooks/vision_end_to_end.py --full       # the complete grid (both window models, 5 images)
 
 How the model's attention is mapped onto the library (docs/formats.md §2.5 has the details):
 - DAT-light's relative-position bias is one constant per head (data/README.md), which the softmax cancels; any bias
@@ -62,22 +64,27 @@ import vision_models as vm  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 FORMAT = "nystrom-results"
-FORMAT_VERSION = 1
+# The /vision tables' own version (docs/formats.md §2.5). Version 1 had `precision` as `dtype` (float32, float64).
+FORMAT_VERSION = 2
 SCALE = 2  # ×2 super-resolution
+TORCH_TYPES = {"float": torch.float32, "double": torch.float64}  # `precision` -> the arithmetic of the library call
 ALL_TOKENS = -1  # `landmarks` of a configuration whose landmarks are every token of the (sub)window: m = N
 EPS32 = float(np.finfo(np.float32).eps)
 # The exact attention through the library must reproduce the unmodified model's raw output to this absolute
 # difference (outputs lie in [0, 1]): 64 float32 ulps of 1, after 18 attention blocks with another summation order.
 EXACT_TOLERANCE = 64 * EPS32
-# HR crops (top, left) of the test images, scikit-image's public-domain / CC0 copies (vision_models.IMAGES).
-CROPS = {"astronaut": (40, 160), "coffee": (200, 300), "chelsea": (60, 120), "camera": (100, 200)}
-DEFAULT_IMAGES = ("astronaut",)
-FULL_IMAGES = ("astronaut", "coffee", "chelsea")
+# HR crops (top, left) of the test images, scikit-image's public-domain / CC0 copies (vision_models.IMAGES); a
+# crop larger than the image allows from there moves up and left until it fits (crop_origin).
+CROPS = {"astronaut": (40, 160), "chelsea": (60, 120), "coffee": (200, 300), "rocket": (260, 260),
+         "camera": (100, 200)}
+DEFAULT_IMAGES = ("astronaut", "chelsea", "coffee", "rocket")
+FULL_IMAGES = tuple(CROPS)
 MODEL_WINDOWS = {"8x32": None, "32x32": 32}  # name -> load_dat_light(window=...): native 8×32 / 32×8, or 32×32
-TIMING = ("time per attention block: the mean over the model's attention calls of one pass (18 Spatial_Attention "
-          "blocks), the best of the forward pass itself and `repeats` replays of the 18 calls on the unmodified "
-          "model's inputs; replay rounds interleave the configurations so that a change of machine load affects "
-          "them alike. Wall time of the attention step only (the hook's `seconds`), Python included")
+TIMING = ("time per attention block: wall time of the attention step of one call (inputs in, output out, Python "
+          "included), averaged over the 18 Spatial_Attention calls of one pass; replays of the unmodified pass's 18 "
+          "calls (the same inputs for every configuration) after the forward pass with the configuration as the "
+          "warm-up; the best of `repeats` replays, the rounds interleaving the configurations so that a change of "
+          "machine load affects them alike; time_ratio = that time / the same time of the library's exact attention")
 METRICS = ("PSNR (dB) and SSIM on the Y channel (ITU-R BT.601, [16, 235]) of uint8 images, a border of `scale` "
            "pixels removed; SSIM with Gaussian weights (σ = 1.5, Wang et al. 2004) as skimage computes it; "
            "vision_models.psnr_ssim")
@@ -93,7 +100,8 @@ class Configuration:
     landmarks: m (performer: the feature count r; ALL_TOKENS: m = N, the tokens themselves); 0 for exact.
     window_grid: the window-pool grid ('square': closest-square factors of m, the authors' code; 'aspect': the
     window's aspect ratio); 'none' for other strategies. clamp_threshold: τ of the clamped kernel (NaN unless
-    stabilization is clamped). masks: 'regions' (each region of a masked window on its own) or 'ignore'."""
+    stabilization is clamped). masks: 'regions' (each region of a masked window on its own) or 'ignore'.
+    precision: the arithmetic of the library call, 'float' (float32, the model's) or 'double' (float64)."""
 
     name: str
     method: str
@@ -105,7 +113,7 @@ class Configuration:
     clamp_threshold: float = math.nan
     window_grid: str = "none"
     masks: str = "regions"
-    dtype: str = "float32"
+    precision: str = "float"
 
     def keywords(self, tokens: int, window: tuple[int, int], scale: float) -> dict:
         """The keyword arguments of nystrom.attention / approximate for one (sub)window of `tokens` tokens laid out
@@ -139,7 +147,7 @@ class Configuration:
 
 def pnp(m: int = 16, iterations: int = 6, *, pinv: str = "razavi", stabilization: str = "row-max",
         strategy: str = "window-pool", grid: str = "square", tau: float = 5.0, masks: str = "regions",
-        dtype: str = "float32", name_grid: bool = False, tag: str = "") -> Configuration:
+        precision: str = "float", name_grid: bool = False, tag: str = "") -> Configuration:
     """A PnP-Nystra configuration, named after what it sets (the window-pool grid only with name_grid: the run's
     own grid is in every row's window_grid)."""
     iterations = 0 if pinv == "exact" else iterations
@@ -156,7 +164,8 @@ def pnp(m: int = 16, iterations: int = 6, *, pinv: str = "razavi", stabilization
     return Configuration(name=tag or ", ".join(parts), method="pnp-nystra", landmarks=m, strategy=strategy,
                          pinv=pinv, pinv_iters=iterations, stabilization=stabilization,
                          clamp_threshold=tau if stabilization == "clamped" else math.nan,
-                         window_grid=grid if strategy == "window-pool" else "none", masks=masks, dtype=dtype)
+                         window_grid=grid if strategy == "window-pool" else "none", masks=masks,
+                         precision=precision)
 
 
 EXACT = Configuration(name="exact", method="exact")
@@ -170,7 +179,7 @@ def configurations(full: bool, grid: str, tau: float) -> list[Configuration]:
     authors' Uformer and RVRT code), Corollary 2.2 (m = N, exact pinv), the masks ignored as in the authors' code,
     segment-means landmarks, and the other window-pool grid."""
     common = {"grid": grid, "tau": tau}
-    exact_clamped = dict(common, pinv="exact", stabilization="clamped", strategy="segment-means", dtype="float64")
+    exact_clamped = dict(common, pinv="exact", stabilization="clamped", strategy="segment-means", precision="double")
     grid_list = [EXACT, pnp(ALL_TOKENS, **exact_clamped, tag=f"exact attention, clamped kernel τ={tau:g}")]
     kernels = [{"stabilization": "row-max"}]
     if full:
@@ -193,7 +202,7 @@ def configurations(full: bool, grid: str, tau: float) -> list[Configuration]:
     if full:
         other_grid = "aspect" if grid == "square" else "square"
         grid_list += [
-            pnp(ALL_TOKENS, pinv="exact", strategy="segment-means", dtype="float64", **common,
+            pnp(ALL_TOKENS, pinv="exact", strategy="segment-means", precision="double", **common,
                 tag="pnp-nystra m=N, exact pinv, row-max (Corollary 2.2)"),
             pnp(16, 6, masks="ignore", **common),
             pnp(16, 6, strategy="segment-means", **common),
@@ -282,7 +291,7 @@ class LibraryAttention:
 
     def __init__(self, configuration: Configuration):
         self.configuration = configuration
-        self.dtype = torch.float64 if configuration.dtype == "float64" else torch.float32
+        self.dtype = TORCH_TYPES[configuration.precision]
         self.non_finite = 0
         self._partitions: dict[tuple, list[Group]] = {}
 
@@ -357,10 +366,9 @@ class Recorder:
 
 @dataclass
 class Pass:
-    """One forward pass with a configuration: the raw output, the time per block, the attention calls."""
+    """One forward pass with a configuration: the raw output, its wall time, the attention calls."""
 
     output: torch.Tensor
-    seconds_per_block: float
     forward_seconds: float
     calls: int
     non_finite: int
@@ -372,8 +380,8 @@ def forward(model: torch.nn.Module, low: np.ndarray, attention: Callable) -> Pas
     with vm.replace_attention(model, attention, seconds):
         output = vm.super_resolve(model, low)
     elapsed = time.perf_counter() - start
-    calls = [value for values in seconds.values() for value in values]
-    return Pass(output, sum(calls) / len(calls), elapsed, len(calls), getattr(attention, "non_finite", 0))
+    calls = sum(len(values) for values in seconds.values())
+    return Pass(output, elapsed, calls, getattr(attention, "non_finite", 0))
 
 
 def image_metrics(output: torch.Tensor, reference: np.ndarray) -> tuple[float, float]:
@@ -388,13 +396,13 @@ def window_rows(calls: list[Call], windows_per_layer: int, configuration: Config
     """Per head of the first `windows_per_layer` windows without a mask of every layer: the floor
     σ_{m+1}(S)/σ₁(S) and the measured ‖S − Ŝ‖₂/‖S‖₂, the output error and the pseudoinverse's status."""
     rows = []
-    dtype = np.float64 if configuration.dtype == "float64" else np.float32
+    dtype = TORCH_TYPES[configuration.precision]
     for layer, call in enumerate(calls):
         batch, heads, tokens, _ = call.q.shape
         unmasked = [b for b in range(batch) if call.mask is None or not call.mask[b % call.mask.shape[0]].any()]
         for b in unmasked[:windows_per_layer]:
             for head in range(heads):
-                q, k, v = (x[b, head].numpy().astype(dtype) for x in (call.q, call.k, call.v))
+                q, k, v = (x[b, head].to(dtype).numpy() for x in (call.q, call.k, call.v))
                 singular = floor_values(q, k, call.scale, configuration.rank(tokens))
                 keywords = configuration.keywords(tokens, call.window, call.scale)
                 approximation = nystrom.approximate(q, k, v, **keywords)
@@ -468,7 +476,7 @@ def describe_configuration(configuration: Configuration) -> dict:
 
 UNMODIFIED = {"configuration": "unmodified", "method": "model", "landmarks": 0, "strategy": "none", "pinv": "none",
               "pinv_iters": 0, "stabilization": "none", "clamp_threshold": math.nan, "window_grid": "none",
-              "masks": "model", "dtype": "float32"}
+              "masks": "model", "precision": "float"}
 
 
 def run(options: Options, log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
@@ -488,25 +496,25 @@ def measure_image(model: torch.nn.Module, model_window: str, image: str, image_i
                   log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
     """Every configuration on one image: quality, time per block and, for the first `floor_images` images, the
     floor and kernel errors of sampled windows."""
-    top, left = CROPS[image]
-    high = vm.crop(vm.load_image(image), top, left, options.crop_size, options.crop_size)
+    whole = vm.load_image(image)
+    top, left = crop_origin(image, whole.shape, options.crop_size)
+    high = vm.crop(whole, top, left, options.crop_size, options.crop_size)
     low = vm.low_resolution(high, SCALE)
     recorder = Recorder([name for name, _ in vm.spatial_attention_modules(model)])
     reference = forward(model, low, recorder)
     psnr0, ssim0 = image_metrics(reference.output, high)
     common = {"model_window": model_window, "image": image, "crop_top": top, "crop_left": left,
               "crop_size": options.crop_size, "n": recorder.calls[0].q.shape[2], "attention_calls": reference.calls}
-    log(f"{model_window} {image}: unmodified PSNR {psnr0:.3f} dB, SSIM {ssim0:.4f}, "
-        f"{1e3 * reference.seconds_per_block:.1f} ms per block, forward {reference.forward_seconds:.1f} s")
+    log(f"{model_window} {image} [{top}:+{options.crop_size}, {left}:+{options.crop_size}]: unmodified PSNR "
+        f"{psnr0:.3f} dB, SSIM {ssim0:.4f}, forward pass {reference.forward_seconds:.1f} s")
     rows = [dict(common, **UNMODIFIED, psnr=psnr0, ssim=ssim0, psnr_drop=0.0, ssim_drop=0.0,
                  psnr_vs_unmodified=math.inf, ssim_vs_unmodified=1.0, max_abs_difference=0.0,
                  forward_seconds=reference.forward_seconds, non_finite=0)]
     # The m = N controls cost O(N³) per head: they run on the first image of each window model only.
     configurations = [c for c in options.configurations if image_index == 0 or c.landmarks != ALL_TOKENS]
     attentions = {c.name: LibraryAttention(c) for c in configurations}
-    passes: dict[str, Pass] = {}
     for configuration in configurations:
-        done = passes[configuration.name] = forward(model, low, attentions[configuration.name])
+        done = forward(model, low, attentions[configuration.name])
         difference = float((done.output - reference.output).abs().max())
         if configuration is EXACT and not difference <= EXACT_TOLERANCE:
             raise AssertionError(f"exact attention through the library differs from the unmodified model by "
@@ -518,14 +526,20 @@ def measure_image(model: torch.nn.Module, model_window: str, image: str, image_i
                          ssim_vs_unmodified=ssim_model, max_abs_difference=difference,
                          forward_seconds=done.forward_seconds, non_finite=done.non_finite))
         log(f"  {configuration.name:<52} PSNR {psnr:8.3f} (drop {psnr0 - psnr:7.3f}) SSIM {ssim:.4f} "
-            f"vs model {psnr_model:7.2f} dB  {1e3 * done.seconds_per_block:7.1f} ms/block")
-    best = best_times(recorder, reference, passes, attentions, options.repeats)
+            f"vs model {psnr_model:7.2f} dB, forward pass {done.forward_seconds:.1f} s")
+    best = best_times(recorder, attentions, options.repeats)
     exact_seconds = best.get(EXACT.name, math.nan)
+    if options.repeats:
+        log(f"  time per attention block, best of {options.repeats} replays of the 18 calls (the table's "
+            f"seconds_per_block and time_ratio):")
     for row in rows:
         seconds = best[row["configuration"]]
         row.update(seconds_per_block=seconds, exact_seconds_per_block=exact_seconds,
                    unmodified_seconds_per_block=best["unmodified"], time_ratio=seconds / exact_seconds,
                    time_ratio_unmodified=seconds / best["unmodified"])
+        if options.repeats:
+            log(f"  {row['configuration']:<52} {1e3 * seconds:8.2f} ms  {row['time_ratio']:6.2f} × exact  "
+                f"{row['time_ratio_unmodified']:6.2f} × the model's own")
     windows = []
     if image_index < options.floor_images and options.floor_windows > 0:
         for configuration in configurations:
@@ -536,20 +550,25 @@ def measure_image(model: torch.nn.Module, model_window: str, image: str, image_i
     return rows, windows
 
 
-def best_times(recorder: Recorder, reference: Pass, passes: dict[str, Pass], attentions: dict[str, LibraryAttention],
-               repeats: int) -> dict[str, float]:
-    """Seconds per attention block of the unmodified model and of every configuration: the best of the forward
-    pass's own measurement (unless a block went non-finite, after which the later blocks do nothing) and `repeats`
-    replays of the unmodified pass's calls, each round interleaving the configurations. The m = N controls are not
-    replayed (O(N³) per head: their time says nothing)."""
-    samples = {name: [p.seconds_per_block] if p.non_finite == 0 else [] for name, p in passes.items()}
-    samples["unmodified"] = [reference.seconds_per_block]
+def best_times(recorder: Recorder, attentions: dict[str, LibraryAttention], repeats: int) -> dict[str, float]:
+    """Seconds per attention block of the unmodified model and of every configuration: the best of `repeats`
+    replays of the unmodified pass's 18 calls (the same inputs for every configuration; each configuration's own
+    forward pass, done before, is its warm-up), each round interleaving the configurations. The m = N controls are
+    not replayed (O(N³) per head: their time says nothing); NaN for them and with repeats = 0."""
     replayed = {"unmodified": vm.softmax_attention,
                 **{name: a for name, a in attentions.items() if a.configuration.landmarks != ALL_TOKENS}}
+    samples: dict[str, list[float]] = {name: [] for name in ("unmodified", *attentions)}
     for _ in range(repeats):
         for name, attention in replayed.items():
             samples[name].append(sum(call.replay(attention) for call in recorder.calls) / len(recorder.calls))
     return {name: min(values, default=math.nan) for name, values in samples.items()}
+
+
+def crop_origin(image: str, shape: tuple[int, ...], size: int) -> tuple[int, int]:
+    """The top-left corner of the image's size×size crop: CROPS[image], moved up and left as far as a larger crop
+    needs to fit in the image."""
+    top, left = CROPS[image]
+    return max(0, min(top, shape[0] - size)), max(0, min(left, shape[1] - size))
 
 
 # --- the results file ---------------------------------------------------------------------------------------------
@@ -557,15 +576,16 @@ def best_times(recorder: Recorder, reference: Pass, passes: dict[str, Pass], att
 
 VISION_COLUMNS = (
     "model_window", "image", "crop_top", "crop_left", "crop_size", "n", "configuration", "method", "landmarks",
-    "strategy", "pinv", "pinv_iters", "stabilization", "clamp_threshold", "window_grid", "masks", "dtype", "psnr",
+    "strategy", "pinv", "pinv_iters", "stabilization", "clamp_threshold", "window_grid", "masks", "precision", "psnr",
     "ssim", "psnr_drop", "ssim_drop", "psnr_vs_unmodified", "ssim_vs_unmodified", "max_abs_difference",
     "seconds_per_block", "exact_seconds_per_block", "unmodified_seconds_per_block", "time_ratio",
     "time_ratio_unmodified", "forward_seconds", "attention_calls", "non_finite",
 )
 WINDOW_COLUMNS = (
     "model_window", "image", "configuration", "method", "landmarks", "strategy", "pinv", "pinv_iters",
-    "stabilization", "clamp_threshold", "window_grid", "masks", "dtype", "layer", "module", "window", "window_shape",
-    "head", "n", "rank", "sigma1", "floor", "relative_spectral_error", "output_relative_error", "pinv_status",
+    "stabilization", "clamp_threshold", "window_grid", "masks", "precision", "layer", "module", "window",
+    "window_shape", "head", "n", "rank", "sigma1", "floor", "relative_spectral_error", "output_relative_error",
+    "pinv_status",
 )
 
 
@@ -598,9 +618,9 @@ def write_results(options: Options, rows: list[dict], windows: list[dict], load:
     """Writes the file next to its target and renames it onto it: an existing file is never left half-written."""
     options.output.parent.mkdir(parents=True, exist_ok=True)
     partial = options.output.with_name(options.output.name + ".partial")
-    images = "; ".join(f"{name} [{CROPS[name][0]}:+{options.crop_size}, {CROPS[name][1]}:+{options.crop_size}] "
-                       f"({vm.IMAGES[name]})"
-                       for name in options.images)
+    crops = {(row["image"], row["crop_top"], row["crop_left"]) for row in rows}
+    images = "; ".join(f"{name} [{top}:+{options.crop_size}, {left}:+{options.crop_size}] ({vm.IMAGES[name]})"
+                       for name, top, left in sorted(crops, key=lambda crop: options.images.index(crop[0])))
     with h5py.File(partial, "w") as file:
         attributes = {
             "format": FORMAT, "format_version": np.int64(FORMAT_VERSION),
@@ -633,18 +653,21 @@ def parse(argv: list[str] | None) -> Options:
                     "SSIM drops and time per attention block (PnP-Nystra Tables 2 and 6) into an HDF5 file")
     parser.add_argument("--output", "-o", type=Path, default=REPOSITORY / "results" / "vision.h5")
     parser.add_argument("--full", action="store_true",
-                        help="the complete grid: both window models (8x32, 32x32), three images, every "
+                        help="the complete grid: both window models (8x32, 32x32), every image, every "
                              "configuration, 3 timing replays (tens of minutes)")
     parser.add_argument("--models", help="window models, comma-separated: 8x32 (native), 32x32 "
                                          "(default 8x32; --full: both)")
-    parser.add_argument("--images", help=f"images (default {','.join(DEFAULT_IMAGES)}; --full: "
-                                         f"{','.join(FULL_IMAGES)}); crops at {CROPS}")
+    parser.add_argument("--images", help=f"scikit-image images, comma-separated (default {','.join(DEFAULT_IMAGES)};"
+                                         f" --full: {','.join(FULL_IMAGES)}); crops' top-left corners {CROPS}, "
+                                         "moved up and left where a larger crop needs it")
     parser.add_argument("--crop-size", type=int, default=128,
-                        help="side of the high-resolution crop (the model sees it down-scaled x2; default 128)")
+                        help="side of the high-resolution crop, a multiple of 64 up to 256 (the model sees it "
+                             "down-scaled x2; default 128)")
     parser.add_argument("--configuration", action="append", metavar="NAME",
                         help="run only this configuration (repeatable; names as --list prints them; 'exact' always "
                              "runs)")
-    parser.add_argument("--repeats", type=int, help="timing replays per configuration (default 2; --full: 3)")
+    parser.add_argument("--repeats", type=int, help="timed replays per configuration (default 2; --full: 3; 0: "
+                                                    "no timing, the time columns NaN)")
     parser.add_argument("--floor-windows", type=int, default=1,
                         help="windows without a mask per layer whose floor and kernel errors are measured "
                              "(default 1; 0: none)")
@@ -667,9 +690,11 @@ def parse(argv: list[str] | None) -> Options:
     for image in images:
         if image not in CROPS:
             parser.error(f"--images: unknown image {image!r} (expected one of {', '.join(CROPS)})")
-    if args.crop_size < 64 or args.crop_size % 64:
+    if args.crop_size < 64 or args.crop_size % 64 or args.crop_size > 256:
         parser.error(f"--crop-size {args.crop_size}: must be a multiple of 64 (the low-resolution image a multiple "
-                     "of the 32-token window side)")
+                     "of the 32-token window side) up to 256 (the smallest image's 300 rows)")
+    if args.repeats is not None and args.repeats < 0:
+        parser.error(f"--repeats {args.repeats}: must be 0 or more")
     grid = configurations(args.full, args.window_grid, args.clamp_threshold)
     if args.configuration:
         wanted = set(args.configuration) | {EXACT.name}

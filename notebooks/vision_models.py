@@ -46,6 +46,7 @@ IMAGES = {
     "camera": "skimage.data.camera(): man with a camera (Lav Varshney), CC0",
     "coffee": "skimage.data.coffee(): coffee cup (Rachel Michetti, Pikolo Espresso Bar), CC0",
     "chelsea": "skimage.data.chelsea(): Chelsea the cat (Stefan van der Walt), CC0",
+    "rocket": "skimage.data.rocket(): launch of DSCOVR on a Falcon 9 (SpaceX), public domain",
 }
 
 

@@ -7,13 +7,14 @@
 # (notebooks/vision_end_to_end.py). When spectrum.h5 is missing but sweep.h5 names a dump file as its input and the
 # program exists ($NYSTROM_BIN, else build/bin/nystrom), `nystrom spectrum` is run on that dump first. When
 # vision.h5 is missing, notebooks/vision_end_to_end.py runs its default grid (DAT-light x2 with every window
-# attention computed by the Python module: a few minutes on 2 cores) unless NYSTROM_VISION=0. A notebook whose
-# input is still missing is skipped with a message; with --strict that is an error.
+# attention computed by the Python module, four images: about a minute on 2 idle cores) unless NYSTROM_VISION=0.
+# A notebook whose input is still missing is skipped with a message; with --strict that is an error.
 # The bundled vision dump (data/dat-light-x2-astronaut-8x32.h5, N = 256) gets its own sweep and spectrum,
 # RESULTS_DIR/vision-sweep.h5 and RESULTS_DIR/vision-spectrum.h5, made when missing (unless NYSTROM_VISION=0; about a
 # minute on 2 cores) with the grid below; spectrum_decay and error_vs_landmarks draw them into
 # <figures>/vision/ (executed notebooks in <results>/notebooks/vision/) where both exist, else they are skipped
-# with a message (not an error with --strict). At the end the PSNR table of RESULTS_DIR/vision.h5 is printed.
+# with a message (not an error with --strict). At the end the PSNR table of RESULTS_DIR/vision.h5 is printed (per
+# image and the means).
 # Needs .venv (scripts/setup-python.sh).
 set -euo pipefail
 repository=$(cd "$(dirname "$0")/.." && pwd)
@@ -109,23 +110,26 @@ else
   echo "make-figures: skipping the vision dump's figures: $results/vision-sweep.h5 or vision-spectrum.h5 not found"
 fi
 
-# The end-to-end PSNR table (docs/formats.md §2.5): one line per window model and configuration, means over the
-# images.
+# The end-to-end PSNR table (docs/formats.md §2.5): per window model and configuration, the PSNR drop on each image
+# and the means over the images.
 if [[ -f "$results/vision.h5" ]]; then
   "$python" - "$results/vision.h5" <<'PYTHON' || failed=1
 import sys
-import h5py
 import pandas as pd
-with h5py.File(sys.argv[1], "r") as file:
-    group = file["vision"]
-    table = pd.DataFrame({name: group[name][()] for name in group})
-for name in table.columns:
-    if table[name].dtype == object:
-        table[name] = table[name].str.decode("utf-8")
-keys = ["model_window", "configuration"]
-summary = table.groupby(keys, sort=False)[["psnr", "psnr_drop", "time_ratio"]].mean().reset_index()
-print(f"make-figures: PSNR of DAT-light x2 with approximate attention ({sys.argv[1]}, mean over images)")
-print(summary.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+from nystrom.results import read_vision
+table = pd.DataFrame(dict(read_vision(sys.argv[1]).vision))
+print(f"make-figures: DAT-light x2 with approximate attention ({sys.argv[1]}): PSNR drop (dB) per image, means over "
+      "the images; time_ratio: time per attention block / exact attention's (docs/formats.md §2.5)")
+for model, rows in table.groupby("model_window", sort=False):
+    order = list(dict.fromkeys(rows["configuration"]))
+    summary = rows.pivot_table(index="configuration", columns="image", values="psnr_drop", sort=False,
+                               dropna=False).reindex(order)[list(dict.fromkeys(rows["image"]))]
+    # Over the images each configuration ran on (the m = N controls: the first); NaN where an output was not finite.
+    means = rows.groupby("configuration", sort=False)[["psnr", "psnr_drop", "ssim_drop", "time_ratio"]].agg(
+        lambda values: values.mean(skipna=False))
+    summary = summary.join(means.add_prefix("mean "))
+    print(f"{model} windows")
+    print(summary.to_string(float_format=lambda x: f"{x:.3f}"))
 PYTHON
 fi
 echo "make-figures: figures in $NYSTROM_FIGURES, executed notebooks in $executed"

@@ -1,9 +1,12 @@
-"""Reading `nystrom` results files (docs/formats.md §2): the /sweep table, the /bench tables and the /spectra
-groups, each checked against the format attributes and the required columns. The notebooks (notebooks/
-nystrom_results.py) read through these functions too, so there is one reader.
+"""Reading `nystrom` results files (docs/formats.md §2): the /sweep table, the /bench tables, the /spectra
+groups and the /vision tables of notebooks/vision_end_to_end.py, each checked against the format attributes and the
+required columns. The notebooks (notebooks/nystrom_results.py) read through these functions too, so there is one
+reader.
 
     df = nystrom.read_results("results/sweep.h5")     # /sweep as a pandas DataFrame, root attributes in df.attrs
     table = nystrom.results.read_sweep(path)         # the same columns as numpy arrays (a Table)
+    bench = nystrom.results.read_bench("results/bench.h5")      # bench.bench, .steps, .gemm, .matvec, .batch
+    vision = nystrom.results.read_vision("results/vision.h5")   # vision.vision, vision.windows
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ BENCH_STEP_COLUMNS = ("step", "step_index", "n", "d", "precision", "threads", "l
 BENCH_GEMM_COLUMNS = ("device", "precision", "threads", "n", "seconds", "gflops", "blas_core")
 BENCH_MATVEC_COLUMNS = ("device", "precision", "threads", "n", "d", "seconds", "gflops", "gemm_fraction",
                         "blas_core")
+BENCH_BATCH_COLUMNS = ("device", "precision", "threads", "batch", "heads", "n", "d", "method", "landmarks",
+                       "features", "projected", "best_seconds", "median_seconds", "copy_seconds", "speedup_vs_exact",
+                       "heads_per_second", "output_relative_error", "blas_core")
 # The /bench tables' precision column before version 3: `dtype`, with these values.
 PRECISION_OF_DTYPE = {"float32": "float", "float64": "double"}
 
@@ -191,22 +197,31 @@ def read_results(path: Path | str) -> "pandas.DataFrame":
 class BenchResults(NamedTuple):
     """The tables of a `nystrom bench` file: /bench (one row per method, N, precision, thread count), /bench_steps
     (PnP-Nystra Algorithm 1 step timings, paper Table 1; no rows with --steps 0) and, when the file has them, the
-    GEMM reference rates /bench_gemm and the matrix-free matvec rates /bench_matvec (None otherwise)."""
+    GEMM reference rates /bench_gemm, the matrix-free matvec rates /bench_matvec and the whole batches of heads
+    /bench_batch (`--batch`; None otherwise)."""
 
     bench: Table
     steps: Table
     gemm: Table | None
     matvec: Table | None
+    batch: Table | None = None
+
+
+def _read_precision_table(file: h5py.File, path: Path | str, name: str, required: tuple[str, ...],
+                          named_dtype: bool) -> Table:
+    """One table whose column `precision` (float, double) an older version named `dtype` (float32, float64):
+    with named_dtype, read the older way and renamed."""
+    if not named_dtype:
+        return read_table(file, path, name, required)
+    table = read_table(file, path, name, tuple("dtype" if c == "precision" else c for c in required))
+    if "dtype" in table:
+        table["precision"] = np.asarray([PRECISION_OF_DTYPE.get(v, v) for v in table.pop("dtype")], dtype=object)
+    return table
 
 
 def _read_bench_table(file: h5py.File, path: Path | str, name: str, required: tuple[str, ...]) -> Table:
     """One /bench table as version 3: before it, the column `precision` was `dtype` (float32, float64)."""
-    if format_version(file) >= 3:
-        return read_table(file, path, name, required)
-    table = read_table(file, path, name, tuple("dtype" if c == "precision" else c for c in required))
-    dtype = table.pop("dtype")
-    table["precision"] = np.asarray([PRECISION_OF_DTYPE.get(value, value) for value in dtype], dtype=object)
-    return table
+    return _read_precision_table(file, path, name, required, format_version(file) < 3)
 
 
 def read_bench(path: Path | str) -> BenchResults:
@@ -221,7 +236,41 @@ def read_bench(path: Path | str) -> BenchResults:
         gemm = _read_bench_table(file, path, "bench_gemm", BENCH_GEMM_COLUMNS) if "bench_gemm" in file else None
         matvec = (_read_bench_table(file, path, "bench_matvec", BENCH_MATVEC_COLUMNS)
                   if "bench_matvec" in file else None)
-    return BenchResults(bench, steps, gemm, matvec)
+        batch = read_table(file, path, "bench_batch", BENCH_BATCH_COLUMNS) if "bench_batch" in file else None
+    return BenchResults(bench, steps, gemm, matvec, batch)
+
+
+# notebooks/vision_end_to_end.py (docs/formats.md §2.5): the columns the vision notebook reads. The vision tables
+# carry their own format_version: 2; version 1 had `precision` as `dtype` (float32, float64).
+VISION_FORMAT_VERSIONS = (1, 2)
+VISION_COLUMNS = ("model_window", "image", "n", "configuration", "method", "landmarks", "strategy", "pinv",
+                  "pinv_iters", "stabilization", "masks", "precision", "psnr", "ssim", "psnr_drop", "ssim_drop",
+                  "psnr_vs_unmodified", "seconds_per_block", "exact_seconds_per_block",
+                  "unmodified_seconds_per_block", "time_ratio", "time_ratio_unmodified", "non_finite")
+VISION_WINDOW_COLUMNS = ("model_window", "configuration", "method", "landmarks", "strategy", "pinv", "pinv_iters",
+                         "stabilization", "layer", "window", "head", "rank", "floor", "relative_spectral_error",
+                         "output_relative_error")
+
+
+class VisionResults(NamedTuple):
+    """The tables of a vision results file: /vision (one row per window model, image and configuration) and
+    /vision_windows (one row per configuration, layer, sampled window and head)."""
+
+    vision: Table
+    windows: Table
+
+
+def read_vision(path: Path | str) -> VisionResults:
+    """The /vision and /vision_windows tables of a results file of notebooks/vision_end_to_end.py (as vision format
+    version 2: `precision` float or double); checks the format attributes and the columns the notebook reads."""
+    with open_results(path) as file:
+        if "vision" not in file:
+            raise ValueError(f"{path}: no /vision group (written by notebooks/vision_end_to_end.py)")
+        version = format_version(file)
+        if version not in VISION_FORMAT_VERSIONS:
+            raise ValueError(f"{path}: vision format_version {version} (this reader reads {VISION_FORMAT_VERSIONS})")
+        return VisionResults(_read_precision_table(file, path, "vision", VISION_COLUMNS, version == 1),
+                             _read_precision_table(file, path, "vision_windows", VISION_WINDOW_COLUMNS, version == 1))
 
 
 @dataclass

@@ -14,7 +14,9 @@ depend on the extra columns and datasets `nystrom` writes besides and still read
 bench.h5 is like `nystrom bench --precision float --threads 1 --method <methods> --steps 0 --gemm-n 0` of an
 older version (format_version 1: `dtype` float32 instead of `precision`, r and k in `landmarks`; no exact rows unless
 asked for, no step rows, no device or gemm_fraction column, no /bench_gemm);
-its vision.h5 holds the columns the vision notebook reads and three configurations.
+its vision.h5 holds the columns the vision notebook reads and three configurations, as vision format version 1
+(`dtype` float32 instead of `precision`; version 2 without --minimal). Without --minimal, bench.h5 also has
+/bench_batch (two batch shapes).
 The numbers are synthetic (geometric singular-value decay, errors falling with the landmark count, time growing as
 N² for exact attention and as N for the approximations), not results.
 """
@@ -65,6 +67,14 @@ BENCH_MATVEC_COLUMNS = (
     ("seconds", "float64"), ("gflops", "float64"), ("gemm_fraction", "float64"), ("blas_core", "text"),
 )
 STEPS = ("1 landmarks", "2 G_L", "3 G_A", "4 G_U", "5 pinv", "6 G_U V, G_U 1", "7 P, products, normalization")
+BENCH_BATCH_COLUMNS = (
+    ("device", "text"), ("precision", "text"), ("threads", "int64"), ("batch", "int64"), ("heads", "int64"),
+    ("n", "int64"), ("d", "int64"), ("method", "text"), ("landmarks", "int64"), ("features", "int64"),
+    ("projected", "int64"), ("best_seconds", "float64"), ("median_seconds", "float64"), ("copy_seconds", "float64"),
+    ("speedup_vs_exact", "float64"), ("heads_per_second", "float64"), ("output_relative_error", "float64"),
+    ("blas_core", "text"),
+)
+BATCH_SHAPES = ((64, 6, 1024, 64), (16, 8, 4096, 64))  # B, H, N, d of `--batch 64x6x1024x64,16x8x4096x64`
 BENCH_SIZES = tuple(64 * 2**k for k in range(7))  # 64 … 4096
 MATVEC_SIZES = (1024, 2048, 4096)
 BENCH_LANDMARKS, BENCH_FEATURES, BENCH_DIM, GEMM_N = 16, 64, 64, 4096
@@ -197,11 +207,12 @@ def write_spectrum(path: Path, minimal: bool, rng: np.random.Generator) -> None:
 
 def bench_rows(methods: list[str], minimal: bool, rng: np.random.Generator) -> dict[str, list[dict]]:
     """Rows of /bench, /bench_steps and (unless minimal) /bench_gemm and /bench_matvec, in bench's loop order
-    (precision, threads; GEMM, then per N exact first, then the matvecs); exact attention is timed for the speedups
-    even without its own rows. Minimal: format version 1 (`dtype` float32, r and k in `landmarks`)."""
+    (precision, threads; GEMM, then per N exact first, then the matvecs, then the batches of heads); exact attention
+    is timed for the speedups even without its own rows. Minimal: format version 1 (`dtype` float32, r and k in
+    `landmarks`)."""
     precisions, thread_counts = (["float"], [1]) if minimal else (["float", "double"], [1, 2])
     listed = methods if minimal else ["exact", *methods]
-    tables = {"bench": [], "bench_steps": [], "bench_gemm": [], "bench_matvec": []}
+    tables = {"bench": [], "bench_steps": [], "bench_gemm": [], "bench_matvec": [], "bench_batch": []}
     for precision, threads in itertools.product(precisions, thread_counts):
         peak = 250e9 * threads * (1.0 if precision == "float" else 0.5)  # GEMM rate, flop/s
         where = {"dtype": DTYPE_OF_PRECISION[precision]} if minimal else {"precision": precision}
@@ -243,6 +254,21 @@ def bench_rows(methods: list[str], minimal: bool, rng: np.random.Generator) -> d
             tables["bench_matvec"].append({"device": "cpu", "n": n, "d": BENCH_DIM,
                                            "seconds": 2.0 * n * n * BENCH_DIM / (gflops * 1e9), "gflops": gflops,
                                            "gemm_fraction": gflops * 1e9 / peak, **where})
+        for batch, heads, n, d in BATCH_SHAPES if not minimal else ():
+            exact_seconds = batch * heads * 4.0 * n * n * d / (0.7 * peak)
+            for method in dict.fromkeys(["exact", *methods]):
+                size = BENCH_FEATURES if method in ("performer", "linformer") else BENCH_LANDMARKS
+                seconds = (exact_seconds if method == "exact"
+                           else batch * heads * 2.0 * n * size * (4 * d + size) / (0.2 * peak))
+                tables["bench_batch"].append({
+                    "device": "cpu", "batch": batch, "heads": heads, "n": n, "d": d, "method": method,
+                    "landmarks": 0 if method in ("exact", "performer", "linformer") else size,
+                    "features": size if method == "performer" else 0,
+                    "projected": size if method == "linformer" else 0, "best_seconds": seconds,
+                    "median_seconds": seconds * rng.uniform(1.0, 1.1), "copy_seconds": 0.0,
+                    "speedup_vs_exact": exact_seconds / seconds, "heads_per_second": batch * heads / seconds,
+                    "output_relative_error": 0.0 if method == "exact" else 0.02 * (1 + METHODS.index(method)),
+                    **where})
     return tables
 
 
@@ -263,13 +289,14 @@ def write_bench(path: Path, methods: list[str], minimal: bool, rng: np.random.Ge
         if not minimal:
             write_table(file, "bench_gemm", BENCH_GEMM_COLUMNS, tables["bench_gemm"])
             write_table(file, "bench_matvec", BENCH_MATVEC_COLUMNS, tables["bench_matvec"])
+            write_table(file, "bench_batch", BENCH_BATCH_COLUMNS, tables["bench_batch"])
 
 # notebooks/vision_end_to_end.py tables (docs/formats.md §2.5), transcribed likewise; the first set is what the
 # vision notebook reads (--minimal writes only those).
 VISION_COLUMNS = (
     ("model_window", "text"), ("image", "text"), ("n", "int64"), ("configuration", "text"), ("method", "text"),
     ("landmarks", "int64"), ("strategy", "text"), ("pinv", "text"), ("pinv_iters", "int64"),
-    ("stabilization", "text"), ("masks", "text"), ("dtype", "text"), ("psnr", "float64"), ("ssim", "float64"),
+    ("stabilization", "text"), ("masks", "text"), ("precision", "text"), ("psnr", "float64"), ("ssim", "float64"),
     ("psnr_drop", "float64"), ("ssim_drop", "float64"), ("psnr_vs_unmodified", "float64"),
     ("seconds_per_block", "float64"), ("exact_seconds_per_block", "float64"),
     ("unmodified_seconds_per_block", "float64"), ("time_ratio", "float64"), ("time_ratio_unmodified", "float64"),
@@ -288,7 +315,7 @@ VISION_WINDOW_COLUMNS = (
 )
 VISION_WINDOW_EXTRA_COLUMNS = (
     ("image", "text"), ("clamp_threshold", "float64"), ("window_grid", "text"), ("masks", "text"),
-    ("dtype", "text"),
+    ("precision", "text"),
     ("module", "text"), ("window_shape", "text"), ("n", "int64"), ("sigma1", "float64"), ("pinv_status", "text"),
 )
 
@@ -325,7 +352,7 @@ def write_vision(path: Path, minimal: bool, rng: np.random.Generator) -> None:
                              else np.nan, window_grid="square" if c["method"] == "pnp-nystra" else "none",
                              strategy="window-pool" if c["method"] == "pnp-nystra" else "none",
                              masks="model" if c["method"] == "model" else "regions",
-                             dtype="float64" if m < 0 else "float32",
+                             precision="double" if m < 0 else "float",
                              psnr=np.nan if broken else psnr0 - drop, ssim=np.nan if broken else 0.95 - drop / 100,
                              psnr_drop=np.nan if broken else drop, ssim_drop=np.nan if broken else drop / 100,
                              psnr_vs_unmodified=np.nan if broken else (np.inf if drop == 0 else 40 - drop),
@@ -342,14 +369,20 @@ def write_vision(path: Path, minimal: bool, rng: np.random.Generator) -> None:
                                         rank=rank, floor=floor, relative_spectral_error=floor + rng.uniform(0.1, 0.5),
                                         output_relative_error=rng.uniform(0.05, 0.3), strategy="window-pool",
                                         clamp_threshold=np.nan, window_grid="square", masks="regions",
-                                        dtype="float32", module=f"layers.0.blocks.{layer}.attn.attns.0",
+                                        precision="float", module=f"layers.0.blocks.{layer}.attn.attns.0",
                                         window_shape="8x32", n=256, sigma1=1.0, pinv_status="completed"))
+    vision_columns = VISION_COLUMNS + (() if minimal else VISION_EXTRA_COLUMNS)
+    window_columns = VISION_WINDOW_COLUMNS + (() if minimal else VISION_WINDOW_EXTRA_COLUMNS)
+    if minimal:  # vision format version 1: `precision` was `dtype` (float32, float64)
+        vision_columns = tuple(("dtype" if name == "precision" else name, kind) for name, kind in vision_columns)
+        for row in rows:
+            row["dtype"] = DTYPE_OF_PRECISION[row.pop("precision")]
     with h5py.File(path, "w") as file:
-        write_root(file, "notebooks/vision_end_to_end.py (fake)", 1)  # its own tables' version (formats.md §2.5)
+        # The vision tables' own version (formats.md §2.5): 2, or 1 with --minimal.
+        write_root(file, "notebooks/vision_end_to_end.py (fake)", 1 if minimal else 2)
         file.attrs["input"] = "fake images"
-        write_table(file, "vision", VISION_COLUMNS + (() if minimal else VISION_EXTRA_COLUMNS), rows)
-        write_table(file, "vision_windows",
-                    VISION_WINDOW_COLUMNS + (() if minimal else VISION_WINDOW_EXTRA_COLUMNS), windows)
+        write_table(file, "vision", vision_columns, rows)
+        write_table(file, "vision_windows", window_columns, windows)
 
 
 def main() -> None:

@@ -25,6 +25,10 @@ export NYSTROM_FIGURES="$scratch/figures"
 expected=(spectrum_decay spectrum_decay_mean error_vs_landmarks error_vs_pinv_iterations bounds_vs_error
           bounds_applicability bounds_tightness methods_comparison bench_time_vs_n bench_speedup bench_steps
           bench_accuracy_vs_cost bench_gemm vision_psnr_drop vision_time_vs_psnr vision_floor_vs_error)
+# The batches of heads, where bench.h5 has them (`nystrom bench --batch`).
+if "$python" -c 'import h5py, sys; sys.exit("bench_batch" not in h5py.File(sys.argv[1], "r"))' "$results/bench.h5"; then
+  expected+=(bench_batch)
+fi
 # The vision dump's sweep and spectrum, where the folder has them, drawn by the same notebooks.
 if [[ -f "$results/vision-sweep.h5" && -f "$results/vision-spectrum.h5" ]]; then
   expected+=(vision/spectrum_decay vision/spectrum_decay_mean vision/error_vs_landmarks vision/error_vs_pinv_iterations)

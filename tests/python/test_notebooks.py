@@ -145,8 +145,8 @@ def test_read_bench_returns_the_rows_written(tmp_path):
     """A version 1 file (`dtype` float32/float64) read as version 3 (`precision` float/double)."""
     path = tmp_path / "bench.h5"
     write_results_file(path, {"bench": BENCH_ROWS, "bench_steps": STEP_ROWS})
-    bench, steps, gemm, matvec = nr.read_bench(str(path))
-    assert gemm is None and matvec is None  # optional tables absent: not required
+    bench, steps, gemm, matvec, batch = nr.read_bench(str(path))
+    assert gemm is None and matvec is None and batch is None  # optional tables absent: not required
     assert bench.rows == 3 and steps.rows == 2
     assert list(bench["method"]) == BENCH_ROWS["method"] and isinstance(bench["precision"][0], str)
     assert "dtype" not in bench and "dtype" not in steps
@@ -212,7 +212,7 @@ def test_read_bench_reads_the_optional_gemm_tables_and_rejects_incomplete_files(
 
 
 def test_fake_bench_files_hold_what_the_notebook_is_tested_on(fake_results, tmp_path):
-    bench, steps, gemm, matvec = nr.read_bench(fake_results / "bench.h5")
+    bench, steps, gemm, matvec, batch = nr.read_bench(fake_results / "bench.h5")
     configurations, sizes = 2 * 2, 7  # float32/float64 × 1/2 threads; N = 64 … 4096
     assert bench.values_of("method") == ["exact", "pnp-nystra", "performer"]
     assert bench.rows == configurations * sizes * 3 and steps.rows == configurations * sizes * 7

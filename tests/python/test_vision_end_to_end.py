@@ -10,6 +10,8 @@ Run: .venv/bin/python -m pytest tests/python/test_vision_end_to_end.py
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import sys
 from pathlib import Path
@@ -82,7 +84,7 @@ def test_regions_of_the_dumped_shift_mask_are_rectangles():
 
 
 def test_corollary_2_2_landmarks_equal_to_the_tokens_and_the_exact_pinv_give_exact_attention(model, high, reference):
-    corollary = ve.pnp(ve.ALL_TOKENS, pinv="exact", strategy="segment-means", dtype="float64")
+    corollary = ve.pnp(ve.ALL_TOKENS, pinv="exact", strategy="segment-means", precision="double")
     done = ve.forward(model, vm.low_resolution(high, 2), ve.LibraryAttention(corollary))
     assert float((done.output - reference[0].output).abs().max()) <= ve.EXACT_TOLERANCE
 
@@ -117,7 +119,7 @@ def test_exact_attention_with_the_clamped_kernel_matches_the_float64_formula():
     orders of magnitude below what the clamp itself changes."""
     q, k, v, scale, window = dumped_window()
     configuration = ve.pnp(ve.ALL_TOKENS, pinv="exact", stabilization="clamped", strategy="segment-means",
-                           dtype="float64", tau=5.0)
+                           precision="double", tau=5.0)
     out = ve.LibraryAttention(configuration)(*(torch.from_numpy(x)[None] for x in (q, k, v)), None, None, scale,
                                              window)[0].numpy().astype(np.float64)
     expected = clamped_attention(q, k, v, scale, 5.0)
@@ -174,14 +176,25 @@ def test_a_bias_that_varies_along_a_row_is_refused():
         ve.LibraryAttention(ve.EXACT)(q, q, q, bias, None, 1.0, (2, 2))
 
 
+IMAGES = ("astronaut", "rocket")
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> Path:
-    """A run of the script itself: the unmodified model, exact attention and PnP-Nystra m = 16 on the 32×32 input
-    (the script asserts that exact attention reproduces the model)."""
+def run(tmp_path_factory) -> tuple[Path, str]:
+    """A run of the script itself and what it printed: the unmodified model, exact attention and PnP-Nystra m = 16
+    on 32×32 inputs from two images, one timed replay (the script asserts that exact attention reproduces the
+    model)."""
     output = tmp_path_factory.mktemp("vision") / "vision.h5"
-    assert ve.main(["--output", str(output), "--crop-size", "64", "--repeats", "0", "--quiet",
-                    "--configuration", PNP16.name]) == 0
-    return output
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert ve.main(["--output", str(output), "--crop-size", "64", "--repeats", "1", "--images", ",".join(IMAGES),
+                        "--configuration", PNP16.name]) == 0
+    return output, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def results(run) -> Path:
+    return run[0]
 
 
 def read(group: h5py.Group) -> dict[str, np.ndarray]:
@@ -194,14 +207,57 @@ def test_the_results_file_has_the_documented_columns_and_attributes(results):
         assert_same("vision.h5 /", documented("results / attributes", "vision"), attribute_types(file))
         assert_same("/vision", documented("/vision"), table_columns(file["vision"]))
         assert_same("/vision_windows", documented("/vision_windows"), table_columns(file["vision_windows"]))
-        assert file.attrs["format"] == "nystrom-results" and file.attrs["format_version"] == 1
+        assert file.attrs["format"] == "nystrom-results" and file.attrs["format_version"] == 2
+        assert "dtype" not in file["vision"] and "dtype" not in file["vision_windows"]
+
+
+def test_one_row_per_image_and_configuration_with_the_crops_and_the_precision(results):
+    with h5py.File(results, "r") as file:
+        rows = read(file["vision"])
+        described = file.attrs["input"]
+    names = ["unmodified", "exact", PNP16.name]
+    assert list(rows["image"]) == [image for image in IMAGES for _ in names]
+    assert list(rows["configuration"]) == names * len(IMAGES)
+    assert set(rows["precision"]) == {"float"} and (rows["crop_size"] == 64).all()
+    for image in IMAGES:
+        top, left = ve.CROPS[image]
+        assert f"{image} [{top}:+64, {left}:+64]" in described
+        selected = rows["image"] == image
+        assert (rows["crop_top"][selected] == top).all() and (rows["crop_left"][selected] == left).all()
+
+
+def test_larger_crops_move_up_and_left_into_the_image():
+    assert ve.crop_origin("chelsea", (300, 451, 3), 128) == ve.CROPS["chelsea"]
+    assert ve.crop_origin("chelsea", (300, 451, 3), 256) == (300 - 256, 120)
+    assert ve.crop_origin("rocket", (427, 640, 3), 256) == (427 - 256, 260)
+    assert all(name in vm.IMAGES for name in ve.CROPS)
+    for name, (top, left) in ve.CROPS.items():  # every default corner fits a default crop of the bundled image
+        height, width = vm.load_image(name).shape[:2]
+        assert top + 128 <= height and left + 128 <= width
+
+
+def test_the_printed_times_are_the_tables(run):
+    """After each image the script prints, per configuration, the time per block and time_ratio the table holds."""
+    results, printed = run
+    with h5py.File(results, "r") as file:
+        rows = read(file["vision"])
+    np.testing.assert_array_equal(rows["time_ratio"], rows["seconds_per_block"] / rows["exact_seconds_per_block"])
+    np.testing.assert_array_equal(rows["time_ratio_unmodified"],
+                                  rows["seconds_per_block"] / rows["unmodified_seconds_per_block"])
+    lines = [line for line in printed.splitlines() if "× exact" in line]
+    assert len(lines) == len(rows["configuration"])
+    for line, name, seconds, ratio in zip(lines, rows["configuration"], rows["seconds_per_block"], rows["time_ratio"]):
+        assert line.split()[:len(name.split())] == name.split()
+        numbers = line[len(line) - len(line.lstrip()) + len(name):].split()
+        assert float(numbers[0]) == pytest.approx(1e3 * seconds, abs=0.006)
+        assert float(numbers[2]) == pytest.approx(ratio, abs=0.006)
 
 
 def test_exact_reproduces_the_model_and_pnp_nystra_loses_psnr(results):
     with h5py.File(results, "r") as file:
         rows = read(file["vision"])
-    assert list(rows["configuration"]) == ["unmodified", "exact", PNP16.name]
-    unmodified, exact, pnp = range(3)
+    assert list(rows["configuration"][:3]) == ["unmodified", "exact", PNP16.name]
+    unmodified, exact, pnp = range(3)  # the first image's rows
     assert rows["max_abs_difference"][exact] <= ve.EXACT_TOLERANCE
     assert rows["psnr_drop"][exact] == pytest.approx(0.0, abs=1e-3)
     assert np.isfinite(rows["psnr"]).all() and np.isfinite(rows["psnr_vs_unmodified"][pnp])
@@ -216,6 +272,7 @@ def test_no_approximation_beats_the_rank_m_floor(results):
         windows = read(file["vision_windows"])
     # One window without a mask in each of the 10 calls that have one at this size, 3 heads.
     assert len(windows["floor"]) == 30 and set(windows["configuration"]) == {PNP16.name}
+    assert set(windows["image"]) == {IMAGES[0]} and set(windows["precision"]) == {"float"}
     assert (windows["rank"] == 16).all() and (windows["floor"] > 0).all()
     # Eckart–Young: no approximation of rank ≤ m beats σ_{m+1}(S)/σ₁(S).
     assert (windows["relative_spectral_error"] >= windows["floor"] * (1 - 1e-6)).all()
