@@ -2,7 +2,8 @@
 // has a `bias` [H, N, N] and a `mask` [B, N, N] (docs/formats.md §1); every row recomputed by the library's
 // evaluator on heads built here (bias of the head plus mask of the batch entry), the spectra against full
 // SVDs of exp(s q k^T + bias + mask), the attributes that say which reference was used, and bad bias and
-// mask datasets (exit 2 naming the dataset, no file).
+// mask datasets (exit 2 naming the dataset, no file); on the bundled DAT-light dump, S of the model equals
+// the spectra of its own `attn`.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -251,4 +252,37 @@ TEST_CASE("bad bias and mask datasets exit 2 naming the dataset, read only with 
   const auto reference = run_cli({"sweep", "-i", input, "--reference", "exact", "-q"});
   CHECK(reference.status == 2);
   CHECK(reference.err.find("option --reference: 'exact'") != std::string::npos);
+}
+
+TEST_CASE("spectrum --reference model on the bundled DAT-light dump: S is the model's own attn") {
+  // The dump's attn is what the model computed (rounded to 18 mantissa bits); layer 02's batch entry 1 is a
+  // shifted window with Swin's 0 / −100 mask, batch entry 0 has none, and the bias is a constant per head.
+  TempDir dir("reference_dat");
+  const std::string input = std::string(NYSTROM_SOURCE_DIR) + "/data/dat-light-x2-astronaut-8x32.h5";
+  std::map<std::string, Doubles> sv_s;
+  Doubles sv_attn;
+  for (const std::string reference : {"kernel", "model"}) {
+    const auto output = dir / (reference + ".h5");
+    const auto run = run_cli({"spectrum", "-i", input, "-o", output, "--layers", "02", "--reference",
+                              reference, "-k", "20", "-q"});
+    CAPTURE(run.err);
+    REQUIRE(run.status == 0);
+    sv_s[reference] = read_doubles(output, "spectra/02/sv_S");
+    sv_attn = read_doubles(output, "spectra/02/sv_attn");
+  }
+  REQUIRE(sv_attn.dims == std::vector<hsize_t>{2, 3, 20});
+  for (std::size_t window = 0; window < 6; ++window) {
+    CAPTURE(window);
+    double model = 0, kernel = 0;  // the largest difference of a singular value from attn's
+    for (std::size_t i = window * 20; i < window * 20 + 20; ++i) {
+      model = std::max(model, std::abs(sv_s["model"].values[i] - sv_attn.values[i]));
+      kernel = std::max(kernel, std::abs(sv_s["kernel"].values[i] - sv_attn.values[i]));
+    }
+    const double largest = sv_attn.values[window * 20];
+    CHECK(model <= 1e-5 * largest);
+    if (window < 3)  // batch entry 0: no mask, and a constant bias cancels in S
+      CHECK(kernel <= 1e-5 * largest);
+    else  // the masked window's S is not the kernel's
+      CHECK(kernel > 0.1 * largest);
+  }
 }
