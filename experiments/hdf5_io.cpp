@@ -351,11 +351,12 @@ DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& 
   return layer;
 }
 
-/// Reads a whole float dataset converted to T, rejecting non-finite values with their coordinates.
+/// Reads a whole float dataset converted to T, rejecting non-finite values (but −∞ where
+/// `negative_infinity`) with their coordinates.
 template <class T>
 std::vector<T> read_float_dataset(hid_t group, const std::string& path, const std::string& layer,
                                   const std::string& name, const std::vector<hsize_t>& start,
-                                  const std::vector<hsize_t>& count) {
+                                  const std::vector<hsize_t>& count, bool negative_infinity = false) {
   Handle dataset = open_dataset(group, name);
   Handle file_space(H5Dget_space(dataset.get()), H5Sclose, "H5Dget_space");
   hsize_t total = 1;
@@ -367,7 +368,9 @@ std::vector<T> read_float_dataset(hid_t group, const std::string& path, const st
   require(H5Dread(dataset.get(), native_type<T>(), memory_space.get(), file_space.get(), H5P_DEFAULT,
                   data.data()) >= 0,
           describe(where(path, layer, name), ": cannot read the dataset"));
-  const auto bad = std::find_if(data.begin(), data.end(), [](T x) { return !std::isfinite(x); });
+  const auto bad = std::find_if(data.begin(), data.end(), [&](T x) {
+    return !std::isfinite(x) && !(negative_infinity && x == -std::numeric_limits<T>::infinity());
+  });
   if (bad != data.end()) {
     // Report the coordinate of the first non-finite element within the whole dataset.
     auto offset = hsize_t(bad - data.begin());
@@ -401,6 +404,29 @@ Matrix<T> block_of(const std::vector<T>& data, Index index, Index rows, Index co
   return Eigen::Map<const RowMajor>(data.data() + index * rows * cols, rows, cols);
 }
 
+/// The additive score dataset `name` of a layer, [count, N, N] (`axis` names its first axis: H for `bias`, B
+/// for `mask`), converted to T: shape and type validated, NaN and +∞ rejected with their coordinates.
+template <class T>
+std::vector<T> read_score_term(hid_t group, const std::string& path, const DumpLayer& layer,
+                               const std::string& name, Index count, const char* axis) {
+  {
+    Handle dataset = open_dataset(group, name);
+    Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
+    require(H5Tget_class(type.get()) == H5T_FLOAT,
+            describe(where(path, layer.name, name), ": type ", describe_type(dataset.get()),
+                     ", expected float32 or float64"));
+    const auto dims = dataset_dims(dataset.get());
+    std::string shape;
+    for (std::size_t i = 0; i < dims.size(); ++i) shape += describe(i ? ", " : "", dims[i]);
+    require(dims == std::vector<hsize_t>{hsize_t(count), hsize_t(layer.tokens), hsize_t(layer.tokens)},
+            describe(where(path, layer.name, name), ": shape [", shape, "], expected [", axis, ", N, N] = [",
+                     count, ", ", layer.tokens, ", ", layer.tokens, "]"));
+  }
+  const std::vector<hsize_t> start = {0, 0, 0},
+                             size = {hsize_t(count), hsize_t(layer.tokens), hsize_t(layer.tokens)};
+  return read_float_dataset<T>(group, path, layer.name, name, start, size, true);
+}
+
 }  // namespace
 
 DumpInfo inspect_dump(const std::string& path) {
@@ -428,7 +454,7 @@ DumpInfo inspect_dump(const std::string& path) {
 }
 
 template <class T>
-std::vector<Head<T>> read_layer_heads(const DumpInfo& dump, const DumpLayer& layer) {
+std::vector<Head<T>> read_layer_heads(const DumpInfo& dump, const DumpLayer& layer, bool model) {
   Handle file = open_file(dump.path, false);
   Handle group = open_group(file.get(), "layers/" + layer.name);
   auto [start, count] = selection(layer, -1, -1, layer.dim);
@@ -446,6 +472,18 @@ std::vector<Head<T>> read_layer_heads(const DumpInfo& dump, const DumpLayer& lay
     if (layer.value_dim > 0) heads[i].v = block_of(v, i, layer.tokens, layer.value_dim);
     heads[i].window = layer.window;
     heads[i].prefix_tokens = layer.prefix_tokens;
+  }
+  if (model && (layer.has_bias || layer.has_mask)) {
+    const Index n = layer.tokens;
+    std::vector<T> bias, mask;
+    if (layer.has_bias) bias = read_score_term<T>(group.get(), dump.path, layer, "bias", layer.heads, "H");
+    if (layer.has_mask) mask = read_score_term<T>(group.get(), dump.path, layer, "mask", layer.batch, "B");
+    for (Index i = 0; i < Index(heads.size()); ++i) {
+      Matrix<T>& term = heads[i].bias;
+      term = Matrix<T>::Zero(n, n);
+      if (layer.has_bias) term += block_of(bias, i % layer.heads, n, n);
+      if (layer.has_mask) term += block_of(mask, i / layer.heads, n, n);
+    }
   }
   return heads;
 }
@@ -480,6 +518,11 @@ void write_dump_layer(hid_t file, const std::string& name, const DumpLayerData<T
   write_array(group.get(), "k", dims(data.dim), data.k.data());
   if (!data.v.empty()) write_array(group.get(), "v", dims(data.value_dim), data.v.data());
   if (!data.attention.empty()) write_array(group.get(), "attn", dims(data.tokens), data.attention.data());
+  const auto square = [&](Index count) {
+    return std::vector<hsize_t>{hsize_t(count), hsize_t(data.tokens), hsize_t(data.tokens)};
+  };
+  if (!data.bias.empty()) write_array(group.get(), "bias", square(data.heads), data.bias.data());
+  if (!data.mask.empty()) write_array(group.get(), "mask", square(data.batch), data.mask.data());
   write_attribute(group.get(), "scale", std::vector<double>{data.scale});
   if (data.window[0] > 0)
     write_attribute(group.get(), "window", std::vector<std::int64_t>{data.window[0], data.window[1]});
@@ -487,8 +530,8 @@ void write_dump_layer(hid_t file, const std::string& name, const DumpLayerData<T
     write_attribute(group.get(), "prefix_tokens", std::vector<std::int64_t>{data.prefix_tokens});
 }
 
-template std::vector<Head<float>> read_layer_heads(const DumpInfo&, const DumpLayer&);
-template std::vector<Head<double>> read_layer_heads(const DumpInfo&, const DumpLayer&);
+template std::vector<Head<float>> read_layer_heads(const DumpInfo&, const DumpLayer&, bool);
+template std::vector<Head<double>> read_layer_heads(const DumpInfo&, const DumpLayer&, bool);
 template Matrix<float> read_attention(const DumpInfo&, const DumpLayer&, Index, Index);
 template Matrix<double> read_attention(const DumpInfo&, const DumpLayer&, Index, Index);
 template void write_dump_layer(hid_t, const std::string&, const DumpLayerData<float>&);
@@ -514,26 +557,32 @@ Provenance make_provenance(const std::string& command_line, int threads, const s
   return {NYSTROM_VERSION, git_revision(), command_line, utc_timestamp(), threads, input};
 }
 
-std::string attention_reference(const std::vector<DumpLayer>& layers) {
+std::string attention_reference(const std::vector<DumpLayer>& layers, bool model) {
   std::string with_bias, with_mask;
   for (const auto& layer : layers) {
     if (layer.has_bias) with_bias += (with_bias.empty() ? "" : ", ") + layer.name;
     if (layer.has_mask) with_mask += (with_mask.empty() ? "" : ", ") + layer.name;
   }
-  std::string text = "kernel(q, k) of each head's q and k alone (exp: exp(s q k^T)); ";
-  if (with_bias.empty() && with_mask.empty()) return text + "no layer has a bias or mask";
-  text += "not the model's attention softmax(s q k^T + bias + mask):";
-  if (!with_bias.empty()) text += " bias not applied (layers " + with_bias + ")";
-  if (!with_mask.empty())
-    text += std::string(with_bias.empty() ? "" : ",") + " mask not applied (layers " + with_mask + ")";
-  return text;
+  const std::string kernel = "kernel(q, k) of each head's q and k alone (exp: exp(s q k^T))";
+  if (with_bias.empty() && with_mask.empty())
+    return (model ? "model: no selected layer has a bias or mask, so the " : "") + kernel +
+           "; no layer has a bias or mask";
+  const std::string applied = model ? " applied (layers " : " not applied (layers ";
+  std::string terms;
+  if (!with_bias.empty()) terms += " bias" + applied + with_bias + ")";
+  if (!with_mask.empty()) terms += (with_bias.empty() ? " mask" : ", mask") + applied + with_mask + ")";
+  if (!model) return kernel + "; not the model's attention softmax(s q k^T + bias + mask):" + terms;
+  return "model: exp(phi(q, k) + bias + mask - c) of each head and its rows normalised, the model's "
+         "attention "
+         "softmax(s q k^T + bias + mask) for exp:" +
+         terms + "; layers without them: the " + kernel;
 }
 
 void print_attention_reference(std::ostream& out, const std::string& program,
-                               const std::vector<DumpLayer>& layers) {
+                               const std::vector<DumpLayer>& layers, bool model) {
   if (std::any_of(layers.begin(), layers.end(),
                   [](const DumpLayer& layer) { return layer.has_bias || layer.has_mask; }))
-    out << program << ": attention reference: " << attention_reference(layers) << "\n";
+    out << program << ": attention reference: " << attention_reference(layers, model) << "\n";
 }
 
 void write_results_header(hid_t file, const Provenance& provenance) {

@@ -110,8 +110,8 @@ struct DumpLayer {
   Index batch = 1, heads = 0, tokens = 0, dim = 0;
   Index value_dim = 0;         ///< dv, 0 without v
   bool has_attention = false;  ///< an `attn` [B, H, N, N] dataset is present
-  bool has_bias = false;       ///< a `bias` dataset is present (the program does not read it)
-  bool has_mask = false;       ///< a `mask` dataset is present (the program does not read it)
+  bool has_bias = false;       ///< a `bias` dataset is present (read with `--reference model`)
+  bool has_mask = false;       ///< a `mask` dataset is present (read with `--reference model`)
   double scale = 0;            ///< the `scale` attribute, else 1/√d
   bool scale_given = false;
   std::array<Index, 2> window{};  ///< the `window` attribute (h, w) of the grid tokens, {0, 0} without it
@@ -134,10 +134,13 @@ struct DumpInfo {
 /// grid tokens.
 DumpInfo inspect_dump(const std::string& path);
 
-/// Every head of one layer, index b·H + h, converted to T. Throws std::invalid_argument naming the file,
-/// dataset and element for non-finite values.
+/// Every head of one layer, index b·H + h, converted to T. Where `model` (`--reference model`), each head's
+/// Head::bias is the layer's `bias` [H, N, N] of its head plus its `mask` [B, N, N] of its batch entry (those
+/// present; none: no bias). Throws std::invalid_argument naming the file, dataset and element for non-finite
+/// values (−∞ is allowed in `bias` and `mask`), and naming the dataset for a `bias` or `mask` of another
+/// shape or a non-float type.
 template <class T>
-std::vector<Head<T>> read_layer_heads(const DumpInfo& dump, const DumpLayer& layer);
+std::vector<Head<T>> read_layer_heads(const DumpInfo& dump, const DumpLayer& layer, bool model = false);
 
 /// The N×N `attn` of one head of a layer (which must have it), converted to T; non-finite values throw.
 template <class T>
@@ -148,6 +151,8 @@ template <class T>
 struct DumpLayerData {
   Index batch = 1, heads = 1, tokens = 0, dim = 0, value_dim = 0;
   std::vector<T> q, k, v, attention;
+  std::vector<T> bias;              ///< [H, N, N], written as `bias` when not empty
+  std::vector<T> mask;              ///< [B, N, N], written as `mask` when not empty
   double scale = 0;                 ///< written as the `scale` attribute
   std::array<Index, 2> window{};    ///< written as the `window` attribute when nonzero
   Index prefix_tokens = 0;          ///< written as the `prefix_tokens` attribute when nonzero
@@ -156,7 +161,7 @@ struct DumpLayerData {
 
 /// Writes the root attributes of a dump (format, format_version = 1, source).
 void write_dump_header(hid_t file, const std::string& source);
-/// Writes /layers/<name>/{q,k[,v][,attn]} with attributes.
+/// Writes /layers/<name>/{q,k[,v][,attn][,bias][,mask]} with attributes.
 template <class T>
 void write_dump_layer(hid_t file, const std::string& name, const DumpLayerData<T>& data);
 
@@ -192,13 +197,14 @@ constexpr std::int64_t resumable_format_version = 2;
 /// on the root group.
 void write_results_header(hid_t file, const Provenance& provenance);
 
-/// The root attribute `attention_reference` of `sweep` and `spectrum` (docs/formats.md §2): the kernels are
-/// functions of each head's q and k alone; names the layers among `layers` whose dump holds a `bias` or
-/// `mask` that the model adds to its logits and the program does not apply (docs/formats.md §1).
-std::string attention_reference(const std::vector<DumpLayer>& layers);
+/// The root attribute `attention_reference` of `sweep` and `spectrum` (docs/formats.md §2): what the exact
+/// side is computed from. `model` false (`--reference kernel`): the kernels of each head's q and k alone,
+/// naming the layers among `layers` whose dump holds a `bias` or `mask` (docs/formats.md §1) that is not
+/// applied; `model` true: those layers' bias and mask added to the exponent, naming them.
+std::string attention_reference(const std::vector<DumpLayer>& layers, bool model);
 /// Prints `program: attention reference: ...` on `out` where some of `layers` has a bias or mask.
 void print_attention_reference(std::ostream& out, const std::string& program,
-                               const std::vector<DumpLayer>& layers);
+                               const std::vector<DumpLayer>& layers, bool model);
 
 /// Column types, columns and cells of a results table: the library's (point_record.hpp).
 using nystrom::Cell;

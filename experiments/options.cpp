@@ -97,6 +97,20 @@ void add_memory_option(po::options_description& options, const std::string& abov
           .c_str());
 }
 
+void add_reference_option(po::options_description& options) {
+  options.add_options()(
+      "reference", po::value<std::string>()->default_value("kernel"),
+      "exact side: kernel (each head's q and k alone) or model (the layer's bias and mask added to the "
+      "kernel's exponent, as the model computes its attention; layers without them: the kernel)");
+}
+
+bool parse_model_reference(const po::variables_map& values) {
+  const auto text = values["reference"].as<std::string>();
+  require(text == "kernel" || text == "model",
+          describe("option --reference: '", text, "' (expected kernel or model)"));
+  return text == "model";
+}
+
 void add_quiet_option(po::options_description& options, const std::string& silences) {
   options.add_options()("quiet,q", po::bool_switch(), silences.c_str());
 }

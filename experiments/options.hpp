@@ -70,6 +70,14 @@ Device parse_device(const po::variables_map& values);
 /// Adds `--memory BYTES` (default 4G), `above` saying what happens above the budget.
 void add_memory_option(po::options_description& options, const std::string& above);
 
+/// Adds `--reference` (`kernel` or `model`, default kernel): the exact side of a head is its kernel of q and
+/// k alone, or (`model`) the kernel's exponent plus the layer's `bias` and `mask` (docs/formats.md §1).
+void add_reference_option(po::options_description& options);
+
+/// True for `--reference model`, false for `kernel`; throws std::invalid_argument naming the option and the
+/// value otherwise.
+bool parse_model_reference(const po::variables_map& values);
+
 /// Adds `-q/--quiet`, `silences` saying what it silences.
 void add_quiet_option(po::options_description& options, const std::string& silences);
 

@@ -12,11 +12,12 @@ namespace nystrom::cli {
 
 namespace fs = std::filesystem;
 
-ResumeStore::ResumeStore(std::string output, std::string input, std::string group,
+ResumeStore::ResumeStore(std::string output, std::string input, std::string reference, std::string group,
                          std::vector<Column> columns, AttributeWriter write_attributes)
     : output_(std::move(output)),
       partial_(output_ + ".partial"),
       input_(std::move(input)),
+      reference_(std::move(reference)),
       group_(std::move(group)),
       columns_(std::move(columns)),
       write_attributes_(std::move(write_attributes)) {
@@ -52,6 +53,10 @@ std::vector<Row> ResumeStore::stored_rows(const std::string& path) const {
       has_attribute(file.get(), "input") ? read_string_attribute(file.get(), "input") : "";
   require(stored_input == input_, describe(path, ": holds results for input '", stored_input, "', not '",
                                            input_, "'; choose another --output"));
+  const auto stored_reference =
+      has_attribute(file.get(), "reference") ? read_string_attribute(file.get(), "reference") : "kernel";
+  require(stored_reference == reference_, describe(path, ": holds results of --reference ", stored_reference,
+                                                   ", not ", reference_, "; choose another --output"));
   return ResultsTable::open(file.get(), group_, columns_, path).read_rows();
 }
 

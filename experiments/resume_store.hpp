@@ -28,12 +28,13 @@ class ResumeStore {
   /// Writes a file's root attributes (provenance and run settings) on `file`.
   using AttributeWriter = std::function<void(hid_t file)>;
 
-  /// Reads what is finished: the rows of a finished `output` (which must be a results file of `input` in a
-  /// format version from resumable_format_version on, with these columns: std::invalid_argument otherwise)
+  /// Reads what is finished: the rows of a finished `output` (which must be a results file of `input` with
+  /// the root attribute `reference` = `reference`, absent read as kernel, in a format version from
+  /// resumable_format_version on, with these columns: std::invalid_argument otherwise)
   /// and of a readable partial file (an unreadable one, a leftover of another version or of a failed run, is
   /// discarded with a message on stderr). Creates nothing.
-  ResumeStore(std::string output, std::string input, std::string group, std::vector<Column> columns,
-              AttributeWriter write_attributes);
+  ResumeStore(std::string output, std::string input, std::string reference, std::string group,
+              std::vector<Column> columns, AttributeWriter write_attributes);
 
   const std::string& partial() const { return partial_; }
   /// Resume keys (row_key) of the finished rows.
@@ -58,7 +59,7 @@ class ResumeStore {
   /// The rows of an existing results file, checked as the constructor says.
   std::vector<Row> stored_rows(const std::string& path) const;
 
-  std::string output_, partial_, input_, group_;
+  std::string output_, partial_, input_, reference_, group_;
   std::vector<Column> columns_;
   AttributeWriter write_attributes_;
   bool output_exists_ = false, partial_exists_ = false;

@@ -6,6 +6,10 @@
 // blocks and the Lanczos products run on --device (backend.hpp); SVDs and Spectra's iterations stay on the
 // CPU.
 //
+// --reference model: the heads of a layer with a `bias` or `mask` carry their sum (read_layer_heads), and G,
+// S and G̃ are those of the exact side with it (evaluation.hpp: head_kernel_matrix, head_attention_matrix,
+// head_extended_matrix), always stored (matrix_free_head).
+//
 // Large logits: G and G̃ are analysed as κ_c = e^{−c}κ with the head's log-shift c (kernel_log_shift), and
 // their singular values written multiplied back by e^{c} in double (finite wherever they are representable;
 // decay, energy and rank do not depend on c); /spectra/<layer>/log_shift [B, H] records c.
@@ -64,6 +68,7 @@ struct SpectrumSettings {
   Index top = 50;
   double rank_tol = 1e-6;
   EvaluationOptions evaluation;  ///< memory budget (the dense-or-matrix-free rule) and device
+  bool model_reference = false;  ///< --reference model: heads carry their layer's bias and mask
   std::string precision = "double";
   bool quiet = false;
 };
@@ -82,20 +87,26 @@ std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, con
       select_landmarks<T>(head.q, head.k,
                           on_token_grid(settings.landmarks, layer.window, layer.prefix_tokens)));
   const EvaluationOptions& evaluation = settings.evaluation;
+  const auto stored_spectrum = [&](const Matrix<T>& matrix) {
+    return summarize(singular_values<T>(matrix), k, settings.rank_tol, kernel.log_shift);
+  };
   const auto kernel_spectrum = [&](const Matrix<T>& x, const Matrix<T>& y) {
-    if (dense)
-      return summarize(singular_values<T>(kernel_block<T>(evaluation.device, x, y, kernel)), k,
-                       settings.rank_tol, kernel.log_shift);
+    if (dense) return stored_spectrum(kernel_block<T>(evaluation.device, x, y, kernel));
     const SpectralResult top =
         top_singular_values(kernel_operator<T, double>(evaluation.device, x, y, kernel, evaluation.tiling()),
                             std::min(k, head.q.rows() - 1), evaluation.spectral);
     return summarize(top.values, k, settings.rank_tol, kernel.log_shift);
   };
-  spectra[g_matrix] = kernel_spectrum(head.q, head.k);
-  spectra[ext_matrix] = kernel_spectrum(extended.queries, extended.keys);
+  if (head.bias.size() > 0) {  // --reference model: the stored G and G̃ with the bias (dense is set)
+    spectra[g_matrix] = stored_spectrum(head_kernel_matrix(head, kernel));
+    spectra[ext_matrix] = stored_spectrum(head_extended_matrix(head, kernel, extended));
+  } else {
+    spectra[g_matrix] = kernel_spectrum(head.q, head.k);
+    spectra[ext_matrix] = kernel_spectrum(extended.queries, extended.keys);
+  }
   if (dense) {
-    spectra[s_matrix] = summarize(singular_values<T>(attention_matrix<T>(head.q, head.k, settings.kernel)), k,
-                                  settings.rank_tol);
+    spectra[s_matrix] =
+        summarize(singular_values<T>(head_attention_matrix(head, settings.kernel)), k, settings.rank_tol);
   } else {
     spectra[s_matrix].values.assign(k, nan);  // S = D⁻¹G has no matrix-free path here
     spectra[s_matrix].energy.assign(k, nan);
@@ -153,9 +164,9 @@ void compute_and_write(const DumpInfo& dump, const std::vector<DumpLayer>& layer
   for (const auto& layer : layers) total += layer.batch * layer.heads;
   Progress progress(total, 0, settings.quiet, std::cerr);
   for (const auto& layer : layers) {
-    const auto heads = read_layer_heads<T>(dump, layer);
+    const auto heads = read_layer_heads<T>(dump, layer, settings.model_reference);
     const Index k = std::min(settings.top, layer.tokens);
-    const bool dense = !settings.evaluation.matrix_free(layer.tokens, sizeof(T));
+    const bool dense = !matrix_free_head(heads.front(), settings.evaluation);  // the layer's heads alike
     std::vector<std::array<SpectrumSummary, matrix_count>> spectra;
     for (Index b = 0; b < layer.batch; ++b)
       for (Index h = 0; h < layer.heads; ++h) {
@@ -190,6 +201,7 @@ po::options_description spectrum_options() {
       "numerical rank: singular values > tol * sigma_1");
   add_memory_option(options, "the matrix-free path is taken (attribute path)");
   add_device_option(options, "kernel blocks and Lanczos products on the GPU");
+  add_reference_option(options);
   add_precision_option(options, "double", false);
   add_quiet_option(options, "no progress output");
   return options;
@@ -223,6 +235,7 @@ SpectrumSettings parse_settings(const po::variables_map& values) {
   settings.rank_tol = values["rank-tol"].as<double>();
   settings.evaluation.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
   settings.evaluation.device = parse_device(values);
+  settings.model_reference = parse_model_reference(values);
   settings.quiet = values["quiet"].as<bool>();
   settings.precision = parse_precision(values);
   require(settings.top >= 1, describe("option --top: ", settings.top, " must be >= 1"));
@@ -274,8 +287,10 @@ int run_spectrum(const Invocation& invocation) {
                                        std::filesystem::weakly_canonical(settings.input).string()));
   write_attribute(file.get(), "memory_budget", std::vector<double>{settings.evaluation.memory_budget});
   write_attribute(file.get(), "device", to_string(settings.evaluation.device));
-  write_attribute(file.get(), "attention_reference", attention_reference(layers));
-  if (!settings.quiet) print_attention_reference(std::cerr, "nystrom spectrum", layers);
+  write_attribute(file.get(), "reference", std::string(settings.model_reference ? "model" : "kernel"));
+  write_attribute(file.get(), "attention_reference", attention_reference(layers, settings.model_reference));
+  if (!settings.quiet)
+    print_attention_reference(std::cerr, "nystrom spectrum", layers, settings.model_reference);
   if (settings.precision == "float")
     compute_and_write<float>(dump, layers, settings, file);
   else

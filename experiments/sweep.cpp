@@ -50,6 +50,7 @@ struct SweepSettings {
   std::int64_t stop_after = 0;
   int threads = 1;
   std::string command_line;
+  bool model_reference = false;     ///< --reference model: heads carry their layer's bias and mask
   std::string attention_reference;  ///< the root attribute of that name (docs/formats.md §2)
 };
 
@@ -129,6 +130,7 @@ po::options_description sweep_options() {
       "to a full SVD where its Lanczos value is not certified to 1e-10)");
   add_device_option(options,
                     "where the PnP-Nystra factors, exact attention and the matrix-free products run");
+  add_reference_option(options);
   add_quiet_option(options, "no progress output");
   options.add_options()("stop-after", po::value<std::int64_t>()->default_value(0),
                         "testing: stop as if interrupted (SIGINT) after this many new points (0: never)");
@@ -214,10 +216,16 @@ SweepSettings parse_settings(const po::variables_map& values) {
   settings.evaluation.dense_svd_limit = values["dense-svd-limit"].as<Index>();
   require(settings.evaluation.dense_svd_limit >= 0, "option --dense-svd-limit: must be >= 0");
   settings.evaluation.device = parse_device(values);
+  settings.model_reference = parse_model_reference(values);
   settings.quiet = values["quiet"].as<bool>();
   settings.stop_after = values["stop-after"].as<std::int64_t>();
   require(settings.stop_after >= 0, "option --stop-after: must be >= 0");
   return settings;
+}
+
+/// The root attribute `reference`: `kernel` or `model` (--reference).
+std::string reference_name(const SweepSettings& settings) {
+  return settings.model_reference ? "model" : "kernel";
 }
 
 /// Root attributes of a sweep's results file: provenance, the evaluation settings and the points left out.
@@ -227,6 +235,7 @@ void write_sweep_attributes(hid_t file, const SweepSettings& settings, const Ski
   write_attribute(file, "matrix_free_forced",
                   std::vector<std::int64_t>{settings.evaluation.force_matrix_free});
   write_attribute(file, "device", to_string(settings.evaluation.device));
+  write_attribute(file, "reference", reference_name(settings));
   write_attribute(file, "attention_reference", settings.attention_reference);
   std::string skipped_text;
   for (const auto& line : skipped.lines()) skipped_text += line + "\n";
@@ -239,10 +248,10 @@ template <class T>
 class SweepHeads {
  public:
   SweepHeads(const DumpInfo& dump, const std::vector<DumpLayer>& layers,
-             const std::vector<PointDescription>& points)
+             const std::vector<PointDescription>& points, bool model_reference)
       : path_(dump.path) {
     for (const auto& layer : layers) {
-      heads_[layer.name] = read_layer_heads<T>(dump, layer);
+      heads_[layer.name] = read_layer_heads<T>(dump, layer, model_reference);
       head_counts_[layer.name] = layer.heads;
     }
     std::map<std::string, const PointDescription*> checked;  // one point per head and kernel
@@ -272,7 +281,7 @@ std::vector<char> pending_points(const SweepSettings& settings, const std::vecto
   std::vector<char> pending;
   if (mpi_rank() == 0) {
     try {
-      store.emplace(settings.output, settings.input, "sweep", point_columns(),
+      store.emplace(settings.output, settings.input, reference_name(settings), "sweep", point_columns(),
                     [&](hid_t file) { write_sweep_attributes(file, settings, skipped); });
       bool any = store->unfinished();
       for (const auto& point : points) {
@@ -299,7 +308,7 @@ struct SweepStopped : std::runtime_error {
 template <class T>
 int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector<DumpLayer>& layers,
           const std::vector<PointDescription>& points, const Skipped& skipped) {
-  const SweepHeads<T> heads(dump, layers, points);
+  const SweepHeads<T> heads(dump, layers, points, settings.model_reference);
   std::optional<ResumeStore> store;
   const std::vector<char> pending = pending_points(settings, points, skipped, store);
   if (pending.empty()) return 2;
@@ -378,12 +387,12 @@ int run_sweep(const Invocation& invocation) {
   const DumpInfo dump = inspect_dump(settings.input);
   settings.input = fs::weakly_canonical(settings.input).string();
   const auto layers = select_layers(dump, settings.grid);
-  settings.attention_reference = attention_reference(layers);
+  settings.attention_reference = attention_reference(layers, settings.model_reference);
   Skipped skipped;
   const auto points = enumerate_points(layers, settings.grid, settings.input, skipped);
   if (mpi_rank() == 0 && !settings.quiet) {
     for (const auto& line : skipped.lines()) std::cerr << "nystrom sweep: " << line << "\n";
-    print_attention_reference(std::cerr, "nystrom sweep", layers);
+    print_attention_reference(std::cerr, "nystrom sweep", layers, settings.model_reference);
   }
   if (points.empty()) {
     std::string reasons;

@@ -564,3 +564,163 @@ TEST_CASE("bad heads and options throw naming the value") {
   ApproximationOptions too_many = method_options(Kernel::exponential(0.5), 21);
   CHECK(throws_naming([&] { evaluator.evaluate(Method::pnp_nystra, too_many); }, "21"));
 }
+
+// --- The model's additive score term (Head::bias, `--reference model`) -------------------------------------
+
+namespace {
+
+/// A random N(0, 1) bias plus Swin's 0 / −100 mask between the two halves of the tokens (regions).
+template <class T>
+Matrix<T> bias_and_mask(Index n, std::uint64_t seed) {
+  Matrix<T> bias = random_matrix<T>(n, n, seed);
+  for (Index i = 0; i < n; ++i)
+    for (Index j = 0; j < n; ++j)
+      if ((i < n / 2) != (j < n / 2)) bias(i, j) -= T(100);
+  return bias;
+}
+
+/// exp(φ(Q, K) + B) of the exact side, entry by entry in double (without a log-shift).
+template <class T>
+Matrix<double> naive_model_kernel(const Head<T>& head, const Kernel& kernel) {
+  const Matrix<double> q = head.q.template cast<double>(), k = head.k.template cast<double>();
+  const Matrix<double> phi = naive_kernel<double>(q, k, kernel).array().log().matrix();
+  return (phi + head.bias.template cast<double>()).array().exp().matrix();
+}
+
+Matrix<double> row_normalized(const Matrix<double>& g) {
+  return (g.array().colwise() / g.rowwise().sum().array()).matrix();
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("with a bias and mask, the exact side is exp(s q k^T + B + M) against dense oracles", T,
+                   float, double) {
+  const Index n = 64, d = 8, dv = 4, m = 6;
+  Head<T> head = random_head<T>(n, d, dv, 31);
+  head.bias = bias_and_mask<T>(n, 41);
+  EvaluationOptions forced;
+  forced.force_matrix_free = true;  // a head with a bias is stored whatever the budget
+  for (const EvaluationOptions& evaluation : {EvaluationOptions{}, forced}) {
+    HeadEvaluator<T> evaluator(head, evaluation);
+    for (const Kernel& kernel : {Kernel::exponential(1 / std::sqrt(8.0)), Kernel::laplacian(4.0)}) {
+      const ApproximationOptions options = method_options(kernel, m);
+      const Matrix<double> g = naive_model_kernel(head, kernel);  // G of the model (unshifted)
+      const Matrix<double> s = row_normalized(g);
+      const Matrix<double> exact_output = s * head.v.template cast<double>();
+      const Matrix<double> q = head.q.template cast<double>(), k = head.k.template cast<double>();
+      const double largest =
+          (naive_kernel<double>(q, k, kernel).array().log().matrix() + head.bias.template cast<double>())
+              .maxCoeff();
+      const double kernel_shift = kernel.type == KernelType::exponential
+                                      ? std::max(0.0, kernel.param * (q * k.transpose()).maxCoeff())
+                                      : 0.0;
+      for (Method method : all_methods) {
+        if (error_matrix(method) == ErrorMatrix::attention && kernel.type != KernelType::exponential)
+          continue;
+        CAPTURE(kernel.label());
+        CAPTURE(to_string(method));
+        const PointResult point = evaluator.evaluate(method, options);
+        const Oracle expected = oracle(method, head, options);  // the approximations see q and k alone
+        const double tol = accuracy<T>();
+        CHECK_FALSE(point.matrix_free);
+        CHECK(point.log_shift == doctest::Approx(std::max(kernel_shift, largest)).epsilon(1e-6));
+        const Matrix<double> output_error = exact_output - expected.output;
+        CHECK(near(point.output_relative_error, output_error.norm() / exact_output.norm(), 10 * tol, 1e-3));
+        CHECK(near(point.output_max_error, output_error.cwiseAbs().maxCoeff(), 10 * tol, 1e-3));
+        CHECK(near(point.output_mean_abs_error, output_error.cwiseAbs().mean(), 10 * tol, 1e-3));
+        if (method == Method::exact) continue;
+        const Matrix<double>& reference = error_matrix(method) == ErrorMatrix::kernel ? g : s;
+        const Matrix<double> error = reference - expected.approximate;
+        const double reference_norm = norm2(reference);
+        CHECK(near(point.spectral_error, norm2(error), tol, reference_norm));
+        CHECK(near(point.relative_spectral_error, norm2(error) / reference_norm, tol, 1));
+        CHECK(near(point.frobenius_error, error.norm(), tol, reference.norm()));
+        if (method != Method::pnp_nystra) continue;
+        // G̃ = [[G_A, G_U], [G_L, G]] with the model's G (docs/mathematics.md §3).
+        const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.nystrom.landmarks);
+        const Matrix<double> qb = marks.q.template cast<double>(), kb = marks.k.template cast<double>();
+        Matrix<double> extended(n + m, n + m);
+        extended << naive_kernel<double>(qb, kb, kernel), naive_kernel<double>(qb, k, kernel),
+            naive_kernel<double>(q, kb, kernel), g;
+        const Vector<double> sigma = Eigen::JacobiSVD<Matrix<double>>(extended).singularValues();
+        CHECK(near(point.sigma1_ext, sigma(0), tol));
+        CHECK(near(point.sigma_m1_ext, sigma(m), tol, 1e-6 * sigma(0)));
+        CHECK(point.bounds_hold);
+      }
+      const HeadReference<T>& reference = evaluator.reference(kernel);
+      CHECK(near(reference.g_norm2 * std::exp(reference.kernel.log_shift), norm2(g), accuracy<T>()));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("a zero bias reproduces the kernel reference to rounding", T, float, double) {
+  const Index n = 48, m = 5;
+  const Head<T> plain = random_head<T>(n, 6, 3, 51);
+  Head<T> zero = plain;
+  zero.bias = Matrix<T>::Zero(n, n);
+  HeadEvaluator<T> kernel_side(plain, {}), model_side(zero, {});
+  const ApproximationOptions options = method_options(Kernel::exponential(0.4), m);
+  const double tol = 4 * tolerance<T>(n);
+  for (Method method : all_methods) {
+    CAPTURE(to_string(method));
+    const PointResult a = kernel_side.evaluate(method, options), b = model_side.evaluate(method, options);
+    CHECK(b.log_shift == a.log_shift);
+    const double scale = kernel_side.reference(options.kernel).g_norm2 * std::exp(a.log_shift);
+    CHECK(near(b.spectral_error, a.spectral_error, tol,
+               error_matrix(method) == ErrorMatrix::kernel ? scale : 1));
+    CHECK(near(b.relative_spectral_error, a.relative_spectral_error, tol, 1));
+    CHECK(near(b.output_relative_error, a.output_relative_error, tol, 1));
+    CHECK(near(b.output_max_error, a.output_max_error, tol, 1));
+    CHECK(near(b.sigma1_ext, a.sigma1_ext, tol));
+    CHECK(near(b.sigma_m1_ext, a.sigma_m1_ext, tol, tol * a.sigma1_ext));
+  }
+}
+
+TEST_CASE_TEMPLATE("huge negative masks and a row masked but for one entry stay finite", T, float, double) {
+  const Index n = 40;
+  Head<T> head = random_head<T>(n, 6, 3, 61);
+  head.bias = Matrix<T>::Zero(n, n);
+  head.bias.row(0).setConstant(T(-1e4));  // row 0 attends to token 7 alone
+  head.bias(0, 7) = 0;
+  for (Index i = 1; i < n; ++i)
+    for (Index j = 0; j < n; ++j)
+      if ((i % 3) != (j % 3)) head.bias(i, j) = -std::numeric_limits<T>::infinity();  // −∞ is allowed
+  HeadEvaluator<T> evaluator(head, {});
+  const ApproximationOptions options = method_options(Kernel::exponential(0.4), 4);
+  for (Method method : all_methods) {
+    CAPTURE(to_string(method));
+    const PointResult point = evaluator.evaluate(method, options);
+    CHECK(std::isfinite(point.output_relative_error));
+    CHECK(std::isfinite(point.output_max_error));
+    if (method == Method::exact) continue;
+    CHECK(std::isfinite(point.spectral_error));
+    CHECK(std::isfinite(point.relative_spectral_error));
+  }
+  // The exact output's row 0 is V's row 7 (S(0, 7) = 1); O = S V of the oracle elsewhere.
+  const Matrix<T>& output = evaluator.reference(options.kernel).output;
+  CHECK(all_finite(output));
+  CHECK((output.row(0) - head.v.row(7)).norm() <= tolerance<T>(n) * head.v.row(7).norm());
+  const Matrix<double> expected =
+      row_normalized(naive_model_kernel(head, options.kernel)) * head.v.template cast<double>();
+  CHECK(relative_difference(output, expected) <= tolerance<T>(n));
+}
+
+TEST_CASE("bad biases throw naming the value") {
+  Head<double> head = random_head<double>(20, 4, 2, 17);
+  head.bias = Matrix<double>::Zero(20, 19);
+  CHECK(throws_naming([&] { HeadEvaluator<double>(head, {}, "head 2"); }, "bias is 20x19"));
+  head.bias = Matrix<double>::Zero(20, 20);
+  head.bias(3, 4) = NAN;
+  CHECK(throws_naming([&] { head.validate("h"); }, "bias(3, 4)"));
+  head.bias(3, 4) = INFINITY;
+  CHECK(throws_naming([&] { head.validate("h"); }, "bias(3, 4)"));
+  head.bias(3, 4) = 0;
+  head.bias.row(5).setConstant(-INFINITY);
+  CHECK(throws_naming([&] { head.validate("h"); }, "bias row 5"));
+  head.bias.row(5).setZero();
+  head.bias(2, 2) = 800;  // exp(800) overflows double: no shift recovers G
+  HeadEvaluator<double> evaluator(head, {}, "head 2");
+  CHECK(throws_naming([&] { evaluator.evaluate(Method::exact, method_options(Kernel::exponential(0.5), 4)); },
+                      "head 2"));
+  CHECK(throws_naming([&] { require_representable_kernel(head, Kernel::laplacian(2), "head 2"); }, "bias"));
+}

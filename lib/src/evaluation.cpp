@@ -1,5 +1,6 @@
 #include "nystrom/evaluation.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "nystrom/bounds.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/operators.hpp"
+#include "nystrom/softmax.hpp"
 
 namespace nystrom {
 
@@ -133,7 +135,13 @@ void scale_to_kernel(PointResult& point, double log_shift) {
 template <class T>
 double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::string& where) {
   try {
-    return kernel_log_shift<T>(kernel, head.q, head.k);
+    const double shift = kernel_log_shift<T>(kernel, head.q, head.k);
+    if (head.bias.size() == 0) return shift;
+    const double largest = double(head_exponent(head, kernel).maxCoeff());
+    require(largest <= double_exponent_limit,
+            describe("the largest exponent with the bias, ", largest, ", overflows exp in double (above ",
+                     double_exponent_limit, ")"));
+    return std::max(shift, largest);
   } catch (const std::invalid_argument& error) {
     throw std::invalid_argument(describe(where, ": ", kernel.label(), ": ", error.what()));
   }
@@ -142,10 +150,47 @@ double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::stri
 template <class T>
 void require_representable_kernel(const Head<T>& head, const Kernel& kernel, const std::string& where) {
   kernel.validate();
+  if (head.bias.size() > 0) {
+    head_log_shift(head, kernel, where);
+    return;
+  }
   if (kernel.type != KernelType::exponential) return;
   const double bound = std::abs(kernel.param) * std::sqrt(double(head.q.rowwise().squaredNorm().maxCoeff()) *
                                                           double(head.k.rowwise().squaredNorm().maxCoeff()));
   if (bound > double_exponent_limit) head_log_shift(head, kernel, where);
+}
+
+template <class T>
+Matrix<T> head_exponent(const Head<T>& head, const Kernel& kernel) {
+  Matrix<T> exponent = kernel.exponent_block<T>(head.q, head.k);
+  if (head.bias.size() > 0) exponent += head.bias;
+  return exponent;
+}
+
+template <class T>
+Matrix<T> head_kernel_matrix(const Head<T>& head, const Kernel& shifted) {
+  if (head.bias.size() == 0) return shifted.block<T>(head.q, head.k);
+  Matrix<T> g = head_exponent(head, shifted);
+  g.array() -= T(shifted.log_shift);
+  return g.array().exp().matrix();
+}
+
+template <class T>
+Matrix<T> head_attention_matrix(const Head<T>& head, const Kernel& kernel) {
+  if (head.bias.size() == 0) return attention_matrix<T>(head.q, head.k, kernel.shifted(0));
+  Matrix<T> s = head_exponent(head, kernel);
+  softmax_rows<T>(s);
+  return s;
+}
+
+template <class T>
+Matrix<T> head_extended_matrix(const Head<T>& head, const Kernel& shifted, const ExtendedTokens<T>& tokens) {
+  Matrix<T> extended = shifted.block<T>(tokens.queries, tokens.keys);
+  if (head.bias.size() > 0) {
+    const Index n = head.tokens();
+    extended.bottomRightCorner(n, n) = head_kernel_matrix(head, shifted);
+  }
+  return extended;
 }
 
 LandmarkOptions on_token_grid(LandmarkOptions landmarks, const std::array<Index, 2>& window,
@@ -192,12 +237,12 @@ LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const La
     top.values = singular_values<double>(extended).head(m + 1);
     top.converged = true;
   };
-  if (options.matrix_free(n, sizeof(T)) && n + m > options.dense_svd_limit) {
+  if (matrix_free_head(head, options) && n + m > options.dense_svd_limit) {
     top = top_singular_values(
         kernel_operator<T, double>(options.device, tokens.queries, tokens.keys, kernel, options.tiling()),
         m + 1, options.spectral);
   } else {
-    const Matrix<double> extended = in_double<T>(kernel.block<T>(tokens.queries, tokens.keys));
+    const Matrix<double> extended = in_double<T>(head_extended_matrix(head, kernel, tokens));
     if (n + m <= options.dense_svd_limit) {
       full_svd(extended);
     } else {
@@ -240,18 +285,21 @@ const HeadReference<T>& HeadEvaluator<T>::shifted_reference(const Kernel& shifte
   reference_.reset();
   HeadReference<T> reference;
   reference.kernel = shifted;
-  reference.matrix_free = options_.matrix_free(head_.tokens(), sizeof(T));
+  reference.matrix_free = matrix_free_head(head_, options_);
   if (reference.matrix_free) {
     reference.g_norm2 = spectral_norm(kernel_operator<T, double>(options_.device, head_.q, head_.k, shifted,
                                                                  options_.tiling()),
                                       options_.spectral)
                             .values(0);
   } else {
-    reference.g = shifted.block<T>(head_.q, head_.k);
+    reference.g = head_kernel_matrix(head_, shifted);
     reference.g_norm2 = detail::stored_norm(reference.g, options_);
   }
-  // O does not depend on the log-shift; the unshifted kernel keeps it the computation a user runs.
-  if (head_.v.size() > 0)
+  // O does not depend on the log-shift; the unshifted kernel keeps it the computation a user runs. With a
+  // bias, O = S V from the stored S on the host.
+  if (head_.v.size() > 0 && head_.bias.size() > 0)
+    reference.output = head_attention_matrix(head_, shifted) * head_.v;
+  else if (head_.v.size() > 0)
     reference.output = exact_attention<T>(options_.device, head_.q, head_.k, head_.v, shifted.shifted(0));
   reference.seconds = seconds_since(start);
   reference_ = std::move(reference);
@@ -276,7 +324,7 @@ const typename HeadReference<T>::Attention& HeadEvaluator<T>::attention_referenc
                       options_.spectral)
             .values(0);
   } else {
-    attention.s = attention_matrix<T>(head_.q, head_.k, shifted.shifted(0));
+    attention.s = head_attention_matrix(head_, shifted);
     attention.norm2 = detail::stored_norm(attention.s, options_);
   }
   reference.seconds += seconds_since(start);
@@ -425,11 +473,15 @@ PointResult HeadEvaluator<T>::exact_point(const ApproximationOptions& options, c
   return point;
 }
 
-#define NYSTROM_INSTANTIATE(T)                                                                      \
-  template LandmarkTerms landmark_terms<T>(const Head<T>&, const Kernel&, const Landmarks<T>&,      \
-                                           const EvaluationOptions&);                               \
-  template double head_log_shift<T>(const Head<T>&, const Kernel&, const std::string&);             \
-  template void require_representable_kernel<T>(const Head<T>&, const Kernel&, const std::string&); \
+#define NYSTROM_INSTANTIATE(T)                                                                         \
+  template LandmarkTerms landmark_terms<T>(const Head<T>&, const Kernel&, const Landmarks<T>&,         \
+                                           const EvaluationOptions&);                                  \
+  template double head_log_shift<T>(const Head<T>&, const Kernel&, const std::string&);                \
+  template void require_representable_kernel<T>(const Head<T>&, const Kernel&, const std::string&);    \
+  template Matrix<T> head_exponent<T>(const Head<T>&, const Kernel&);                                  \
+  template Matrix<T> head_kernel_matrix<T>(const Head<T>&, const Kernel&);                             \
+  template Matrix<T> head_attention_matrix<T>(const Head<T>&, const Kernel&);                          \
+  template Matrix<T> head_extended_matrix<T>(const Head<T>&, const Kernel&, const ExtendedTokens<T>&); \
   template class HeadEvaluator<T>;
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)

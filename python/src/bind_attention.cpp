@@ -110,12 +110,13 @@ constexpr unsigned evaluate_keywords =
 /// The /sweep record of one method on one head (HeadEvaluator, point_record).
 template <class T>
 std::vector<RecordCell> evaluate_point(const Array& q, const Array& k, const std::optional<Array>& v,
-                                       const KeywordArguments& arguments) {
+                                       const std::optional<Array>& bias, const KeywordArguments& arguments) {
   const MatrixArgument<T> Q(q, "q"), K(k, "k");
   Head<T> head;
   head.q = Q.ref();
   head.k = K.ref();
   if (v) head.v = MatrixArgument<T>(*v, "v").ref();
+  if (bias) head.bias = MatrixArgument<T>(*bias, "bias").ref();
   head.window = arguments.window;
   head.prefix_tokens = arguments.prefix_tokens;
   PointDescription point;
@@ -261,22 +262,27 @@ void bind_attention(nb::module_& m) {
 
   m.def(
       "evaluate",
-      [](const Array& q, const Array& k, const std::optional<Array>& v, const nb::kwargs& kwargs) {
+      [](const Array& q, const Array& k, const std::optional<Array>& v, const std::optional<Array>& bias,
+         const nb::kwargs& kwargs) {
         const KeywordArguments arguments = parse_arguments("evaluate", evaluate_keywords, kwargs);
-        const Precision precision = v ? common_precision({{&q, "q"}, {&k, "k"}, {&*v, "v"}})
-                                      : common_precision({{&q, "q"}, {&k, "k"}});
+        const Precision precision = common_precision({{&q, "q"}, {&k, "k"}});
+        if (v) common_precision({{&q, "q"}, {&*v, "v"}});
+        if (bias) common_precision({{&q, "q"}, {&*bias, "bias"}});
         const std::vector<RecordCell> record = with_scalar(precision, [&](auto scalar) {
-          return computed([&] { return evaluate_point<decltype(scalar)>(q, k, v, arguments); });
+          return computed([&] { return evaluate_point<decltype(scalar)>(q, k, v, bias, arguments); });
         });
         nb::dict columns;
         for (const auto& cell : record)
           std::visit([&](const auto& value) { columns[cell.column.name.c_str()] = value; }, cell.value);
         return columns;
       },
-      "q"_a, "k"_a, "v"_a = nb::none(), "kwargs"_a,
-      nb::sig(signature("evaluate",
-                        array_parameters({"q", "k"}) + ", v: numpy.typing.ArrayLike | None = None",
-                        evaluate_keywords, "dict[str, str | int | float]")),
+      "q"_a, "k"_a, "v"_a = nb::none(), "bias"_a = nb::none(), "kwargs"_a,
+      nb::sig(
+          signature("evaluate",
+                    array_parameters({"q", "k"}) +
+                        ", v: numpy.typing.ArrayLike | None = None, bias: numpy.typing.ArrayLike | None = "
+                        "None",
+                    evaluate_keywords, "dict[str, str | int | float]")),
       documentation(
           "One point of a sweep on one head (q, k: N×d, v: N×dv or None): every column `nystrom sweep` "
           "writes "
@@ -285,7 +291,10 @@ void bind_attention(nb::module_& m) {
           "symmetric-nystrom) or S − Ŝ (the softmax methods), output errors (with v), the Lemma 2.1 terms "
           "and Theorem bounds (pnp-nystra), pseudoinverse diagnostics and timings. The parameter columns "
           "layer, batch and head read '', 0 and 0. window and prefix_tokens place the head on its token "
-          "grid as a dump's attributes do.",
+          "grid as a dump's attributes do. bias (N×N, the dtype of q, or None) is the model's additive "
+          "score term, a dump's bias plus mask (`--reference model`): the exact side G, S, O and the bound "
+          "terms are then of exp(φ(q, k) + bias − c) (docs/mathematics.md §7.1), the approximations of q and "
+          "k alone.",
           evaluate_keywords));
 
   m.def(

@@ -501,6 +501,44 @@ def test_evaluate_rejects_bad_keywords():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_evaluate_with_bias_against_numpy(dtype):
+    """bias= (a dump's bias plus mask): the exact side is exp(s q k^T + bias), the approximations q and k alone."""
+    n = 40
+    q, k, v = qkv(n=n, dtype=dtype)
+    rng = np.random.default_rng(7)
+    halves = np.arange(n) < n // 2
+    bias = (rng.standard_normal((n, n)) - 100.0 * (halves[:, None] != halves[None, :])).astype(dtype)
+    model = kernel_ref(q, k) * np.exp(bias.astype(float))
+    attention = model / model.sum(axis=1, keepdims=True)
+    exact = attention @ v.astype(float)
+    for method in ("pnp-nystra", "nystromformer", "exact"):
+        approximation = nystrom.approximate(q, k, v, method=method, landmarks=5)
+        point = nystrom.evaluate(q, k, v, bias, method=method, landmarks=5)
+        output = approximation.output.astype(float)
+        assert point["output_relative_error"] == pytest.approx(
+            np.linalg.norm(exact - output) / np.linalg.norm(exact), rel=1e-3 if dtype == np.float32 else 1e-10)
+        if method == "exact":
+            continue
+        if method == "pnp-nystra":
+            reference, approximate = model, approximation.factors.dense().astype(float)
+        else:
+            reference, approximate = attention, approximation.implied_attention().astype(float)
+        difference = reference - approximate
+        assert abs(point["spectral_error"] - np.linalg.norm(difference, 2)) <= 10 * TOLERANCE[dtype] * np.linalg.norm(
+            reference, 2)
+        assert point["relative_spectral_error"] == pytest.approx(
+            np.linalg.norm(difference, 2) / np.linalg.norm(reference, 2), rel=10 * TOLERANCE[dtype], abs=1e-6)
+    plain = nystrom.evaluate(q, k, v, method="pnp-nystra", landmarks=5)
+    zero = nystrom.evaluate(q, k, v, np.zeros((n, n), dtype), method="pnp-nystra", landmarks=5)
+    assert zero["relative_spectral_error"] == pytest.approx(plain["relative_spectral_error"], rel=TOLERANCE[dtype])
+    with pytest.raises(ValueError, match="bias is 40x39"):
+        nystrom.evaluate(q, k, v, np.zeros((n, n - 1), dtype))
+    other = np.float64 if dtype == np.float32 else np.float32
+    with pytest.raises(ValueError, match="bias"):
+        nystrom.evaluate(q, k, v, bias=np.zeros((n, n), other))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_landmark_terms_and_bounds(dtype):
     q, k, _ = qkv(n=40, d=4, dtype=dtype)
     factors = nystrom.nystrom_factors(q, k, landmarks=5, stabilization="none")

@@ -15,6 +15,10 @@
 ///   - large logits: kernel matrices of κ_c = e^{−c}κ (kernels.hpp, c = kernel_log_shift) give every σ, ‖E‖
 ///     and bound scaled by e^{−c} exactly; they are reported multiplied back by e^{c} in double (column
 ///     log_shift = c). Relative errors, S and the outputs do not depend on c (docs/mathematics.md §7).
+/// The exact side: a head with an additive score term B (Head::bias, the model's bias and mask) has
+/// G_c = exp(φ(Q, K) + B − c), S its rows normalised and O = S V (docs/mathematics.md §7.1), stored, never
+/// matrix-free (the N×N term is stored already); the approximations still see Q and K alone. Without B the
+/// exact side is the kernel's, dense or matrix-free by the rule above.
 /// On Device::cuda the factors of pnp-nystra, the exact attention output and every matrix-free product run on
 /// the GPU; the output error comes from the same factors as the spectral error (Algorithm 1 on the host).
 
@@ -70,9 +74,10 @@ struct LandmarkTerms {
 };
 
 /// σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K for `landmarks` (computed on the unstabilized blocks of
-/// G̃ = κ([Q̄; Q], [K̄; K]), docs/mathematics.md §2). G̃ is stored in double or matrix-free (kernel_operator on
-/// options.device, products in double) by EvaluationOptions::matrix_free, and built here, so the terms need
-/// no head reference and can be computed beside it.
+/// G̃ = κ([Q̄; Q], [K̄; K]), docs/mathematics.md §2; with a bias, G̃'s N×N block is the head's G,
+/// head_extended_matrix). G̃ is stored in double or matrix-free (kernel_operator on options.device, products
+/// in double) by matrix_free_head, and built here, so the terms need no head reference and can be computed
+/// beside it.
 template <class T>
 LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const Landmarks<T>& landmarks,
                              const EvaluationOptions& options);
@@ -114,7 +119,7 @@ template <class T>
 struct HeadReference {
   Kernel kernel;  ///< the kernel with its log-shift c
   bool matrix_free = false;
-  Matrix<T> g;         ///< dense G_c = κ_c(Q, K) (empty when matrix-free)
+  Matrix<T> g;         ///< dense G_c (head_kernel_matrix; empty when matrix-free)
   double g_norm2 = 0;  ///< ‖G_c‖₂
   Matrix<T> output;    ///< exact attention O (empty without V)
   double seconds = 0;  ///< time to build it
@@ -128,9 +133,38 @@ struct HeadReference {
   std::optional<Attention> attention;
 };
 
-/// kernel_log_shift of the head's tokens, its error naming `where` and the kernel.
+/// kernel_log_shift of the head's tokens, its error naming `where` and the kernel. With a bias (Head::bias)
+/// the larger of that and the largest exponent of the exact side, max_ij (φ(Q, K) + B)_ij, so both the
+/// approximations' kernel blocks and G_c have entries ≤ 1; the error also names that exponent when exp of it
+/// overflows double.
 template <class T>
 double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::string& where);
+
+/// True when `head` is analysed matrix-free: EvaluationOptions::matrix_free for its N and no bias (a head
+/// with a stored N×N bias has its G stored too).
+template <class T>
+bool matrix_free_head(const Head<T>& head, const EvaluationOptions& options) {
+  return head.bias.size() == 0 && options.matrix_free(head.tokens(), sizeof(T));
+}
+
+/// The exponent of the head's exact side, φ(Q, K) of `kernel` without its log-shift (kernels.hpp) plus the
+/// head's bias B where it has one: N×N, O(N²d).
+template <class T>
+Matrix<T> head_exponent(const Head<T>& head, const Kernel& kernel);
+
+/// The head's G_c, dense: κ_c(Q, K) of `shifted`, or exp(φ(Q, K) + B − c) with a bias.
+template <class T>
+Matrix<T> head_kernel_matrix(const Head<T>& head, const Kernel& shifted);
+
+/// The head's S = D⁻¹G, dense, each row normalised with its own max shift (independent of the log-shift):
+/// attention_matrix of Q and K, or softmax_rows(φ(Q, K) + B) with a bias.
+template <class T>
+Matrix<T> head_attention_matrix(const Head<T>& head, const Kernel& kernel);
+
+/// The head's extended matrix G̃ = [[G_A, G_U], [G_L, G]] of κ_c for `tokens` = extended_tokens of its
+/// landmarks, dense, with the head's G_c (its bias included) as the N×N block.
+template <class T>
+Matrix<T> head_extended_matrix(const Head<T>& head, const Kernel& shifted, const ExtendedTokens<T>& tokens);
 
 /// Throws std::invalid_argument naming `where`, the kernel and the largest logit where κ(Q, K) of the head
 /// overflows even in double (kernel_log_shift); O(Nd) where the Cauchy–Schwarz bound |s|·max‖q‖·max‖k‖ on
