@@ -245,17 +245,51 @@ TEST_CASE("sweep: block-constant tokens with aligned segment-means landmarks are
   }
 }
 
-TEST_CASE("sweep: one thread and two (landmark terms beside the point) give the same rows") {
+TEST_CASE("sweep: one thread, two and three (heads evaluated at once) give the same rows in the same order") {
   TempDir dir("threads");
+  const auto small = make_dump(dir);
+  // Also heads large enough for parallel products (N = 256), which the last evaluator left runs on all
+  // threads.
+  const auto large = dir / "large.h5";
+  REQUIRE(run_cli({"synth", "-o", large, "--kind", "gaussian", "--layers", "1", "--heads", "3", "--tokens",
+                   "256", "--dim", "16", "--precision", "double", "--seed", "5"})
+              .status == 0);
+  const std::vector<std::string> large_grid = {
+      "--kernel", "exp,laplacian", "--strategy",   "segment-means,random", "--landmarks",
+      "8,32",     "--pinv",        "exact,razavi", "--iterations",         "6",
+      "-q"};
+  for (const auto& [input, extra] : {std::pair{small, grid}, std::pair{std::string(large), large_grid}}) {
+    CAPTURE(input);
+    std::map<std::string, std::string> outputs;
+    for (const std::string threads : {"1", "2", "3"}) {
+      outputs[threads] = dir / ("threads-" + threads + "-" + fs::path(input).filename().string());
+      auto args = sweep_args(input, outputs[threads], extra);
+      args.insert(args.end(), {"--threads", threads});
+      REQUIRE(run_cli(args).status == 0);
+    }
+    const Table one = read_sweep(outputs["1"]);
+    CHECK(one.rows.size() >= 40);
+    check_same_results(one, read_sweep(outputs["2"]));
+    check_same_results(one, read_sweep(outputs["3"]));
+  }
+}
+
+TEST_CASE("sweep: interrupted and resumed on three threads gives the rows of a one-thread run") {
+  TempDir dir("resume-threads");
   const auto input = make_dump(dir);
-  const auto one = dir / "one.h5", two = dir / "two.h5";
-  auto args = sweep_args(input, one);
+  const auto clean = dir / "clean.h5", resumed = dir / "resumed.h5";
+  auto args = sweep_args(input, clean);
   args.insert(args.end(), {"--threads", "1"});
   REQUIRE(run_cli(args).status == 0);
-  args = sweep_args(input, two);
-  args.insert(args.end(), {"--threads", "2"});
+  args = sweep_args(input, resumed);
+  args.insert(args.end(), {"--threads", "3", "--stop-after", "17"});
+  CHECK(run_cli(args).status == 128 + SIGINT);
+  REQUIRE(fs::exists(resumed + ".partial"));
+  CHECK(read_sweep(resumed + ".partial").rows.size() == 17);  // the points still running are not kept
+  args.resize(args.size() - 2);
   REQUIRE(run_cli(args).status == 0);
-  check_same_results(read_sweep(one), read_sweep(two));
+  CHECK_FALSE(fs::exists(resumed + ".partial"));
+  check_same_results(read_sweep(clean), read_sweep(resumed));
 }
 
 TEST_CASE("sweep: interrupted (SIGINT after some points) and resumed gives the rows of one clean run") {
