@@ -1,7 +1,6 @@
 #include "distribute.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -13,8 +12,10 @@
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "nystrom/error.hpp"
+#include "nystrom/threads.hpp"
 
 #ifdef NYSTROM_WITH_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only: OpenMPI's deprecated C++ bindings do not compile warning-free
@@ -275,8 +276,7 @@ void wait_without_spinning(MPI_Request& request,
 }
 
 /// A worker rank: asks for points, evaluates them, sends back rows (or the failure), until told to stop.
-void run_worker(const std::function<PointRows(std::size_t)>& evaluate,
-                std::chrono::milliseconds poll_interval) {
+void run_worker(const EvaluatePoint& evaluate, std::chrono::milliseconds poll_interval) {
   send(0, kReady, {});
   std::deque<std::size_t> assigned;
   for (;;) {
@@ -303,7 +303,7 @@ void run_worker(const std::function<PointRows(std::size_t)>& evaluate,
     ByteWriter writer;
     writer.put<std::uint64_t>(index);
     try {
-      const std::vector<char> rows = serialize_rows(evaluate(index));
+      const std::vector<char> rows = serialize_rows(evaluate(index, 0));
       std::vector<char> message = writer.take();
       message.insert(message.end(), rows.begin(), rows.end());
       send(0, kResult, message);
@@ -316,87 +316,129 @@ void run_worker(const std::function<PointRows(std::size_t)>& evaluate,
     }
   }
 }
+}  // namespace
 
-/// Rank 0's own evaluations, in a second thread so the coordinator keeps answering workers meanwhile.
-class LocalEvaluator {
+#endif
+
+namespace {
+
+/// Rank 0's evaluating threads, beside the coordinator on the calling thread: each evaluates one point at a
+/// time, as the coordinator starts it, on the OpenMP threads it is given, and wakes the coordinator when it
+/// has finished.
+class LocalEvaluators {
  public:
-  explicit LocalEvaluator(const std::function<PointRows(std::size_t)>& evaluate)
-      : evaluate_(evaluate), thread_([this] { loop(); }) {}
-  ~LocalEvaluator() {
+  LocalEvaluators(std::size_t count, const EvaluatePoint& evaluate) : evaluate_(evaluate), slots_(count) {
+    for (std::size_t slot = 0; slot < count; ++slot) threads_.emplace_back([this, slot] { loop(slot); });
+  }
+  ~LocalEvaluators() {
     {
       std::lock_guard lock(mutex_);
       quit_ = true;
     }
-    wake_.notify_one();
-    thread_.join();
+    work_.notify_all();
+    for (auto& thread : threads_) thread.join();
   }
-  bool busy() const { return busy_; }
-  std::size_t index() const { return index_; }
-  void start(std::size_t index) {
+  LocalEvaluators(const LocalEvaluators&) = delete;
+  LocalEvaluators& operator=(const LocalEvaluators&) = delete;
+
+  std::size_t size() const { return slots_.size(); }
+  /// Number of slots with a point started and not taken yet.
+  std::size_t busy() const {
+    std::lock_guard lock(mutex_);
+    return std::size_t(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy; }));
+  }
+  /// Starts point `index` on the idle `slot`, on `threads` OpenMP threads.
+  void start(std::size_t slot, std::size_t index, int threads) {
     {
       std::lock_guard lock(mutex_);
-      index_ = index;
-      busy_ = true;
-      done_ = false;
+      Slot& started = slots_[slot];
+      started = Slot{};
+      started.busy = true;
+      started.index = index;
+      started.threads = threads;
     }
-    wake_.notify_one();
+    work_.notify_all();
   }
-  /// True once the started point finished; then take() returns its rows or rethrows its exception.
-  bool done() const { return done_.load(); }
-  PointRows take() {
+  /// A slot whose point has finished, waiting for one up to `timeout` (none: until one finishes; call it only
+  /// while a slot is busy then).
+  std::optional<std::size_t> finished(std::optional<std::chrono::milliseconds> timeout) {
+    std::unique_lock lock(mutex_);
+    const auto any_done = [this] {
+      return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.done; });
+    };
+    if (timeout)
+      finished_.wait_for(lock, *timeout, any_done);
+    else
+      finished_.wait(lock, any_done);
+    for (std::size_t slot = 0; slot < slots_.size(); ++slot)
+      if (slots_[slot].done) return slot;
+    return std::nullopt;
+  }
+  /// The point of `slot`.
+  std::size_t index(std::size_t slot) const {
     std::lock_guard lock(mutex_);
-    busy_ = false;
-    done_ = false;
-    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-    return std::move(rows_);
+    return slots_[slot].index;
+  }
+  /// The rows of the finished point of `slot` (rethrows its exception); the slot is idle afterwards.
+  PointRows take(std::size_t slot) {
+    std::lock_guard lock(mutex_);
+    Slot taken = std::exchange(slots_[slot], Slot{});
+    if (taken.error) std::rethrow_exception(taken.error);
+    return std::move(taken.rows);
   }
 
  private:
-  void loop() {
+  struct Slot {
+    bool busy = false;  ///< started and not taken
+    bool done = false;  ///< finished: rows or error are set
+    std::size_t index = 0;
+    int threads = 1;
+    PointRows rows;
+    std::exception_ptr error;
+  };
+
+  void loop(std::size_t slot) {
     std::unique_lock lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [this] { return quit_ || (busy_ && !done_); });
+      work_.wait(lock, [&] { return quit_ || (slots_[slot].busy && !slots_[slot].done); });
       if (quit_) return;
-      const std::size_t index = index_;
+      const std::size_t index = slots_[slot].index;
+      const int threads = slots_[slot].threads;
       lock.unlock();
       PointRows rows;
       std::exception_ptr error;
       try {
-        rows = evaluate_(index);
+        set_threads(threads);  // this thread's OpenMP count; OpenBLAS stays single-threaded
+        rows = evaluate_(index, slot);
       } catch (...) {
         error = std::current_exception();
       }
       lock.lock();
-      rows_ = std::move(rows);
-      error_ = error;
-      done_ = true;
+      slots_[slot].rows = std::move(rows);
+      slots_[slot].error = error;
+      slots_[slot].done = true;
+      finished_.notify_one();
     }
   }
 
-  const std::function<PointRows(std::size_t)>& evaluate_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
+  const EvaluatePoint& evaluate_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_, finished_;
   bool quit_ = false;
-  bool busy_ = false;
-  std::atomic<bool> done_{false};
-  std::size_t index_ = 0;
-  PointRows rows_;
-  std::exception_ptr error_;
-  std::thread thread_;
+  std::vector<Slot> slots_;
+  std::vector<std::thread> threads_;  ///< last: started once the slots exist, joined before they go
 };
 
-/// Rank 0: hands out points by the cache-affinity schedule (rank 0's own evaluating thread is evaluator 0,
-/// worker r evaluator r), delivers every result to on_done, evaluates points itself meanwhile.
-DistributionSummary run_coordinator(const std::vector<std::size_t>& points,
-                                    const std::function<PointRows(std::size_t)>& evaluate,
+/// Rank 0: hands out points by the cache-affinity schedule (rank 0's evaluating thread k is evaluator 0 for
+/// k = 0 and size − 1 + k after it, worker r evaluator r), delivers every result to on_done as it arrives,
+/// and waits (sleeping) for its evaluating threads and the workers meanwhile.
+DistributionSummary run_coordinator(const std::vector<std::size_t>& points, const EvaluatePoint& evaluate,
                                     const std::function<void(std::size_t, const PointRows&)>& on_done,
                                     const DistributionOptions& options) {
+  require(options.evaluators >= 1, "run_points: options.evaluators must be >= 1");
   const int size = mpi_size();
   DistributionSummary summary;
   summary.points_per_rank.assign(static_cast<std::size_t>(size), 0);
-  std::vector<std::size_t> in_flight(static_cast<std::size_t>(size), 0);
-  std::vector<bool> stopped(static_cast<std::size_t>(size), false);
-  stopped[0] = true;
   int running_workers = size - 1;
   Failure failure;
   std::optional<PointScheduler> scheduler;
@@ -406,7 +448,9 @@ DistributionSummary run_coordinator(const std::vector<std::size_t>& points,
     failure.record_current("scheduling");  // the workers are still released below
   }
 
+  // Nothing is delivered after a failure (or a writer's stop): the rows on_done has are those before it.
   auto deliver = [&](int rank, std::size_t index, const PointRows& rows) {
+    if (failure.failed) return;
     try {
       on_done(index, rows);
       ++summary.points_per_rank[static_cast<std::size_t>(rank)];
@@ -419,6 +463,27 @@ DistributionSummary run_coordinator(const std::vector<std::size_t>& points,
     if (failure.failed) return std::nullopt;
     return scheduler->next(evaluator);
   };
+
+  LocalEvaluators local(options.evaluators, evaluate);
+  const int threads = nystrom::threads();
+  std::size_t local_left = options.coordinator_evaluates ? local.size() : 0;  // slots that may get points
+  // Starts the idle `slot` on its next point, on its share of the threads; a slot the schedule has nothing
+  // for never gets a point later.
+  auto feed_local = [&](std::size_t slot) {
+    const int evaluator = slot == 0 ? 0 : size - 1 + int(slot);
+    if (const auto index = next_for(evaluator)) {
+      local.start(slot, *index, std::max(1, threads / int(local_left)));
+    } else {
+      --local_left;
+    }
+  };
+  if (options.coordinator_evaluates)
+    for (std::size_t slot = 0; slot < local.size(); ++slot) feed_local(slot);
+
+#ifdef NYSTROM_WITH_MPI
+  std::vector<std::size_t> in_flight(static_cast<std::size_t>(size), 0);
+  std::vector<bool> stopped(static_cast<std::size_t>(size), false);
+  stopped[0] = true;
   // Gives a worker its next point, or stops it once it holds none and none are left for it (or a failure
   // happened); the scheduler never has a point for it later.
   auto feed = [&](int worker) {
@@ -433,31 +498,28 @@ DistributionSummary run_coordinator(const std::vector<std::size_t>& points,
       --running_workers;
     }
   };
+#endif
 
-  LocalEvaluator local(evaluate);
-  auto feed_local = [&] {
-    if (!options.coordinator_evaluates || local.busy()) return;
-    if (const auto index = next_for(0)) local.start(*index);
-  };
-  feed_local();
-  while (running_workers > 0 || local.busy()) {
-    bool progressed = false;
-    if (local.busy() && local.done()) {
-      const std::size_t index = local.index();
+  while (running_workers > 0 || local.busy() > 0) {
+    // Workers are polled every poll_interval; without them the coordinator sleeps until a point finishes.
+    const auto waited = running_workers > 0 ? std::optional(options.poll_interval) : std::nullopt;
+    if (const auto slot = local.finished(waited)) {
+      const std::size_t index = local.index(*slot);
+      std::optional<PointRows> rows;
       try {
-        deliver(0, index, local.take());
+        rows = local.take(*slot);
       } catch (...) {
         failure.record_current(describe("rank 0, point ", index));
       }
-      feed_local();
-      progressed = true;
+      feed_local(*slot);  // the slot goes on while the rows are written
+      if (rows) deliver(0, index, *rows);
     }
-    for (;;) {
+#ifdef NYSTROM_WITH_MPI
+    while (size > 1) {  // one process may not even have initialized MPI
       int arrived = 0;
       MPI_Status status;
       MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &arrived, &status);
       if (!arrived) break;
-      progressed = true;
       const int worker = status.MPI_SOURCE;
       const std::vector<char> bytes = receive(status);
       if (status.MPI_TAG == kReady) {
@@ -476,7 +538,7 @@ DistributionSummary run_coordinator(const std::vector<std::size_t>& points,
       }
       feed(worker);
     }
-    if (!progressed) std::this_thread::sleep_for(options.poll_interval);
+#endif
   }
   failure.rethrow();
   summary.steals = scheduler->steals();
@@ -484,6 +546,8 @@ DistributionSummary run_coordinator(const std::vector<std::size_t>& points,
 }
 
 }  // namespace
+
+#ifdef NYSTROM_WITH_MPI
 
 MpiSession::MpiSession(int& argc, char**& argv) {
   int initialized = 0;
@@ -563,43 +627,19 @@ bool launched_by_mpi() {
   return false;
 }
 
-DistributionSummary run_points(const std::vector<std::size_t>& points,
-                               const std::function<PointRows(std::size_t)>& evaluate,
+DistributionSummary run_points(const std::vector<std::size_t>& points, const EvaluatePoint& evaluate,
                                const std::function<void(std::size_t, const PointRows&)>& on_done,
                                const DistributionOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   DistributionSummary summary;
 #ifdef NYSTROM_WITH_MPI
-  if (mpi_size() > 1) {
-    if (mpi_rank() != 0) {
-      run_worker(evaluate, options.poll_interval);
-    } else {
-      summary = run_coordinator(points, evaluate, on_done, options);
-    }
+  if (mpi_rank() != 0) {
+    run_worker(evaluate, options.poll_interval);
     summary.seconds = seconds_since(start);
     return summary;
   }
 #endif
-  // One process: the same schedule for one evaluator and the same failure reporting as the coordinator.
-  PointScheduler scheduler(points, options);
-  while (const auto next = scheduler.next(0)) {
-    const std::size_t index = *next;
-    Failure failure;
-    PointRows rows;
-    try {
-      rows = evaluate(index);
-    } catch (...) {
-      failure.record_current(describe("rank 0, point ", index));
-    }
-    failure.rethrow();
-    try {
-      on_done(index, rows);
-    } catch (...) {
-      failure.record_current(describe("writing point ", index));
-    }
-    failure.rethrow();
-  }
-  summary.points_per_rank = {points.size()};
+  summary = run_coordinator(points, evaluate, on_done, options);
   summary.seconds = seconds_since(start);
   return summary;
 }

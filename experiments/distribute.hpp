@@ -1,22 +1,23 @@
 #pragma once
 /// @file distribute.hpp
-/// Dynamic distribution of sweep points over MPI ranks. Points differ in cost by orders of
-/// magnitude and share expensive per-group state (a sweep's head reference), so they are handed out one at a
-/// time with cache affinity (PointScheduler): an evaluator keeps taking points of the group it works on,
-/// takes the largest unclaimed group when its own is used up, and only when no group is unclaimed steals from
-/// the end of the group with the most points left. Rank 0 is the coordinator and the only writer (its main
-/// thread does all MPI calls and all on_done calls and sleeps between polls; a second thread on rank 0
-/// evaluates points too), every other rank asks for points, evaluates them and sends back their rows. Without
-/// MPI (NYSTROM_WITH_MPI undefined) or with one rank, run_points is a plain loop in the schedule's order for
-/// one evaluator: groups largest first, points of a group in index order.
+/// Dynamic distribution of sweep points over evaluating threads and MPI ranks. Points differ in cost by
+/// orders of magnitude and share expensive per-group state (a sweep's head reference), so they are handed out
+/// one at a time with cache affinity (PointScheduler): an evaluator keeps taking points of the group it works
+/// on, takes the largest unclaimed group when its own is used up, and only when no group is unclaimed steals
+/// from the end of the group with the most points left. Rank 0 (the only process without MPI) is the
+/// coordinator and the only writer: its main thread does all MPI calls and all on_done calls and sleeps while
+/// it waits; DistributionOptions::evaluators threads of rank 0 evaluate points, each on its share of the
+/// OpenMP threads; every other rank asks for points, evaluates them and sends back their rows. With one
+/// process and one evaluator the points go in the schedule's order: groups largest first, points of a group
+/// in index order.
 ///
 /// Waiting never spins: ranks that wait for a message, a broadcast or MPI_Finalize poll with short sleeps, so
 /// ranks oversubscribed on few cores leave the cores to the ranks that evaluate.
 ///
 /// Ordering and resumability: on_done is called as points finish, in any order, so the writer can append and
-/// flush each row at once (an interrupted run keeps every finished row); a restart passes only the unfinished
-/// points. The writer sorts the rows by point index when the sweep completes, which makes the file equal to a
-/// single-process run's.
+/// flush each row at once (an interrupted run keeps every row delivered before it stopped); a restart passes
+/// only the unfinished points. The writer sorts the rows by point index when the sweep completes, which makes
+/// the file equal to a one-evaluator run's.
 
 #include <chrono>
 #include <cstddef>
@@ -63,6 +64,11 @@ int threads_per_rank();
 /// The rows one point produced (usually one; a point may also stand for a group, e.g. every row of one head).
 using PointRows = std::vector<Row>;
 
+/// Evaluates point `index` on evaluating thread `slot` of this process (0 ≤ slot <
+/// DistributionOptions::evaluators; always 0 on MPI workers): per-slot state such as a cached head evaluator
+/// is only ever used by one thread at a time.
+using EvaluatePoint = std::function<PointRows(std::size_t index, std::size_t slot)>;
+
 /// Bytes of `rows` for a message: counts, then per cell a type byte and its value. deserialize_rows inverts
 /// it and throws std::invalid_argument on a malformed buffer.
 std::vector<char> serialize_rows(const PointRows& rows);
@@ -80,8 +86,12 @@ struct DistributionOptions {
   /// Another evaluator steals from a group only while at least this many of its points are unassigned: the
   /// last points are left to the evaluator that already holds the group's state.
   std::size_t steal_minimum = 2;
-  /// Rank 0 also evaluates points (in a second thread) while coordinating.
+  /// Rank 0 also evaluates points (in threads of its own) while coordinating.
   bool coordinator_evaluates = true;
+  /// Threads of rank 0 that evaluate points at the same time (≥ 1). Each evaluates on threads() /
+  /// evaluators OpenMP threads (at least one); once the schedule has nothing left for some of them, the
+  /// others share their threads (threads() / evaluators still busy) from their next point on.
+  std::size_t evaluators = 1;
   /// How long a waiting thread sleeps between polls: rank 0's coordinator (messages, its own finished point)
   /// and a worker with nothing to evaluate (the only option workers use).
   std::chrono::milliseconds poll_interval{2};
@@ -129,14 +139,14 @@ struct DistributionSummary {
   double seconds = 0;      ///< wall time of run_points
 };
 
-/// Evaluates every point index in `points` exactly once over all ranks and calls on_done(index, rows) on rank
-/// 0 for each, as they finish. Collective: every rank calls it; only rank 0's `points`, on_done and options
-/// are used (workers only options.poll_interval), workers just evaluate what they are sent. If evaluate
-/// throws anywhere (or on_done throws), rank 0 stops handing out points, lets the busy ranks finish, releases
-/// them, and rethrows on rank 0 (std::invalid_argument keeps its type; other errors become std::runtime_error
-/// naming the rank and point); workers return normally.
-DistributionSummary run_points(const std::vector<std::size_t>& points,
-                               const std::function<PointRows(std::size_t)>& evaluate,
+/// Evaluates every point index in `points` exactly once over all evaluating threads and ranks and calls
+/// on_done(index, rows) on rank 0's calling thread for each, as they finish. Collective: every rank calls it;
+/// only rank 0's `points`, on_done and options are used (workers only options.poll_interval), workers just
+/// evaluate what they are sent. If evaluate throws anywhere (or on_done throws), rank 0 stops handing out
+/// points, lets the busy threads and ranks finish (delivering nothing more), releases them, and rethrows on
+/// rank 0 (std::invalid_argument keeps its type; other errors become std::runtime_error naming the rank and
+/// point); workers return normally.
+DistributionSummary run_points(const std::vector<std::size_t>& points, const EvaluatePoint& evaluate,
                                const std::function<void(std::size_t, const PointRows&)>& on_done,
                                const DistributionOptions& options = {});
 

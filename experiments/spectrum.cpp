@@ -4,7 +4,7 @@
 // small heads take the dense path (full SVD, so the energy fractions and ranks use every singular value),
 // larger heads the matrix-free Lanczos path for G and G̃ (energy over the top k, S not computed). The kernel
 // blocks and the Lanczos products run on --device (backend.hpp); SVDs and Spectra's iterations stay on the
-// CPU.
+// CPU. The heads of a layer are evaluated --threads at once (run_points, distribute.hpp; one process only).
 //
 // --reference model: the heads of a layer with a `bias` or `mask` carry their sum (read_layer_heads), and G,
 // S and G̃ are those of the exact side with it (evaluation.hpp: head_kernel_matrix, head_attention_matrix,
@@ -17,13 +17,17 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
+#include <numeric>
 
+#include "distribute.hpp"
 #include "hdf5_io.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
 #include "nystrom/evaluation.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/spectral.hpp"
+#include "nystrom/threads.hpp"
 #include "progress.hpp"
 #include "subcommands.hpp"
 
@@ -73,12 +77,13 @@ struct SpectrumSettings {
   bool quiet = false;
 };
 
-/// Every spectrum of one head, in T.
+/// Every spectrum of one head, in T; reads the dump's `attn` under `reading` (HDF5 calls one at a time: the
+/// HDF5 library may be built without thread safety).
 template <class T>
 std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, const DumpLayer& layer,
                                                        const Head<T>& head, Index b, Index h,
-                                                       const SpectrumSettings& settings, Index k,
-                                                       bool dense) {
+                                                       const SpectrumSettings& settings, Index k, bool dense,
+                                                       std::mutex& reading) {
   std::array<SpectrumSummary, matrix_count> spectra;
   const std::string where = describe(dump.path, ": /layers/", layer.name, " batch ", b, " head ", h);
   const Kernel kernel = settings.kernel.shifted(head_log_shift(head, settings.kernel, where));
@@ -111,9 +116,14 @@ std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, con
     spectra[s_matrix].values.assign(k, nan);  // S = D⁻¹G has no matrix-free path here
     spectra[s_matrix].energy.assign(k, nan);
   }
-  if (layer.has_attention)
-    spectra[attn_matrix] =
-        summarize(singular_values<T>(read_attention<T>(dump, layer, b, h)), k, settings.rank_tol);
+  if (layer.has_attention) {
+    Matrix<T> attention;
+    {
+      const std::lock_guard lock(reading);
+      attention = read_attention<T>(dump, layer, b, h);
+    }
+    spectra[attn_matrix] = summarize(singular_values<T>(attention), k, settings.rank_tol);
+  }
   return spectra;
 }
 
@@ -163,16 +173,32 @@ void compute_and_write(const DumpInfo& dump, const std::vector<DumpLayer>& layer
   std::int64_t total = 0;
   for (const auto& layer : layers) total += layer.batch * layer.heads;
   Progress progress(total, 0, settings.quiet, std::cerr);
+  // --threads heads at once, each on one thread (the last ones left share the threads), in one process.
+  DistributionOptions distribution;
+  distribution.evaluators = std::size_t(threads());
+  std::mutex reading;
   for (const auto& layer : layers) {
     const auto heads = read_layer_heads<T>(dump, layer, settings.model_reference);
     const Index k = std::min(settings.top, layer.tokens);
     const bool dense = !matrix_free_head(heads.front(), settings.evaluation);  // the layer's heads alike
-    std::vector<std::array<SpectrumSummary, matrix_count>> spectra;
-    for (Index b = 0; b < layer.batch; ++b)
-      for (Index h = 0; h < layer.heads; ++h) {
-        spectra.push_back(head_spectra(dump, layer, heads[b * layer.heads + h], b, h, settings, k, dense));
-        progress.advance(describe(layer.name, "/b", b, "/h", h));
-      }
+    std::vector<std::array<SpectrumSummary, matrix_count>> spectra(heads.size());
+    std::vector<std::size_t> indices(heads.size());
+    std::iota(indices.begin(), indices.end(), std::size_t{0});
+    const auto position = [&](std::size_t index) {
+      return std::pair{Index(index) / layer.heads, Index(index) % layer.heads};
+    };
+    run_points(
+        indices,
+        [&](std::size_t index, std::size_t) {
+          const auto [b, h] = position(index);
+          spectra[index] = head_spectra(dump, layer, heads[index], b, h, settings, k, dense, reading);
+          return PointRows{};
+        },
+        [&](std::size_t index, const PointRows&) {
+          const auto [b, h] = position(index);
+          progress.advance(describe(layer.name, "/b", b, "/h", h));
+        },
+        distribution);
     write_layer(file.get(), layer, settings, k, dense, spectra);
   }
   progress.finish(describe("wrote ", settings.output));
@@ -280,6 +306,9 @@ int run_spectrum(const Invocation& invocation) {
   const DumpInfo dump = inspect_dump(settings.input);
   const std::vector<DumpLayer> layers = select_layers(dump, settings);
   const int threads = apply_threads(values);
+  require(mpi_size() == 1,
+          "spectrum runs in one process (--threads evaluates heads at once): start it without "
+          "an MPI launcher");
 
   AtomicFile file(settings.output);
   write_results_header(file.get(),

@@ -2,14 +2,17 @@
 // the library (evaluation.hpp's HeadEvaluator) and written as the cells of point_record.hpp into the
 // resumable results file of resume_store.hpp; SIGINT and SIGTERM stop the run between points (signals.hpp).
 //
-// Reuse: a process keeps one HeadEvaluator per head (its kernel references, landmarks and landmark terms),
-// and a rank works through the points of one head and kernel in grid order before it takes another
-// (cache-affinity scheduling, distribute.hpp; at the end an idle rank takes points from the tail of another
-// rank's group), so it rebuilds them only when it moves to another head.
+// Reuse: an evaluator (each of --threads evaluating threads of one process, or an MPI rank) keeps one
+// HeadEvaluator (its kernel references, landmarks and landmark terms) and works through the points of one
+// head in grid order before it takes another (cache-affinity scheduling, distribute.hpp; at the end an idle
+// evaluator takes points from the tail of another's head), so it rebuilds them only when it moves to another
+// head. The evaluating threads run single-threaded inside (OpenBLAS always is, threads.hpp), the last ones
+// left share the threads.
 //
-// MPI: every rank reads the dump; rank 0 alone reads and writes the results files, works out the pending
-// points and broadcasts them, and appends rows as any rank finishes them. At the end the rows are sorted by
-// grid position, so the file equals a 1-process run's. All input is validated on every rank before any
+// Writing: the process's main thread (rank 0's under MPI) alone reads and writes the results files, works out
+// the pending points (and broadcasts them to the ranks, which each read the dump), and appends rows as any
+// evaluator finishes them. At the end the rows are sorted by grid position, so the file equals a
+// one-evaluator run's whatever --threads and the ranks. All input is validated (on every rank) before any
 // output exists, so a bad run leaves no file behind.
 #include <cmath>
 #include <csignal>
@@ -327,16 +330,22 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
   Progress progress(std::int64_t(points.size()), std::int64_t(points.size() - todo.size()),
                     settings.quiet || !store, std::cerr);
   std::int64_t computed = 0;
-  // Cache affinity: the points of one head and kernel form a group that one rank works through in grid
-  // order; groups go out largest first (each point costs about N²). A rank keeps the evaluator of its head.
+  // Cache affinity: the points of one head form a group that one evaluator works through in grid order
+  // (kernel by kernel); groups go out largest first (each point costs about N²). An evaluator keeps the
+  // HeadEvaluator of its head.
   DistributionOptions distribution;
-  distribution.group = [&](std::size_t index) { return reference_group(points[index]); };
+  distribution.group = [&](std::size_t index) { return head_name(points[index]); };
   distribution.estimated_cost = [&](std::size_t index) { return double(points[index].n) * points[index].n; };
-  std::optional<HeadEvaluator<T>> evaluator;
-  std::string evaluator_head;
-  const auto evaluate = [&](std::size_t index) -> PointRows {
-    set_threads(settings.threads);
+  // One process evaluates on --threads threads at once, each with its own evaluator (MPI ranks on one each).
+  distribution.evaluators = mpi_size() > 1 ? 1 : std::size_t(settings.threads);
+  struct CachedEvaluator {
+    std::optional<HeadEvaluator<T>> evaluator;
+    std::string head;
+  };
+  std::vector<CachedEvaluator> cached(distribution.evaluators);
+  const auto evaluate = [&](std::size_t index, std::size_t slot) -> PointRows {
     const PointDescription& point = points[index];
+    auto& [evaluator, evaluator_head] = cached[slot];
     if (head_name(point) != evaluator_head) {
       evaluator.reset();
       evaluator.emplace(heads.head(point), settings.evaluation, heads.where(point));
@@ -383,7 +392,10 @@ int run_sweep(const Invocation& invocation) {
   SweepSettings settings = parse_settings(values);
   settings.threads = apply_threads(values);
   settings.command_line = invocation.command_line;
-  if (mpi_size() > 1 && values["threads"].as<int>() == 0) settings.threads = threads_per_rank();
+  if (mpi_size() > 1 && values["threads"].as<int>() == 0) {
+    settings.threads = threads_per_rank();
+    set_threads(settings.threads);
+  }
   const DumpInfo dump = inspect_dump(settings.input);
   settings.input = fs::weakly_canonical(settings.input).string();
   const auto layers = select_layers(dump, settings.grid);

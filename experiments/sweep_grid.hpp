@@ -62,7 +62,7 @@ std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& lay
 
 /// "00/b0/h3": the head a point is evaluated on.
 std::string head_name(const PointDescription& point);
-/// The head and kernel of a point: the state one evaluator builds once for a group of points.
+/// The head and kernel of a point: the head reference (HeadReference) it uses.
 std::string reference_group(const PointDescription& point);
 /// A short description of a point for progress lines.
 std::string point_label(const PointDescription& point);

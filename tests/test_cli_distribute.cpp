@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -14,6 +16,7 @@
 #include <thread>
 
 #include "distribute.hpp"
+#include "nystrom/threads.hpp"
 
 namespace nystrom::cli {
 namespace {
@@ -33,6 +36,11 @@ PointRows rows_of(std::size_t index) {
   if (index % 5 == 0)
     rows.push_back(Row{std::string("extra"), std::int64_t{-1}, -0.5});  // a group of two rows
   return rows;
+}
+
+/// rows_of as run_points' evaluate, on any slot.
+PointRows evaluate_rows(std::size_t index, std::size_t) {
+  return rows_of(index);
 }
 
 /// The points `scheduler` hands out to `evaluator`, in order, until it has none for it.
@@ -242,7 +250,7 @@ TEST_CASE(
   std::vector<std::size_t> order;
   DistributionOptions options;
   options.estimated_cost = [](std::size_t index) { return double(index % 7); };
-  const auto evaluate = [](std::size_t index) {
+  const auto evaluate = [](std::size_t index, std::size_t) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1 + index % 3));  // unequal costs
     return rows_of(index);
   };
@@ -288,7 +296,7 @@ TEST_CASE("run_points with groups: each process works through a group before it 
   options.estimated_cost = [](std::size_t index) { return 1.0 + double(index % 6 == 4); };  // head-4 first
   // Only one thread per process evaluates (rank 0's evaluating thread, or a worker's main thread).
   std::vector<std::size_t> evaluated;
-  const auto evaluate = [&](std::size_t index) {
+  const auto evaluate = [&](std::size_t index, std::size_t) {
     evaluated.push_back(index);
     std::this_thread::sleep_for(std::chrono::milliseconds(1 + index % 2));
     return rows_of(index);
@@ -315,7 +323,7 @@ TEST_CASE("a failing point stops the run and is rethrown on rank 0, keeping std:
   ensure_mpi();
   std::vector<std::size_t> points(40);
   for (std::size_t i = 0; i < points.size(); ++i) points[i] = i;
-  const auto evaluate = [](std::size_t index) {
+  const auto evaluate = [](std::size_t index, std::size_t) {
     if (index == 13) throw std::invalid_argument("point 13 has a bad value");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return rows_of(index);
@@ -338,10 +346,112 @@ TEST_CASE("a failing writer stops the run and its own exception is rethrown on r
     if (index == 2) throw std::runtime_error("disk full");
   };
   if (mpi_rank() == 0) {
-    CHECK_THROWS_WITH_AS(run_points(points, rows_of, on_done), doctest::Contains("disk full"),
+    CHECK_THROWS_WITH_AS(run_points(points, evaluate_rows, on_done), doctest::Contains("disk full"),
                          std::runtime_error);
   } else {
-    CHECK_NOTHROW(run_points(points, rows_of, on_done));
+    CHECK_NOTHROW(run_points(points, evaluate_rows, on_done));
+  }
+}
+
+TEST_CASE(
+    "run_points on several threads: at the same time, one thread per slot, rows delivered on the caller") {
+  ensure_mpi();
+  const int before = threads();
+  set_threads(2);
+  std::vector<std::size_t> points(40);
+  for (std::size_t i = 0; i < points.size(); ++i) points[i] = i;
+  const auto group_name = [](std::size_t index) { return "head-" + std::to_string(index % 5); };
+  DistributionOptions options;
+  options.group = group_name;
+  options.evaluators = 3;
+  // Recorded under a lock by the evaluating threads, checked afterwards (doctest's checks are not
+  // thread-safe).
+  std::mutex mutex;
+  std::condition_variable entered;
+  int inside = 0, most_inside = 0;
+  bool slot_shared = false;
+  std::vector<int> slot_inside(options.evaluators, 0);
+  std::map<std::size_t, std::vector<std::string>> groups_of_slot;
+  std::vector<int> thread_counts;
+  const auto evaluate = [&](std::size_t index, std::size_t slot) {
+    {
+      std::unique_lock lock(mutex);
+      if (slot >= slot_inside.size() || slot_inside[slot]++ > 0) slot_shared = true;
+      groups_of_slot[slot].push_back(group_name(index));
+      thread_counts.push_back(threads());
+      most_inside = std::max(most_inside, ++inside);
+      entered.notify_all();
+      // Rank 0 starts all its slots at once: the first point waits (bounded) for a second one to start.
+      if (mpi_rank() == 0) entered.wait_for(lock, std::chrono::seconds(10), [&] { return most_inside >= 2; });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 + index % 3));
+    std::lock_guard lock(mutex);
+    --inside;
+    if (slot < slot_inside.size()) --slot_inside[slot];
+    return rows_of(index);
+  };
+  const auto caller = std::this_thread::get_id();
+  bool on_caller = true;
+  std::map<std::size_t, PointRows> delivered;
+  const DistributionSummary summary = run_points(
+      points, evaluate,
+      [&](std::size_t index, const PointRows& rows) {
+        on_caller = on_caller && std::this_thread::get_id() == caller;
+        delivered[index] = rows;
+      },
+      options);
+  set_threads(before);
+  CHECK_FALSE(slot_shared);
+  for (const auto& [slot, groups] : groups_of_slot) {
+    CAPTURE(slot);
+    CHECK(contiguous_runs(groups));
+  }
+  if (mpi_rank() != 0) return;
+  CHECK(most_inside >= 2);
+  CHECK(on_caller);
+  // Three evaluators share two threads: one each, both to the last one left.
+  REQUIRE_FALSE(thread_counts.empty());
+  CHECK(thread_counts.front() == 1);
+  for (const int count : thread_counts) CHECK((count == 1 || count == 2));
+  REQUIRE(delivered.size() == points.size());
+  for (const std::size_t index : points)
+    CHECK(serialize_rows(delivered.at(index)) == serialize_rows(rows_of(index)));
+  std::size_t total = 0;
+  for (const std::size_t count : summary.points_per_rank) total += count;
+  CHECK(total == points.size());
+}
+
+TEST_CASE(
+    "run_points on several threads: a writer's stop is the last delivery, a failing point is rethrown") {
+  ensure_mpi();
+  std::vector<std::size_t> points(30);
+  for (std::size_t i = 0; i < points.size(); ++i) points[i] = i;
+  DistributionOptions options;
+  options.evaluators = 2;
+  const auto evaluate = [](std::size_t index, std::size_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 + index % 2));
+    return rows_of(index);
+  };
+  std::size_t calls = 0;
+  const auto stop_at_third = [&](std::size_t, const PointRows&) {
+    if (++calls == 3) throw std::runtime_error("stopped");
+  };
+  const auto failing = [](std::size_t index, std::size_t) {
+    if (index == 7) throw std::invalid_argument("point 7 has a bad value");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return rows_of(index);
+  };
+  if (mpi_rank() == 0) {
+    CHECK_THROWS_WITH_AS(run_points(points, evaluate, stop_at_third, options), "stopped", std::runtime_error);
+    CHECK(calls == 3);  // the points still running when it stopped are not delivered
+    calls = 0;
+    CHECK_THROWS_WITH_AS(run_points(
+                             points, failing, [&](std::size_t, const PointRows&) { ++calls; }, options),
+                         doctest::Contains("point 7 has a bad value"), std::invalid_argument);
+    CHECK(calls < points.size());
+  } else {
+    CHECK_NOTHROW(run_points(points, evaluate, stop_at_third, options));
+    CHECK_NOTHROW(run_points(points, failing, stop_at_third, options));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <map>
 #include <regex>
 #include <set>
@@ -245,17 +246,51 @@ TEST_CASE("sweep: block-constant tokens with aligned segment-means landmarks are
   }
 }
 
-TEST_CASE("sweep: one thread and two (landmark terms beside the point) give the same rows") {
+TEST_CASE("sweep: one thread, two and three (heads evaluated at once) give the same rows in the same order") {
   TempDir dir("threads");
+  const auto small = make_dump(dir);
+  // Also heads large enough for parallel products (N = 256), which the last evaluator left runs on all
+  // threads.
+  const auto large = dir / "large.h5";
+  REQUIRE(run_cli({"synth", "-o", large, "--kind", "gaussian", "--layers", "1", "--heads", "3", "--tokens",
+                   "256", "--dim", "16", "--precision", "double", "--seed", "5"})
+              .status == 0);
+  const std::vector<std::string> large_grid = {
+      "--kernel", "exp,laplacian", "--strategy",   "segment-means,random", "--landmarks",
+      "8,32",     "--pinv",        "exact,razavi", "--iterations",         "6",
+      "-q"};
+  for (const auto& [input, extra] : {std::pair{small, grid}, std::pair{std::string(large), large_grid}}) {
+    CAPTURE(input);
+    std::map<std::string, std::string> outputs;
+    for (const std::string threads : {"1", "2", "3"}) {
+      outputs[threads] = dir / ("threads-" + threads + "-" + fs::path(input).filename().string());
+      auto args = sweep_args(input, outputs[threads], extra);
+      args.insert(args.end(), {"--threads", threads});
+      REQUIRE(run_cli(args).status == 0);
+    }
+    const Table one = read_sweep(outputs["1"]);
+    CHECK(one.rows.size() >= 40);
+    check_same_results(one, read_sweep(outputs["2"]));
+    check_same_results(one, read_sweep(outputs["3"]));
+  }
+}
+
+TEST_CASE("sweep: interrupted and resumed on three threads gives the rows of a one-thread run") {
+  TempDir dir("resume-threads");
   const auto input = make_dump(dir);
-  const auto one = dir / "one.h5", two = dir / "two.h5";
-  auto args = sweep_args(input, one);
+  const auto clean = dir / "clean.h5", resumed = dir / "resumed.h5";
+  auto args = sweep_args(input, clean);
   args.insert(args.end(), {"--threads", "1"});
   REQUIRE(run_cli(args).status == 0);
-  args = sweep_args(input, two);
-  args.insert(args.end(), {"--threads", "2"});
+  args = sweep_args(input, resumed);
+  args.insert(args.end(), {"--threads", "3", "--stop-after", "17"});
+  CHECK(run_cli(args).status == 128 + SIGINT);
+  REQUIRE(fs::exists(resumed + ".partial"));
+  CHECK(read_sweep(resumed + ".partial").rows.size() == 17);  // the points still running are not kept
+  args.resize(args.size() - 2);
   REQUIRE(run_cli(args).status == 0);
-  check_same_results(read_sweep(one), read_sweep(two));
+  CHECK_FALSE(fs::exists(resumed + ".partial"));
+  check_same_results(read_sweep(clean), read_sweep(resumed));
 }
 
 TEST_CASE("sweep: interrupted (SIGINT after some points) and resumed gives the rows of one clean run") {
@@ -417,9 +452,11 @@ TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the
                    "--batch", "2",           "--heads", "2",           "--tokens", "30",       "--dim",
                    "4",       "--precision", "double",  "--with-attn", "--rank",   "2"})
               .status == 0);
-  REQUIRE(run_cli({"spectrum", "-i", input, "-o", output, "--landmarks", "5", "--strategy", "step", "--top",
-                   "12", "--rank-tol", "1e-8", "-q"})
-              .status == 0);
+  const auto spectrum = [&](const std::string& to, const std::string& threads) {
+    return run_cli({"spectrum", "-i", input, "-o", to, "--landmarks", "5", "--strategy", "step", "--top",
+                    "12", "--rank-tol", "1e-8", "--threads", threads, "-q"});
+  };
+  REQUIRE(spectrum(output, "3").status == 0);  // three heads at once
   const auto dump = cli::inspect_dump(input);
   const auto heads = cli::read_layer_heads<double>(dump, dump.layers[0]);
   cli::Handle file = cli::open_file(output, false);
@@ -470,6 +507,20 @@ TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the
       CHECK(energy_g[i * 12 + j] == doctest::Approx(cumulative / total).epsilon(1e-10));
     }
   }
+  // One head at a time gives the same values, bit for bit.
+  const auto one = dir / "one.h5";
+  REQUIRE(spectrum(one, "1").status == 0);
+  cli::Handle one_file = cli::open_file(one, false);
+  cli::Handle one_group = cli::open_group(one_file.get(), "spectra/00");
+  for (const std::string matrix : {"G", "S", "Gext", "attn"})
+    for (const std::string quantity : {"sv_", "decay_", "energy_"}) {
+      CAPTURE(quantity + matrix);
+      std::vector<double> values(2 * 2 * 12);
+      cli::Handle dataset = cli::open_dataset(one_group.get(), quantity + matrix);
+      H5Dread(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+      const auto threaded = read(quantity + matrix);
+      CHECK(std::memcmp(values.data(), threaded.data(), values.size() * sizeof(double)) == 0);
+    }
   // Bad options leave no file.
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--landmarks", "31", "-q"}).status == 2);
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--kernel", "laplacian", "--lambda", "0"})
