@@ -28,9 +28,10 @@ void require_attention_inputs(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T
   require_finite(V, method + ": V");
 }
 
-/// Throws std::invalid_argument naming `where` unless Q (N×d) and K (M×d) share d, are non-empty and finite.
-template <class T>
-void require_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const std::string& where) {
+/// Throws std::invalid_argument naming `where` unless Q (N×d) and K (M×d) share d, are non-empty and finite
+/// (either layout).
+template <class T, class Tokens>
+void require_tokens(const Tokens& Q, const Tokens& K, const std::string& where) {
   require(Q.cols() == K.cols(),
           describe(where, ": token dimensions differ, Q has d = ", Q.cols(), " and K has d = ", K.cols()));
   require(
@@ -41,9 +42,9 @@ void require_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, cons
 }
 
 /// The checks of the Nyström factorizations: require_tokens, as many keys as queries, and valid options.
-template <class T>
-void require_nystrom_inputs(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                            const NystromOptions& options, const std::string& where) {
+template <class T, class Tokens>
+void require_nystrom_inputs(const Tokens& Q, const Tokens& K, const NystromOptions& options,
+                            const std::string& where) {
   require_tokens<T>(Q, K, where);
   require(Q.rows() == K.rows(),
           describe(where, ": Q has N = ", Q.rows(), " tokens and K has N = ", K.rows(), " (must be equal)"));
