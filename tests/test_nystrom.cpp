@@ -277,7 +277,7 @@ TEST_CASE_TEMPLATE(
         generalized_nystrom<T>(bad_q, views[0].second,
                                options_for(Kernel::exponential(0.3), m, Stabilization::row_max));
       },
-      "generalized_nystrom: Q contains non-finite"));
+      "landmarks: Q contains non-finite"));
 }
 
 TEST_CASE("clamped variant uses exp(min(x,c)) + max(x-c,0) in all three blocks, c = clamp_threshold") {
@@ -348,13 +348,17 @@ TEST_CASE("bad arguments throw std::invalid_argument naming the value") {
   CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K5, options); }, "d = 5"));
   Matrix<double> Qnan = Q;
   Qnan(3, 2) = std::nan("");
-  CHECK(throws_naming([&] { generalized_nystrom<double>(Qnan, K, options); }, "generalized_nystrom: Q"));
+  // Found while the landmarks are selected (segment means: when a mean is not finite).
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Qnan, K, options); },
+                      "landmarks: Q contains non-finite"));
   Matrix<double> Kinf = K;
   Kinf(19, 0) = -std::numeric_limits<double>::infinity();
-  CHECK(throws_naming([&] { generalized_nystrom<double>(Q, Kinf, options); }, "generalized_nystrom: K"));
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Q, Kinf, options); },
+                      "landmarks: K contains non-finite"));
   auto symmetric = options;
   symmetric.stabilization = Stabilization::none;
-  CHECK(throws_naming([&] { symmetric_nystrom<double>(Q, Kinf, symmetric); }, "symmetric_nystrom: K"));
+  CHECK(throws_naming([&] { symmetric_nystrom<double>(Q, Kinf, symmetric); },
+                      "landmarks: K contains non-finite"));
   const auto f = generalized_nystrom<double>(Q, K, options);
   const Matrix<double> V = random_matrix<double>(19, 3, 84);
   CHECK(throws_naming([&] { nystrom_attention<double>(f, V); }, "19"));

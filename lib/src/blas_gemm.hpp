@@ -71,7 +71,15 @@ std::pair<Op, ConstMatrixRef<typename X::Scalar>> blas_operand(Op op, const X& x
 /// through Kernel::exponent (row-major operands then copied to column-major).
 template <class T, class X, class Y>
 void kernel_exponent(const Kernel& kernel, const X& x, const Y& y, MatrixRef<T> out) {
-  if (kernel.type == KernelType::exponential) {
+  if (kernel.type == KernelType::exponential && X::IsRowMajor && !Y::IsRowMajor) {
+    // Both operands would enter transposed, and OpenBLAS's small-matrix kernel for that case took twice as
+    // long as the plain one (G_L = s·Q K̄ᵀ of row-major Q at N = 4096, m = 16): outᵀ = s·Y Xᵀ with both plain
+    // (a row-major X is Xᵀ in column-major), then transposed into `out` (m·b values).
+    thread_local Matrix<T> transposed;
+    transposed.resize(out.cols(), out.rows());
+    gemm<T>(Op::plain, Op::plain, T(kernel.param), y, x.transpose(), T(0), transposed);
+    out = transposed.transpose();
+  } else if (kernel.type == KernelType::exponential) {
     const auto [op_x, x_blas] = blas_operand(Op::plain, x);
     const auto [op_y, y_blas] = blas_operand(Op::transposed, y);
     gemm<T>(op_x, op_y, T(kernel.param), x_blas, y_blas, T(0), out);

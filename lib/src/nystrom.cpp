@@ -235,14 +235,16 @@ NystromFactors<T> symmetric_factors(const Tokens& Q, const Landmarks<T>& landmar
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options) {
-  detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
+  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
+  detail::require_nystrom_shapes(Q, K, options, "generalized_nystrom");
   return generalized_factors<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
 }
 
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                       const NystromOptions& options) {
-  detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
+  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
+  detail::require_nystrom_shapes(Q, K, options, "generalized_nystrom");
   return generalized_factors<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
 }
 
@@ -256,14 +258,16 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const NystromOptions& options) {
-  detail::require_nystrom_inputs<T>(Q, K, options, "symmetric_nystrom");
+  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
+  detail::require_nystrom_shapes(Q, K, options, "symmetric_nystrom");
   return symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options);
 }
 
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                     const NystromOptions& options) {
-  detail::require_nystrom_inputs<T>(Q, K, options, "symmetric_nystrom");
+  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
+  detail::require_nystrom_shapes(Q, K, options, "symmetric_nystrom");
   return symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options);
 }
 
@@ -333,28 +337,35 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
   if (!all_finite(upper_values)) require_finite(V, "nystrom_attention: V");
   const Matrix<T> weights = factors.pinv.z * upper_values;  // W = Z [G_U V, G_U 1]
   const T denominator_shift = factors.options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
+  const Matrix<T> values_weights =
+      Output::IsRowMajor ? Matrix<T>(weights.leftCols(dv).transpose()) : Matrix<T>();
   const Index panels = panel_count(n);
 #pragma omp parallel num_threads(detail::workers_for(panels, double(n) * double(m) * double(dv + 1)))
   {
     // A panel of b queries: its denominators Ĝ1 = G_L W_1 (a GEMV), its rows of G_L divided by them, then
-    // Ô = (D⁻¹G_L) W_V as one GEMM straight into Ô's rows (for a row-major Ô its transpose W_Vᵀ(D⁻¹G_L)ᵀ into
-    // Ô's rows read as columns): Ô is written once, by BLAS, with no N×dv intermediate and no division pass
-    // over it.
-    Matrix<T> scaled_left(nystrom_panel_rows, m);
+    // Ô = (D⁻¹G_L) W_V as one GEMM straight into Ô's rows: Ô is written once, by BLAS, with no N×dv
+    // intermediate and no division pass over it. A row-major Ô is written as its transpose (Ô's rows read as
+    // columns) = W_Vᵀ (D⁻¹G_L)ᵀ with both factors formed transposed (W_Vᵀ once, (D⁻¹G_L)ᵀ per panel), so that
+    // both enter the GEMM plain (OpenBLAS's small-matrix kernel for two transposed operands took twice as
+    // long).
+    Matrix<T> scaled_left(Output::IsRowMajor ? m : nystrom_panel_rows,
+                          Output::IsRowMajor ? nystrom_panel_rows : m);
+    Vector<T> inverse_denominator(nystrom_panel_rows);
 #pragma omp for schedule(dynamic, 1)
     for (Index p = 0; p < panels; ++p) {
       const auto [r, b] = panel_rows(p, n);
       const auto left = factors.left.middleRows(r, b);
-      auto scaled = scaled_left.topRows(b);
-      scaled.col(0).noalias() = left * weights.col(dv);
-      scaled.col(0).array() = T(1) / (scaled.col(0).array() + denominator_shift);
-      // scaled = diag(1/Ĝ1) G_L, the first column last (it held the inverse denominators).
-      for (Index c = m; c-- > 0;) scaled.col(c).array() = left.col(c).array() * scaled.col(0).array();
+      auto inverse = inverse_denominator.head(b);
+      inverse.noalias() = left * weights.col(dv);
+      inverse.array() = T(1) / (inverse.array() + denominator_shift);
       if constexpr (Output::IsRowMajor) {
+        auto scaled = scaled_left.leftCols(b);
+        scaled = (left.array().colwise() * inverse.array()).matrix().transpose();
         auto rows = out.middleRows(r, b).transpose();
-        detail::gemm<T>(detail::Op::transposed, detail::Op::transposed, T(1), weights.leftCols(dv), scaled,
-                        T(0), rows);
+        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), values_weights, scaled, T(0), rows);
       } else {
+        auto scaled = scaled_left.topRows(b);
+        scaled = left.array().colwise() * inverse.array();
         auto rows = out.middleRows(r, b);
         detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), scaled, weights.leftCols(dv), T(0), rows);
       }
