@@ -4,7 +4,7 @@
 1. Python overhead of one PnP-Nystra attention call (default N = 1024, d = 64, m = 16, float32): the best time of
    nystrom.attention() called from Python (timeit, best of --repeat) minus the best time of the same library call
    repeated in C++ through the same binding (nystrom.time_attention, inputs converted once), for C-ordered arrays
-   (numpy's default: the binding copies them to column-major) and Fortran-ordered ones (read in place).
+   (numpy's default: read in place as row-major heads) and Fortran-ordered ones (read in place as column-major).
 2. The module's PnP-Nystra against the same formulation written in torch on the CPU (default N = 4096, d = 64,
    m = 16, float32, the same thread count): the authors' code (Srinivas-512/PnP_Nystra), i.e. landmarks by adaptive
    average pooling (segment means), the clamped exp exp(min(x, 5)) + max(x − 5, 0) in all three blocks, Razavi's

@@ -28,10 +28,10 @@ ApproximationOptions iterative_options(Index m) {
 }
 
 /// The batched output of every head against the per-head functions on the same head with `options`: the
-/// same bits as the same code (approximate_attention; for pnp-nystra and symmetric-nystrom its factors with
-/// the row-major nystrom_attention that batched_attention uses), and for those two methods within rounding of
-/// approximate_attention's column-major Algorithm 1 (G_U V summed in another order inside the GEMM, amplified
-/// by the core's conditioning through Z).
+/// same bits as the same code (approximate_attention; for pnp-nystra and symmetric-nystrom the row-major
+/// factors and nystrom_attention that batched_attention uses on the head in place), and for those two methods
+/// within rounding of approximate_attention on column-major copies (the GEMMs sum in another order for
+/// transposed operands, amplified by the core's conditioning through Z).
 template <class T>
 void check_heads(Method method, const Tensor<T>& Q, const Tensor<T>& K, const Tensor<T>& V,
                  const Tensor<T>& out, const ApproximationOptions& options) {
@@ -43,8 +43,16 @@ void check_heads(Method method, const Tensor<T>& Q, const Tensor<T>& K, const Te
       CHECK(out.head(i) == expected.output);
       continue;
     }
+    NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+    nystrom.kernel = options.kernel;
+    const auto head = [&](const Tensor<T>& X) {
+      return ConstRowMajorMap<T>(X.view().head(i).data(), X.tokens, X.dim, Eigen::OuterStride<>(X.dim));
+    };
+    const NystromFactors<T> factors = method == Method::pnp_nystra
+                                          ? generalized_nystrom<T>(head(Q), head(K), nystrom)
+                                          : symmetric_nystrom<T>(head(Q), head(K), nystrom);
     RowMajorMatrix<T> same_code(V.tokens, V.dim);
-    nystrom_attention<T>(*expected.kernel_factors, V.view().head(i), same_code);
+    nystrom_attention<T>(factors, V.view().head(i), same_code);
     CHECK(out.head(i) == Matrix<T>(same_code));
     const Vector<double> sigma =
         Eigen::JacobiSVD<Matrix<double>>(expected.kernel_factors->core.template cast<double>())

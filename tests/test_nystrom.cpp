@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "nystrom/evaluation.hpp"
 #include "nystrom/nystrom.hpp"
@@ -211,6 +212,74 @@ TEST_CASE_TEMPLATE("nystrom_attention with row-major V and output equals the col
   }
 }
 
+TEST_CASE_TEMPLATE(
+    "row-major Q, K and V give the landmarks of their column-major copies bit for bit, and the "
+    "factors and output to rounding",
+    T, float, double) {
+  // The landmarks come from the same sums in the same order; the GEMMs read row-major operands as transposed
+  // column-major ones, which BLAS may sum in another order (OpenBLAS's small-matrix kernels do).
+  // Three 256-row panels, the last one ragged; segments of 66 and 67 rows (16-lane sums plus remainders).
+  const Index n = 600, d = 19, dv = 7, m = 9;
+  const Matrix<T> Q = random_matrix<T>(n, d, 94), K = random_matrix<T>(n, d, 95),
+                  V = random_matrix<T>(n, dv, 96);
+  const RowMajorMatrix<T> q_rows = Q, k_rows = K, v_rows = V;
+  // Rows of the row-major views twice as long as a token: a row stride other than d.
+  RowMajorMatrix<T> padded_q = RowMajorMatrix<T>::Constant(n, 2 * d, T(7)), padded_k = padded_q;
+  padded_q.leftCols(d) = Q;
+  padded_k.leftCols(d) = K;
+  const std::pair<ConstRowMajorMap<T>, ConstRowMajorMap<T>> views[] = {
+      {ConstRowMajorMap<T>(q_rows.data(), n, d, Eigen::OuterStride<>(d)),
+       ConstRowMajorMap<T>(k_rows.data(), n, d, Eigen::OuterStride<>(d))},
+      {ConstRowMajorMap<T>(padded_q.data(), n, d, Eigen::OuterStride<>(2 * d)),
+       ConstRowMajorMap<T>(padded_k.data(), n, d, Eigen::OuterStride<>(2 * d))}};
+  for (const auto& [q, k] : views) {
+    CAPTURE(q.outerStride());
+    for (auto strategy :
+         {LandmarkStrategy::segment_means, LandmarkStrategy::kmeans, LandmarkStrategy::top_abs})
+      for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+        CAPTURE(to_string(strategy));
+        CAPTURE(to_string(stabilization));
+        NystromOptions options = options_for(Kernel::exponential(0.3), m, stabilization);
+        options.landmarks.strategy = strategy;
+        const NystromFactors<T> columns = generalized_nystrom<T>(Q, K, options);
+        const NystromFactors<T> rows = generalized_nystrom<T>(q, k, options);
+        CHECK(rows.landmarks.q == columns.landmarks.q);
+        CHECK(rows.landmarks.k == columns.landmarks.k);
+        // exp(φ) of an exponent rounded over d terms: relative errors of d·eps·|φ|.
+        const double largest =
+            std::max(options.kernel.exponent_block<T>(Q, columns.landmarks.k).cwiseAbs().maxCoeff(),
+                     options.kernel.exponent_block<T>(columns.landmarks.q, K).cwiseAbs().maxCoeff());
+        const double blocks = tolerance<T>(d) * (1 + largest);
+        CHECK(relative_difference(rows.left, columns.left) <= blocks);
+        CHECK(relative_difference(rows.upper, columns.upper) <= blocks);
+        CHECK(relative_difference(rows.core, columns.core) <= blocks);
+        const double products =
+            tolerance<T>(n * m) * (1 + largest) * condition(columns.core.template cast<double>());
+        RowMajorMatrix<T> out(n, dv);
+        nystrom_attention<T>(rows, v_rows, out);
+        CHECK(relative_difference(out, nystrom_attention<T>(columns, V)) <= products);
+        if (stabilization != Stabilization::row_max) {
+          const NystromFactors<T> symmetric_columns = symmetric_nystrom<T>(Q, K, options);
+          const NystromFactors<T> symmetric_rows = symmetric_nystrom<T>(q, k, options);
+          CHECK(symmetric_rows.landmarks.k == symmetric_columns.landmarks.k);
+          CHECK(relative_difference(symmetric_rows.left, symmetric_columns.left) <= blocks);
+        }
+      }
+    // A distance kernel reads row-major panels through column-major copies: the same blocks, bit for bit.
+    NystromOptions laplacian = options_for(Kernel::laplacian(0.5), m, Stabilization::row_max);
+    CHECK(generalized_nystrom<T>(q, k, laplacian).left == generalized_nystrom<T>(Q, K, laplacian).left);
+  }
+  RowMajorMatrix<T> bad = q_rows;
+  bad(3, 4) = std::numeric_limits<T>::quiet_NaN();
+  const ConstRowMajorMap<T> bad_q(bad.data(), n, d, Eigen::OuterStride<>(d));
+  CHECK(throws_naming(
+      [&] {
+        generalized_nystrom<T>(bad_q, views[0].second,
+                               options_for(Kernel::exponential(0.3), m, Stabilization::row_max));
+      },
+      "landmarks: Q contains non-finite"));
+}
+
 TEST_CASE("clamped variant uses exp(min(x,c)) + max(x-c,0) in all three blocks, c = clamp_threshold") {
   const Index n = 40, d = 4, m = 4;
   const Matrix<double> Q = random_matrix<double>(n, d, 61, 3.0);  // large logits reach the clamp
@@ -279,13 +348,17 @@ TEST_CASE("bad arguments throw std::invalid_argument naming the value") {
   CHECK(throws_naming([&] { generalized_nystrom<double>(Q, K5, options); }, "d = 5"));
   Matrix<double> Qnan = Q;
   Qnan(3, 2) = std::nan("");
-  CHECK(throws_naming([&] { generalized_nystrom<double>(Qnan, K, options); }, "generalized_nystrom: Q"));
+  // Found while the landmarks are selected (segment means: when a mean is not finite).
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Qnan, K, options); },
+                      "landmarks: Q contains non-finite"));
   Matrix<double> Kinf = K;
   Kinf(19, 0) = -std::numeric_limits<double>::infinity();
-  CHECK(throws_naming([&] { generalized_nystrom<double>(Q, Kinf, options); }, "generalized_nystrom: K"));
+  CHECK(throws_naming([&] { generalized_nystrom<double>(Q, Kinf, options); },
+                      "landmarks: K contains non-finite"));
   auto symmetric = options;
   symmetric.stabilization = Stabilization::none;
-  CHECK(throws_naming([&] { symmetric_nystrom<double>(Q, Kinf, symmetric); }, "symmetric_nystrom: K"));
+  CHECK(throws_naming([&] { symmetric_nystrom<double>(Q, Kinf, symmetric); },
+                      "landmarks: K contains non-finite"));
   const auto f = generalized_nystrom<double>(Q, K, options);
   const Matrix<double> V = random_matrix<double>(19, 3, 84);
   CHECK(throws_naming([&] { nystrom_attention<double>(f, V); }, "19"));

@@ -28,26 +28,43 @@ void require_attention_inputs(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T
   require_finite(V, method + ": V");
 }
 
-/// Throws std::invalid_argument naming `where` unless Q (N×d) and K (M×d) share d, are non-empty and finite.
-template <class T>
-void require_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const std::string& where) {
+/// Throws std::invalid_argument naming `where` unless Q (N×d) and K (M×d) share d and are non-empty (either
+/// layout).
+template <class Tokens>
+void require_token_shapes(const Tokens& Q, const Tokens& K, const std::string& where) {
   require(Q.cols() == K.cols(),
           describe(where, ": token dimensions differ, Q has d = ", Q.cols(), " and K has d = ", K.cols()));
   require(
       Q.rows() > 0 && K.rows() > 0 && Q.cols() > 0,
       describe(where, ": empty tokens, Q is ", Q.rows(), "x", Q.cols(), ", K is ", K.rows(), "x", K.cols()));
+}
+
+/// require_token_shapes, and Q and K finite.
+template <class T, class Tokens>
+void require_tokens(const Tokens& Q, const Tokens& K, const std::string& where) {
+  require_token_shapes(Q, K, where);
   require_finite(Q, where + ": Q");
   require_finite(K, where + ": K");
 }
 
-/// The checks of the Nyström factorizations: require_tokens, as many keys as queries, and valid options.
-template <class T>
-void require_nystrom_inputs(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                            const NystromOptions& options, const std::string& where) {
-  require_tokens<T>(Q, K, where);
+/// The checks of the Nyström factorizations but finiteness: require_token_shapes, as many keys as queries,
+/// and valid options. For callers that select the landmarks next (select_landmarks checks finiteness).
+template <class Tokens>
+void require_nystrom_shapes(const Tokens& Q, const Tokens& K, const NystromOptions& options,
+                            const std::string& where) {
+  require_token_shapes(Q, K, where);
   require(Q.rows() == K.rows(),
           describe(where, ": Q has N = ", Q.rows(), " tokens and K has N = ", K.rows(), " (must be equal)"));
   options.validate(Q.rows(), Q.cols());
+}
+
+/// require_nystrom_shapes, and Q and K finite.
+template <class T, class Tokens>
+void require_nystrom_inputs(const Tokens& Q, const Tokens& K, const NystromOptions& options,
+                            const std::string& where) {
+  require_nystrom_shapes(Q, K, options, where);
+  require_finite(Q, where + ": Q");
+  require_finite(K, where + ": K");
 }
 
 }  // namespace nystrom::detail

@@ -76,8 +76,8 @@ struct Batch {
   BatchView<T> out;
 };
 
-/// One head's q, k (and v) copied to column-major N×d matrices for the per-head code; one per thread, kept
-/// from call to call.
+/// One head's q, k (and v) copied to column-major N×d matrices for the per-head code of the methods other
+/// than the Nyström ones; one per thread, kept from call to call.
 template <class T>
 struct HeadTokens {
   Matrix<T> q, k, v;
@@ -168,13 +168,21 @@ bool is_nystrom(Method method) {
   return method == Method::pnp_nystra || method == Method::symmetric_nystrom;
 }
 
-/// The factors of a Nyström method on one head's column-major q and k, as approximate_attention makes them.
+/// Head i of a batch as a row-major N×dim matrix over the batch's memory.
 template <class T>
-NystromFactors<T> nystrom_factors(Method method, const HeadTokens<T>& head,
+ConstRowMajorMap<T> head_tokens(const BatchView<const T>& X, Index i) {
+  return {X.data + i * X.head_size(), X.tokens, X.dim, Eigen::OuterStride<>(X.dim)};
+}
+
+/// The factors of a Nyström method on head i's q and k, read in place (row-major), as approximate_attention
+/// makes them from column-major copies.
+template <class T>
+NystromFactors<T> nystrom_factors(Method method, const Batch<T>& batch, Index i,
                                   const ApproximationOptions& options) {
   const NystromOptions nystrom = nystrom_options(method, options);
-  return method == Method::pnp_nystra ? generalized_nystrom<T>(head.q, head.k, nystrom)
-                                      : symmetric_nystrom<T>(head.q, head.k, nystrom);
+  const ConstRowMajorMap<T> q = head_tokens(batch.q, i), k = head_tokens(batch.k, i);
+  return method == Method::pnp_nystra ? generalized_nystrom<T>(q, k, nystrom)
+                                      : symmetric_nystrom<T>(q, k, nystrom);
 }
 
 /// The first pass of AlphaScope::batch for one head: the matrix its pseudoinverse inverts (the core of
@@ -191,8 +199,7 @@ CoreOfHead<T> core_of_head(Method method, const Batch<T>& batch, Index i, HeadTo
                            const ApproximationOptions& options, const PinvOptions& pinv) {
   CoreOfHead<T> out;
   if (is_nystrom(method)) {
-    head.load_tokens(batch, i);
-    out.factors = nystrom_factors<T>(method, head, options);
+    out.factors = nystrom_factors<T>(method, batch, i, options);
     out.inverted = inverted_matrix<T>(out.factors->core, pinv);
   } else if (method == Method::nystromformer) {
     head.load_tokens(batch, i);
@@ -207,8 +214,9 @@ CoreOfHead<T> core_of_head(Method method, const Batch<T>& batch, Index i, HeadTo
 }
 
 /// Head i into batch.out: a Nyström method by its factors (`kept` ones from the first pass of
-/// AlphaScope::batch, with only Z ≈ G_A⁺ redone) and the row-major Algorithm 1, V and Ô in place; the other
-/// methods by approximate_attention on column-major copies of q, k and v, the output copied back.
+/// AlphaScope::batch, with only Z ≈ G_A⁺ redone) from q and k in place and the row-major Algorithm 1, V and Ô
+/// in place; the other methods by approximate_attention on column-major copies of q, k and v, the output
+/// copied back.
 template <class T>
 HeadDiagnostics run_head(Method method, const Batch<T>& batch, Index i, HeadTokens<T>& head,
                          const ApproximationOptions& options, std::optional<NystromFactors<T>>& kept) {
@@ -219,8 +227,7 @@ HeadDiagnostics run_head(Method method, const Batch<T>& batch, Index i, HeadToke
       kept.reset();
       factors.pinv = pseudoinverse<T>(factors.core, nystrom_options(method, options).pinv);
     } else {
-      head.load_tokens(batch, i);
-      factors = nystrom_factors<T>(method, head, options);
+      factors = nystrom_factors<T>(method, batch, i, options);
     }
     nystrom_attention<T>(factors, batch.v.head(i), batch.out.head(i));
     return {factors.pinv.status, factors.pinv.residual()};

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "nystrom/kernels.hpp"
 #include "nystrom/types.hpp"
@@ -53,15 +54,38 @@ void gemm(Op op_a, Op op_b, T alpha, const ConstMatrixRef<T>& A, const ConstMatr
 #endif
 }
 
-/// out = φ(X, Y) (docs/mathematics.md §1) without Eigen's extra pass over `out`: the exponential kernel's
-/// s·X·Yᵀ is one gemm with α = s; the distance kernels go through Kernel::exponent.
-template <class T>
-void kernel_exponent(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
-                     MatrixRef<T> out) {
-  if (kernel.type == KernelType::exponential)
-    gemm<T>(Op::plain, Op::transposed, T(kernel.param), X, Y, T(0), out);
+/// An operand of either layout as BLAS reads it: a column-major X as is, a row-major X as the column-major
+/// Xᵀ over the same memory with the opposite op, so that op(X) is the same matrix; a view, never a copy (X
+/// has unit inner stride).
+template <class X>
+std::pair<Op, ConstMatrixRef<typename X::Scalar>> blas_operand(Op op, const X& x) {
+  using T = typename X::Scalar;
+  if constexpr (X::IsRowMajor)
+    return {op == Op::plain ? Op::transposed : Op::plain, ConstMatrixRef<T>(x.transpose())};
   else
-    kernel.exponent<T>(X, Y, out);
+    return {op, ConstMatrixRef<T>(x)};
+}
+
+/// out = φ(X, Y) (docs/mathematics.md §1) without Eigen's extra pass over `out`, X and Y of either layout:
+/// the exponential kernel's s·X·Yᵀ is one gemm with α = s reading them in place; the distance kernels go
+/// through Kernel::exponent (row-major operands then copied to column-major).
+template <class T, class X, class Y>
+void kernel_exponent(const Kernel& kernel, const X& x, const Y& y, MatrixRef<T> out) {
+  if (kernel.type == KernelType::exponential && X::IsRowMajor && !Y::IsRowMajor) {
+    // Both operands would enter transposed, and OpenBLAS's small-matrix kernel for that case took twice as
+    // long as the plain one (G_L = s·Q K̄ᵀ of row-major Q at N = 4096, m = 16): outᵀ = s·Y Xᵀ with both plain
+    // (a row-major X is Xᵀ in column-major), then transposed into `out` (m·b values).
+    thread_local Matrix<T> transposed;
+    transposed.resize(out.cols(), out.rows());
+    gemm<T>(Op::plain, Op::plain, T(kernel.param), y, x.transpose(), T(0), transposed);
+    out = transposed.transpose();
+  } else if (kernel.type == KernelType::exponential) {
+    const auto [op_x, x_blas] = blas_operand(Op::plain, x);
+    const auto [op_y, y_blas] = blas_operand(Op::transposed, y);
+    gemm<T>(op_x, op_y, T(kernel.param), x_blas, y_blas, T(0), out);
+  } else {
+    kernel.exponent<T>(x, y, out);
+  }
 }
 
 }  // namespace nystrom::detail

@@ -58,9 +58,9 @@ double uniform_unit(std::mt19937_64& engine) {
 }
 
 /// The rows of X listed in `indices`, in that order.
-template <class T>
-Matrix<T> gather_rows(const ConstMatrixRef<T>& X, const std::vector<Index>& indices) {
-  Matrix<T> out(static_cast<Index>(indices.size()), X.cols());
+template <class Tokens>
+Matrix<typename Tokens::Scalar> gather_rows(const Tokens& X, const std::vector<Index>& indices) {
+  Matrix<typename Tokens::Scalar> out(static_cast<Index>(indices.size()), X.cols());
   for (std::size_t r = 0; r < indices.size(); ++r) out.row(static_cast<Index>(r)) = X.row(indices[r]);
   return out;
 }
@@ -75,8 +75,8 @@ std::vector<Index> unforced_tokens(Index n, const std::vector<Index>& forced) {
 }
 
 /// The per-row score a top-* strategy ranks by (CURformer "Sum", "Abs", "Embed"), in double.
-template <class T>
-Vector<double> row_scores(const ConstMatrixRef<T>& X, const LandmarkOptions& options) {
+template <class Tokens>
+Vector<double> row_scores(const Tokens& X, const LandmarkOptions& options) {
   const Matrix<double> x = X.template cast<double>();
   switch (options.strategy) {
     case LandmarkStrategy::top_sum:
@@ -97,9 +97,8 @@ std::vector<Index> forced_tokens(const LandmarkOptions& options) {
 
 /// Selection (docs/mathematics.md §5): the forced tokens (forced_tokens) plus m − |forced| tokens of X chosen
 /// by the strategy among the others; returned ascending. `engine` drives the random strategy.
-template <class T>
-std::vector<Index> select_rows(const ConstMatrixRef<T>& X, const LandmarkOptions& options,
-                               std::mt19937_64& engine) {
+template <class Tokens>
+std::vector<Index> select_rows(const Tokens& X, const LandmarkOptions& options, std::mt19937_64& engine) {
   const std::vector<Index> forced = forced_tokens(options);
   std::vector<Index> free = unforced_tokens(X.rows(), forced);
   const auto wanted = static_cast<std::size_t>(options.count) - forced.size();
@@ -123,7 +122,7 @@ std::vector<Index> select_rows(const ConstMatrixRef<T>& X, const LandmarkOptions
     }
     default: {
       // Top-m by score, ties broken by the lower index.
-      const Vector<double> score = row_scores<T>(X, options);
+      const Vector<double> score = row_scores(X, options);
       std::partial_sort(
           free.begin(), free.begin() + static_cast<std::ptrdiff_t>(wanted), free.end(),
           [&](Index a, Index b) { return score(a) > score(b) || (score(a) == score(b) && a < b); });
@@ -136,23 +135,25 @@ std::vector<Index> select_rows(const ConstMatrixRef<T>& X, const LandmarkOptions
 }
 
 /// Squared Euclidean distance between row i of X and row c of C, in double.
-template <class T>
-double squared_distance(const ConstMatrixRef<T>& X, Index i, const Matrix<double>& C, Index c) {
-  return (X.row(i).template cast<double>() - C.row(c)).squaredNorm();
+double squared_distance(const Matrix<double>& X, Index i, const Matrix<double>& C, Index c) {
+  return (X.row(i) - C.row(c)).squaredNorm();
 }
 
 /// Centroids of seeded k-means++ (Arthur & Vassilvitskii 2007) refined by at most `iterations` Lloyd steps,
 /// stopping when the assignment no longer changes; at that point every centroid is the mean of the rows
-/// nearest to it. Computed in double. An empty cluster keeps its centroid.
-template <class T>
-Matrix<T> kmeans_centroids(const ConstMatrixRef<T>& X, Index m, int iterations, std::mt19937_64& engine) {
+/// nearest to it. Computed in double on a column-major copy of the tokens (the same sums for either layout of
+/// `tokens`). An empty cluster keeps its centroid.
+template <class Tokens>
+Matrix<typename Tokens::Scalar> kmeans_centroids(const Tokens& tokens, Index m, int iterations,
+                                                 std::mt19937_64& engine) {
+  const Matrix<double> X = tokens.template cast<double>();
   const Index n = X.rows();
   Matrix<double> centroids(m, X.cols());
   // k-means++ seeding: the first centre uniformly, each next one with probability ∝ D(x)², the squared
   // distance to the nearest centre so far.
-  centroids.row(0) = X.row(uniform_below(engine, n)).template cast<double>();
+  centroids.row(0) = X.row(uniform_below(engine, n));
   Vector<double> nearest(n);
-  for (Index i = 0; i < n; ++i) nearest(i) = squared_distance<T>(X, i, centroids, 0);
+  for (Index i = 0; i < n; ++i) nearest(i) = squared_distance(X, i, centroids, 0);
   for (Index c = 1; c < m; ++c) {
     const double total = nearest.sum();
     Index pick = 0;
@@ -167,8 +168,8 @@ Matrix<T> kmeans_centroids(const ConstMatrixRef<T>& X, Index m, int iterations, 
     } else {
       pick = uniform_below(engine, n);  // fewer distinct rows than m: any row
     }
-    centroids.row(c) = X.row(pick).template cast<double>();
-    for (Index i = 0; i < n; ++i) nearest(i) = std::min(nearest(i), squared_distance<T>(X, i, centroids, c));
+    centroids.row(c) = X.row(pick);
+    for (Index i = 0; i < n; ++i) nearest(i) = std::min(nearest(i), squared_distance(X, i, centroids, c));
   }
   // Lloyd iterations.
   std::vector<Index> assignment(static_cast<std::size_t>(n), -1);
@@ -176,9 +177,9 @@ Matrix<T> kmeans_centroids(const ConstMatrixRef<T>& X, Index m, int iterations, 
     bool changed = false;
     for (Index i = 0; i < n; ++i) {
       Index best = 0;
-      double best_distance = squared_distance<T>(X, i, centroids, 0);
+      double best_distance = squared_distance(X, i, centroids, 0);
       for (Index c = 1; c < m; ++c) {
-        const double distance = squared_distance<T>(X, i, centroids, c);
+        const double distance = squared_distance(X, i, centroids, c);
         if (distance < best_distance) best = c, best_distance = distance;
       }
       changed |= assignment[static_cast<std::size_t>(i)] != best;
@@ -188,13 +189,13 @@ Matrix<T> kmeans_centroids(const ConstMatrixRef<T>& X, Index m, int iterations, 
     Matrix<double> sums = Matrix<double>::Zero(m, X.cols());
     Vector<double> counts = Vector<double>::Zero(m);
     for (Index i = 0; i < n; ++i) {
-      sums.row(assignment[static_cast<std::size_t>(i)]) += X.row(i).template cast<double>();
+      sums.row(assignment[static_cast<std::size_t>(i)]) += X.row(i);
       counts(assignment[static_cast<std::size_t>(i)]) += 1;
     }
     for (Index c = 0; c < m; ++c)
       if (counts(c) > 0) centroids.row(c) = sums.row(c) / counts(c);
   }
-  return centroids.template cast<T>();
+  return centroids.template cast<typename Tokens::Scalar>();
 }
 
 }  // namespace
@@ -314,42 +315,83 @@ void LandmarkOptions::validate(Index n, Index d) const {
             describe("landmarks: kmeans_iterations = ", kmeans_iterations, " must be >= 0"));
 }
 
-template <class T>
-Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m) {
+namespace {
+
+/// segment_means for X of either layout. Each mean is summed in double over 16 interleaved partial sums (row
+/// i of a segment into sum i mod 16, the remainder into sum 0, then the 16 added in order), which the
+/// compiler vectorizes: over a column's contiguous rows for a column-major X (two AVX-512 accumulators;
+/// measured at N = 4096, d = 64, m = 16: 18 µs against 44 µs with four), over a row's contiguous d values
+/// for a row-major X. The order of the additions is the same for both layouts, so the means are the same
+/// bits. Columns (row-major: the column blocks of the lanes) run in parallel only for large inputs (a
+/// parallel region per call costs more than the sums below about 4M entries).
+template <class Tokens>
+Matrix<typename Tokens::Scalar> segment_means_of(const Tokens& X, Index m) {
+  using T = typename Tokens::Scalar;
   const Index n = X.rows(), d = X.cols();
   require(m >= 1 && m <= n, describe("segment_means: m = ", m, " must lie in [1, N = ", n, "]"));
   // Nyströmformer: s = ⌊N/m⌋; the first (s+1)m − N segments have s rows, the rest s+1.
   const Index s = n / m;
   const Index short_segments = (s + 1) * m - n;
+  const auto segment_start = [&](Index segment) {
+    return segment * s + std::max<Index>(0, segment - short_segments);
+  };
+  const auto segment_length = [&](Index segment) { return segment < short_segments ? s : s + 1; };
   Matrix<T> means(m, d);
-  // Column by column over contiguous memory (X is column-major), summing in double with 16 independent
-  // partial sums, which the compiler turns into two AVX-512 accumulators (measured at N = 4096, d = 64, m =
-  // 16: 18 µs against 44 µs with four). The columns are independent; they run in parallel only for large
-  // inputs (a parallel region per call costs more than the sums below about 4M entries).
   constexpr int lanes = 16;
-#pragma omp parallel for schedule(static) if (double(n) * double(d) >= double(1 << 22))
-  for (Index j = 0; j < d; ++j) {
-    const T* column = X.col(j).data();
-    Index begin = 0;
-    for (Index segment = 0; segment < m; ++segment) {
-      const Index length = segment < short_segments ? s : s + 1;
-      const T* x = column + begin;
-      double partial[lanes] = {};
-      Index i = 0;
-      for (; i + lanes <= length; i += lanes)
-        for (int k = 0; k < lanes; ++k) partial[k] += static_cast<double>(x[i + k]);
-      for (; i < length; ++i) partial[0] += static_cast<double>(x[i]);
-      double total = 0;
-      for (double p : partial) total += p;
-      means(segment, j) = static_cast<T>(total / static_cast<double>(length));
-      begin += length;
+  const bool parallel = double(n) * double(d) >= double(1 << 22);
+  if constexpr (Tokens::IsRowMajor) {
+    // partial(j, k): lane k of column j.
+#pragma omp parallel if (parallel)
+    {
+      Eigen::Matrix<double, Eigen::Dynamic, lanes> partial(d, lanes);
+#pragma omp for schedule(static)
+      for (Index segment = 0; segment < m; ++segment) {
+        const Index begin = segment_start(segment), length = segment_length(segment);
+        partial.setZero();
+        Index i = 0;
+        for (; i + lanes <= length; i += lanes)
+          for (int k = 0; k < lanes; ++k)
+            partial.col(k) += X.row(begin + i + k).transpose().template cast<double>();
+        for (; i < length; ++i) partial.col(0) += X.row(begin + i).transpose().template cast<double>();
+        Vector<double> total = Vector<double>::Zero(d);
+        for (int k = 0; k < lanes; ++k) total += partial.col(k);
+        means.row(segment) = (total / static_cast<double>(length)).transpose().template cast<T>();
+      }
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (Index j = 0; j < d; ++j) {
+      const T* column = X.col(j).data();
+      for (Index segment = 0; segment < m; ++segment) {
+        const Index length = segment_length(segment);
+        const T* x = column + segment_start(segment);
+        double partial[lanes] = {};
+        Index i = 0;
+        for (; i + lanes <= length; i += lanes)
+          for (int k = 0; k < lanes; ++k) partial[k] += static_cast<double>(x[i + k]);
+        for (; i < length; ++i) partial[0] += static_cast<double>(x[i]);
+        double total = 0;
+        for (double p : partial) total += p;
+        means(segment, j) = static_cast<T>(total / static_cast<double>(length));
+      }
     }
   }
   return means;
 }
 
+}  // namespace
+
 template <class T>
-Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m, WindowGrid grid) {
+Matrix<T> segment_means(const ConstMatrixRef<T>& X, Index m) {
+  return segment_means_of(X, m);
+}
+
+namespace {
+
+/// window_pool for X of either layout.
+template <class Tokens>
+Matrix<typename Tokens::Scalar> window_pool_of(const Tokens& X, Index h, Index w, Index m, WindowGrid grid) {
+  using T = typename Tokens::Scalar;
   require(h >= 1 && w >= 1 && h * w == X.rows(),
           describe("window_pool: window ", h, "x", w, " does not hold N = ", X.rows(), " tokens"));
   require(m >= 1 && m <= X.rows(), describe("window_pool: m = ", m, " must lie in [1, N = ", X.rows(), "]"));
@@ -373,42 +415,52 @@ Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m, Win
   return pooled;
 }
 
-template <class T>
-Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                              const LandmarkOptions& options) {
+/// select_landmarks for Q and K of either layout.
+template <class Tokens>
+Landmarks<typename Tokens::Scalar> landmarks_of(const Tokens& Q, const Tokens& K,
+                                                const LandmarkOptions& options) {
+  using T = typename Tokens::Scalar;
   require(Q.rows() == K.rows() && Q.cols() == K.cols(),
           describe("landmarks: Q is ", Q.rows(), "x", Q.cols(), " but K is ", K.rows(), "x", K.cols()));
   options.validate(Q.rows(), Q.cols());
-  require_finite(Q, "landmarks: Q");
-  require_finite(K, "landmarks: K");
+  // Segment means include every token, so a non-finite token makes a mean non-finite (NaN or ±∞ in the sum):
+  // Q and K are scanned only then (the scan cost as much as the means). The other strategies scan first:
+  // selection and k-means compare values, which NaN breaks.
+  const bool every_token_pooled = options.strategy == LandmarkStrategy::segment_means;
+  const auto require_finite_tokens = [&] {
+    require_finite(Q, "landmarks: Q");
+    require_finite(K, "landmarks: K");
+  };
+  if (!every_token_pooled) require_finite_tokens();
   const Index n = Q.rows(), m = options.count, p = options.prefix_tokens;
   Landmarks<T> out;
   std::mt19937_64 engine(options.seed);
   if (!is_selection(options.strategy)) {
     // Pooling: the p prefix tokens themselves, then m − p landmarks pooled from the other N − p tokens.
-    const auto pooled = [&](const ConstMatrixRef<T>& X) {
+    const auto pooled = [&](const Tokens& X) {
       const auto tokens = X.bottomRows(n - p);
       Matrix<T> marks(m, X.cols());
       marks.topRows(p) = X.topRows(p);
       switch (options.strategy) {
         case LandmarkStrategy::segment_means:
-          marks.bottomRows(m - p) = segment_means<T>(tokens, m - p);
+          marks.bottomRows(m - p) = segment_means_of(tokens, m - p);
           break;
         case LandmarkStrategy::window_pool: {
           Index h = options.window[0], w = options.window[1];
           if (h == 0 && w == 0)
             h = w = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(n - p))));
-          marks.bottomRows(m - p) = window_pool<T>(tokens, h, w, m - p, options.window_grid);
+          marks.bottomRows(m - p) = window_pool_of(tokens, h, w, m - p, options.window_grid);
           break;
         }
         default:
-          marks.bottomRows(m - p) = kmeans_centroids<T>(tokens, m - p, options.kmeans_iterations, engine);
+          marks.bottomRows(m - p) = kmeans_centroids(tokens, m - p, options.kmeans_iterations, engine);
           break;
       }
       return marks;
     };
     out.q = pooled(Q);
     out.k = pooled(K);
+    if (every_token_pooled && !(all_finite(out.q) && all_finite(out.k))) require_finite_tokens();
     return out;
   }
   switch (options.strategy) {
@@ -418,19 +470,42 @@ Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T
       break;
     default:
       // Same indices: scored on Q and shared; different: Q and K each scored on their own rows (CURformer).
-      out.q_indices = select_rows<T>(Q, options, engine);
-      out.k_indices = options.same_indices ? out.q_indices : select_rows<T>(K, options, engine);
+      out.q_indices = select_rows(Q, options, engine);
+      out.k_indices = options.same_indices ? out.q_indices : select_rows(K, options, engine);
       break;
   }
-  out.q = gather_rows<T>(Q, out.q_indices);
-  out.k = gather_rows<T>(K, out.k_indices);
+  out.q = gather_rows(Q, out.q_indices);
+  out.k = gather_rows(K, out.k_indices);
   return out;
+}
+
+}  // namespace
+
+template <class T>
+Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m, WindowGrid grid) {
+  return window_pool_of(X, h, w, m, grid);
+}
+
+template <class T>
+Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                              const LandmarkOptions& options) {
+  return landmarks_of(Q, K, options);
+}
+
+template <class T>
+Landmarks<T> select_landmarks(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                              const LandmarkOptions& options) {
+  return landmarks_of(Q, K, options);
 }
 
 template Landmarks<float> select_landmarks<float>(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,
                                                   const LandmarkOptions&);
 template Landmarks<double> select_landmarks<double>(const ConstMatrixRef<double>&,
                                                     const ConstMatrixRef<double>&, const LandmarkOptions&);
+template Landmarks<float> select_landmarks<float>(const ConstRowMajorMap<float>&,
+                                                  const ConstRowMajorMap<float>&, const LandmarkOptions&);
+template Landmarks<double> select_landmarks<double>(const ConstRowMajorMap<double>&,
+                                                    const ConstRowMajorMap<double>&, const LandmarkOptions&);
 template Matrix<float> segment_means<float>(const ConstMatrixRef<float>&, Index);
 template Matrix<double> segment_means<double>(const ConstMatrixRef<double>&, Index);
 template Matrix<float> window_pool<float>(const ConstMatrixRef<float>&, Index, Index, Index, WindowGrid);

@@ -139,19 +139,11 @@ void require_landmarks(const Landmarks<T>& landmarks, Index d, const char* where
                    landmarks.k.rows(), "x", landmarks.k.cols(), ", expected m x d with m >= 1 and d = ", d));
 }
 
-}  // namespace
-
-template <class T>
-NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+/// generalized_nystrom for Q and K of either layout (Tokens: ConstMatrixRef or ConstRowMajorMap), read in
+/// place: the GEMMs take a row-major panel as the transpose of a column-major one.
+template <class T, class Tokens>
+NystromFactors<T> generalized_factors(const Tokens& Q, const Tokens& K, const Landmarks<T>& landmarks,
                                       const NystromOptions& options) {
-  detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
-  return generalized_nystrom<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
-}
-
-template <class T>
-NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                                      const Landmarks<T>& landmarks, const NystromOptions& options) {
-  detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
   require_landmarks(landmarks, Q.cols(), "generalized_nystrom");
   NystromFactors<T> f;
   f.options = options;
@@ -212,17 +204,10 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
   return f;
 }
 
-template <class T>
-NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+/// symmetric_nystrom for Q and K of either layout.
+template <class T, class Tokens>
+NystromFactors<T> symmetric_factors(const Tokens& Q, const Landmarks<T>& landmarks,
                                     const NystromOptions& options) {
-  detail::require_nystrom_inputs<T>(Q, K, options, "symmetric_nystrom");
-  return symmetric_nystrom<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
-}
-
-template <class T>
-NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                                    const Landmarks<T>& landmarks, const NystromOptions& options) {
-  detail::require_nystrom_inputs<T>(Q, K, options, "symmetric_nystrom");
   require_landmarks(landmarks, Q.cols(), "symmetric_nystrom");
   require(options.stabilization != Stabilization::row_max,
           "symmetric_nystrom: stabilization row-max is not defined for the symmetric form C W+ C^T (its row "
@@ -231,7 +216,8 @@ NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatri
   NystromFactors<T> f;
   f.options = options;
   f.landmarks = landmarks;
-  f.left = options.kernel.exponent_block<T>(Q, f.landmarks.k);
+  f.left.resize(Q.rows(), f.landmarks.k.rows());
+  detail::kernel_exponent<T>(options.kernel, Q, f.landmarks.k, f.left);
   f.core = options.kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
   const T plain_scale = plain_log_scale<T>(options);
   kernel_from_exponent<T>(f.left, Vector<T>::Constant(f.left.rows(), plain_scale), options);
@@ -242,6 +228,54 @@ NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatri
   f.pinv = pseudoinverse<T>(f.core, core_pinv_options(options));
   scales_relative_to_shift(f);
   return f;
+}
+
+}  // namespace
+
+template <class T>
+NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const NystromOptions& options) {
+  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
+  detail::require_nystrom_shapes(Q, K, options, "generalized_nystrom");
+  return generalized_factors<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+}
+
+template <class T>
+NystromFactors<T> generalized_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                                      const NystromOptions& options) {
+  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
+  detail::require_nystrom_shapes(Q, K, options, "generalized_nystrom");
+  return generalized_factors<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+}
+
+template <class T>
+NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                      const Landmarks<T>& landmarks, const NystromOptions& options) {
+  detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
+  return generalized_factors<T>(Q, K, landmarks, options);
+}
+
+template <class T>
+NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                    const NystromOptions& options) {
+  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
+  detail::require_nystrom_shapes(Q, K, options, "symmetric_nystrom");
+  return symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options);
+}
+
+template <class T>
+NystromFactors<T> symmetric_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                                    const NystromOptions& options) {
+  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
+  detail::require_nystrom_shapes(Q, K, options, "symmetric_nystrom");
+  return symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options);
+}
+
+template <class T>
+NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                    const Landmarks<T>& landmarks, const NystromOptions& options) {
+  detail::require_nystrom_inputs<T>(Q, K, options, "symmetric_nystrom");
+  return symmetric_factors<T>(Q, landmarks, options);
 }
 
 template <class T>
@@ -272,25 +306,16 @@ Matrix<T> NystromFactors<T>::dense() const {
 
 namespace {
 
-/// G_U V for a panel of V's rows, straight from V's storage: a row-major panel enters the GEMM as the
-/// transpose of a column-major one.
-template <class T, class Values>
-void upper_times_values(const ConstMatrixRef<T>& upper, const Values& values, MatrixRef<T> out) {
-  if constexpr (Values::IsRowMajor)
-    detail::gemm<T>(detail::Op::plain, detail::Op::transposed, T(1), upper, values.transpose(), T(0), out);
-  else
-    detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), upper, values, T(0), out);
-}
-
 /// PnP-Nystra Algorithm 1 (nystrom_attention) into `out`, V and `out` column-major or row-major.
 template <class T, class Values, class Output>
 void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) {
   // PnP-Nystra Algorithm 1 with the products reassociated: [G_U V, G_U 1] (m×(dv+1), summed over the panels
-  // of keys in order), W = Z [G_U V, G_U 1] (m×(dv+1)), then Ĝ[V, 1] = G_L W one row panel at a time, and the
-  // ratio. Never N×N, and the N×m P = G_L Z of the paper is never formed. The row scale M_L cancels in the
-  // ratio, so it is never applied. A NaN or ±∞ in V reaches G_U V (the entries of G_U are finite and ≥ 0,
-  // and ∞·0 is NaN), so V is scanned only when [G_U V, G_U 1] is not finite: then either V is bad (throws)
-  // or the finite sums overflowed (a numerical outcome). The scan cost 3% of the whole at N = 4096.
+  // of keys in order), W = Z [G_U V, G_U 1] (m×(dv+1)), then one row panel at a time the denominators
+  // Ĝ1 = G_L W_1 and Ô = diag(1/Ĝ1) G_L W_V. Never N×N, and the N×m P = G_L Z of the paper is never formed.
+  // The row scale M_L cancels in the ratio, so it is never applied. A NaN or ±∞ in V reaches G_U V (the
+  // entries of G_U are finite and ≥ 0, and ∞·0 is NaN), so V is scanned only when [G_U V, G_U 1] is not
+  // finite: then either V is bad (throws) or the finite sums overflowed (a numerical outcome). The scan cost
+  // 3% of the whole at N = 4096.
   const Index n = factors.rows(), keys = factors.cols(), m = factors.upper.rows(), dv = V.cols();
   // [G_U V, G_U 1] of each panel of keys, summed below in panel order.
   const Index key_panels = panel_count(keys);
@@ -302,7 +327,9 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
     const auto [r, b] = panel_rows(p, keys);
     const auto upper = factors.upper.middleCols(r, b);
     auto partial = partials.middleCols(p * (dv + 1), dv + 1);
-    upper_times_values<T>(upper, V.middleRows(r, b), partial.leftCols(dv));
+    auto upper_values_panel = partial.leftCols(dv);
+    const auto [op_v, values] = detail::blas_operand(detail::Op::plain, V.middleRows(r, b));
+    detail::gemm<T>(detail::Op::plain, op_v, T(1), upper, values, T(0), upper_values_panel);
     partial.col(dv).noalias() = upper * Vector<T>::Ones(b);  // G_U 1 as a GEMV
   }
   Matrix<T> upper_values = partials.leftCols(dv + 1);
@@ -310,29 +337,37 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
   if (!all_finite(upper_values)) require_finite(V, "nystrom_attention: V");
   const Matrix<T> weights = factors.pinv.z * upper_values;  // W = Z [G_U V, G_U 1]
   const T denominator_shift = factors.options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
+  const Matrix<T> values_weights =
+      Output::IsRowMajor ? Matrix<T>(weights.leftCols(dv).transpose()) : Matrix<T>();
   const Index panels = panel_count(n);
 #pragma omp parallel num_threads(detail::workers_for(panels, double(n) * double(m) * double(dv + 1)))
   {
-    // Ĝ[V, 1] of a panel of b queries, b×(dv+1), or for a row-major Ô its transpose (dv+1)×b = Wᵀ G_Lᵀ, so
-    // that each query's output row is written from a contiguous column. One division per query, then
-    // products.
-    Matrix<T> panel =
-        Output::IsRowMajor ? Matrix<T>(dv + 1, nystrom_panel_rows) : Matrix<T>(nystrom_panel_rows, dv + 1);
+    // A panel of b queries: its denominators Ĝ1 = G_L W_1 (a GEMV), its rows of G_L divided by them, then
+    // Ô = (D⁻¹G_L) W_V as one GEMM straight into Ô's rows: Ô is written once, by BLAS, with no N×dv
+    // intermediate and no division pass over it. A row-major Ô is written as its transpose (Ô's rows read as
+    // columns) = W_Vᵀ (D⁻¹G_L)ᵀ with both factors formed transposed (W_Vᵀ once, (D⁻¹G_L)ᵀ per panel), so that
+    // both enter the GEMM plain (OpenBLAS's small-matrix kernel for two transposed operands took twice as
+    // long).
+    Matrix<T> scaled_left(Output::IsRowMajor ? m : nystrom_panel_rows,
+                          Output::IsRowMajor ? nystrom_panel_rows : m);
+    Vector<T> inverse_denominator(nystrom_panel_rows);
 #pragma omp for schedule(dynamic, 1)
     for (Index p = 0; p < panels; ++p) {
       const auto [r, b] = panel_rows(p, n);
       const auto left = factors.left.middleRows(r, b);
+      auto inverse = inverse_denominator.head(b);
+      inverse.noalias() = left * weights.col(dv);
+      inverse.array() = T(1) / (inverse.array() + denominator_shift);
       if constexpr (Output::IsRowMajor) {
-        auto block = panel.leftCols(b);
-        detail::gemm<T>(detail::Op::transposed, detail::Op::transposed, T(1), weights, left, T(0), block);
-        const Vector<T> inverse_denominator = (block.row(dv).array() + denominator_shift).inverse().matrix();
-        out.middleRows(r, b).transpose() =
-            block.topRows(dv).array().rowwise() * inverse_denominator.transpose().array();
+        auto scaled = scaled_left.leftCols(b);
+        scaled = (left.array().colwise() * inverse.array()).matrix().transpose();
+        auto rows = out.middleRows(r, b).transpose();
+        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), values_weights, scaled, T(0), rows);
       } else {
-        auto block = panel.topRows(b);
-        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), left, weights, T(0), block);
-        const Vector<T> inverse_denominator = (block.col(dv).array() + denominator_shift).inverse().matrix();
-        out.middleRows(r, b) = block.leftCols(dv).array().colwise() * inverse_denominator.array();
+        auto scaled = scaled_left.topRows(b);
+        scaled = left.array().colwise() * inverse.array();
+        auto rows = out.middleRows(r, b);
+        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), scaled, weights.leftCols(dv), T(0), rows);
       }
     }
   }
@@ -361,17 +396,21 @@ void nystrom_attention(const NystromFactors<T>& factors, const ConstRowMajorRef<
   algorithm1<T>(factors, V, out);
 }
 
-#define NYSTROM_INSTANTIATE(T)                                                                          \
-  template struct NystromFactors<T>;                                                                    \
-  template NystromFactors<T> generalized_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
-                                                    const NystromOptions&);                             \
-  template NystromFactors<T> symmetric_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,   \
-                                                  const NystromOptions&);                               \
-  template NystromFactors<T> generalized_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
-                                                    const Landmarks<T>&, const NystromOptions&);        \
-  template NystromFactors<T> symmetric_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,   \
-                                                  const Landmarks<T>&, const NystromOptions&);          \
-  template Matrix<T> nystrom_attention<T>(const NystromFactors<T>&, const ConstMatrixRef<T>&);          \
+#define NYSTROM_INSTANTIATE(T)                                                                              \
+  template struct NystromFactors<T>;                                                                        \
+  template NystromFactors<T> generalized_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,     \
+                                                    const NystromOptions&);                                 \
+  template NystromFactors<T> symmetric_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,       \
+                                                  const NystromOptions&);                                   \
+  template NystromFactors<T> generalized_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,     \
+                                                    const Landmarks<T>&, const NystromOptions&);            \
+  template NystromFactors<T> symmetric_nystrom<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,       \
+                                                  const Landmarks<T>&, const NystromOptions&);              \
+  template NystromFactors<T> generalized_nystrom<T>(const ConstRowMajorMap<T>&, const ConstRowMajorMap<T>&, \
+                                                    const NystromOptions&);                                 \
+  template NystromFactors<T> symmetric_nystrom<T>(const ConstRowMajorMap<T>&, const ConstRowMajorMap<T>&,   \
+                                                  const NystromOptions&);                                   \
+  template Matrix<T> nystrom_attention<T>(const NystromFactors<T>&, const ConstMatrixRef<T>&);              \
   template void nystrom_attention<T>(const NystromFactors<T>&, const ConstRowMajorRef<T>&, RowMajorRef<T>);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)

@@ -195,6 +195,21 @@ MatrixArgument<T> MatrixStack<T>::matrix(Index index) const {
   return MatrixArgument<T>(data_ + offset, rows_, cols_, row_stride_, col_stride_);
 }
 
+template <class T>
+std::optional<BatchView<const T>> row_major_batch(const Array& array) {
+  const std::vector<Index> shape = shape_of(array);
+  if (shape.size() < 2 || array.dtype() != nb::dtype<T>() || array.size() == 0) return std::nullopt;
+  std::int64_t contiguous = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && array.stride(i) != contiguous) return std::nullopt;
+    contiguous *= shape[i];
+  }
+  const std::size_t lead = shape.size() - 2;
+  const Index count =
+      std::accumulate(shape.begin(), shape.begin() + std::ptrdiff_t(lead), Index{1}, std::multiplies<>());
+  return BatchView<const T>{static_cast<const T*>(array.data()), count, 1, shape[lead], shape[lead + 1]};
+}
+
 void require_same_leading(const std::vector<Index>& a, const std::string& a_name, const std::vector<Index>& b,
                           const std::string& b_name) {
   require(a == b, describe(b_name, " has leading dimensions ", shape_text(b), " but ", a_name, " has ",
@@ -202,11 +217,12 @@ void require_same_leading(const std::vector<Index>& a, const std::string& a_name
 }
 
 template <class T>
-MatrixBatch<T>::MatrixBatch(std::vector<Index> leading, Index rows, Index cols)
+MatrixBatch<T>::MatrixBatch(std::vector<Index> leading, Index rows, Index cols, bool row_major)
     : leading_(std::move(leading)),
       rows_(rows),
       cols_(cols),
       count_(std::accumulate(leading_.begin(), leading_.end(), Index{1}, std::multiplies<>())),
+      row_major_(row_major),
       data_(new T[std::max<Index>(count_ * rows * cols, 1)]) {}
 
 template <class T>
@@ -228,8 +244,8 @@ nb::object MatrixBatch<T>::release_to_numpy() {
   shape.push_back(std::size_t(rows_));
   shape.push_back(std::size_t(cols_));
   std::vector<std::int64_t> strides(shape.size());
-  strides[shape.size() - 2] = 1;
-  strides[shape.size() - 1] = rows_;
+  strides[shape.size() - 2] = row_major_ ? cols_ : 1;
+  strides[shape.size() - 1] = row_major_ ? 1 : rows_;
   std::int64_t block = rows_ * cols_;
   for (std::size_t i = leading_.size(); i-- > 0;) {
     strides[i] = block;
@@ -255,5 +271,7 @@ template class MatrixStack<float>;
 template class MatrixStack<double>;
 template class MatrixBatch<float>;
 template class MatrixBatch<double>;
+template std::optional<BatchView<const float>> row_major_batch<float>(const Array&);
+template std::optional<BatchView<const double>> row_major_batch<double>(const Array&);
 
 }  // namespace nystrom::python

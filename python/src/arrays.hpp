@@ -1,12 +1,14 @@
 #pragma once
 /// @file arrays.hpp
 /// Arrays in and out of the extension. Inputs are any CPU array nanobind's ndarray caster accepts (numpy
-/// arrays, torch tensors through DLPack, ...) in float32 or float64; they become the library's column-major
-/// matrices without a copy when their layout is column-major already (Fortran order), else by one copy (a
-/// cache-blocked transpose for C order). Outputs are numpy arrays of the inputs' dtype: single matrices
-/// through nanobind's Eigen caster (moved, never copied), batches [..., N, dv] as one buffer whose N×dv
-/// blocks are column-major. Bad arrays (another dtype or device, wrong rank, mismatched shapes) throw
-/// std::invalid_argument naming the argument, which nanobind raises as ValueError.
+/// arrays, torch tensors through DLPack, ...) in float32 or float64. C-contiguous ones (numpy's and torch's
+/// default) are read in place as batches of row-major heads (row_major_batch) by the functions that take
+/// them (attention); otherwise they become the library's column-major matrices without a copy when their
+/// layout is column-major already (Fortran order), else by one copy (a cache-blocked transpose for C order).
+/// Outputs are numpy arrays of the inputs' dtype: single matrices through nanobind's Eigen caster (moved,
+/// never copied), batches [..., N, dv] as one buffer whose N×dv blocks are column-major or row-major. Bad
+/// arrays (another dtype or device, wrong rank, mismatched shapes) throw std::invalid_argument naming the
+/// argument, which nanobind raises as ValueError.
 
 #include <nanobind/eigen/dense.h>
 #include <nanobind/nanobind.h>
@@ -19,6 +21,7 @@
 #include <variant>
 #include <vector>
 
+#include "nystrom/batched.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/types.hpp"
 
@@ -119,27 +122,38 @@ class MatrixStack {
   std::int64_t row_stride_ = 0, col_stride_ = 0;
 };
 
+/// The array [..., N, dim] as a batch of row-major N×dim heads over its own memory (count() = the product of
+/// the leading dimensions, one head per batch entry) when it is C-contiguous, non-empty and of scalar T;
+/// nullopt otherwise. Dimensions of size 1 may have any stride.
+template <class T>
+std::optional<BatchView<const T>> row_major_batch(const Array& array);
+
 /// Throws naming the arrays unless their leading dimensions agree.
 void require_same_leading(const std::vector<Index>& a, const std::string& a_name, const std::vector<Index>& b,
                           const std::string& b_name);
 
-/// A batch of `count` column-major rows × cols matrices in one buffer, returned to Python as a numpy array of
-/// shape [leading..., rows, cols] (each matrix column-major, the matrices one after the other).
+/// A batch of `count` rows × cols matrices in one buffer, returned to Python as a numpy array of shape
+/// [leading..., rows, cols] (each matrix column-major, or row-major so that the array is C-contiguous, the
+/// matrices one after the other).
 template <class T>
 class MatrixBatch {
  public:
-  MatrixBatch(std::vector<Index> leading, Index rows, Index cols);
+  MatrixBatch(std::vector<Index> leading, Index rows, Index cols, bool row_major = false);
   ~MatrixBatch();
   MatrixBatch(const MatrixBatch&) = delete;
   MatrixBatch& operator=(const MatrixBatch&) = delete;
-  /// Writes matrix `index` (rows × cols); may run with the GIL released, from any thread.
+  /// Writes matrix `index` (rows × cols) of a column-major batch; may run with the GIL released, from any
+  /// thread.
   void set(Index index, const ConstMatrixRef<T>& matrix);
+  /// The buffer of a row-major batch as a BatchView (one head per matrix), to be written in place.
+  BatchView<T> view() const { return {data_, count_, 1, rows_, cols_}; }
   /// The numpy array owning the buffer (needs the GIL; call once).
   nb::object release_to_numpy();
 
  private:
   std::vector<Index> leading_;
   Index rows_, cols_, count_;
+  bool row_major_;
   T* data_;
 };
 

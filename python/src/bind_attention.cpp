@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 #include <omp.h>
 
+#include <array>
 #include <chrono>
 #include <exception>
 #include <limits>
@@ -17,6 +18,7 @@
 #include "common.hpp"
 #include "nystrom/approximation.hpp"
 #include "nystrom/attention.hpp"
+#include "nystrom/batched.hpp"
 #include "nystrom/evaluation.hpp"
 #include "nystrom/head.hpp"
 #include "nystrom/point_record.hpp"
@@ -58,7 +60,20 @@ struct AttentionInputs {
             describe("k is ", k.rows(), "x", k.cols(), " but q is ", q.rows(), "x", q.cols(),
                      " (N x d per head)"));
     require(v.rows() == q.rows(), describe("v has N = ", v.rows(), " rows but q has N = ", q.rows()));
+    const auto q_rows = row_major_batch<T>(q_array), k_rows = row_major_batch<T>(k_array),
+               v_rows = row_major_batch<T>(v_array);
+    if (q_rows && k_rows && v_rows) row_major = std::array{*q_rows, *k_rows, *v_rows};
   }
+  /// The method on every head of row-major inputs into `out` (batched_attention, each head read and written
+  /// in place).
+  void run_row_major(Method method, const BatchView<T>& out, const ApproximationOptions& options) const {
+    const auto& [Q, K, V] = *row_major;
+    batched_attention<T>(method, Q, K, V, out, options);
+  }
+  /// q, k and v as batches of row-major heads read in place, when all three are C-contiguous
+  /// (row_major_batch).
+  std::optional<std::array<BatchView<const T>, 3>> row_major;
+
   /// Throws naming `function` unless the inputs are single heads (2-D).
   void require_one_head(const char* function) const {
     require(q.leading().empty(),
@@ -71,6 +86,11 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
                             const KeywordArguments& arguments) {
   const AttentionInputs<T> inputs(q, k, v);
   const ApproximationOptions options = approximation_options(arguments, inputs.q.cols());
+  if (inputs.row_major) {
+    MatrixBatch<T> out(inputs.q.leading(), inputs.q.rows(), inputs.v.cols(), true);
+    computed([&] { inputs.run_row_major(arguments.method, out.view(), options); });
+    return out.release_to_numpy();
+  }
   const auto head = [&](Index index) {
     const MatrixArgument<T> Q = inputs.q.matrix(index), K = inputs.k.matrix(index),
                             V = inputs.v.matrix(index);
@@ -85,7 +105,8 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
   return out.release_to_numpy();
 }
 
-/// The best wall time of `repeat` calls of the method on one head, timed here (inputs converted once).
+/// The best wall time of `repeat` calls of the method on one head, timed here as attention() computes it
+/// (C-contiguous inputs in place, others converted once).
 template <class T>
 double best_seconds(const Array& q, const Array& k, const Array& v, const KeywordArguments& arguments) {
   require(arguments.repeat >= 1, describe("time_attention: repeat = ", arguments.repeat, " must be >= 1"));
@@ -93,11 +114,15 @@ double best_seconds(const Array& q, const Array& k, const Array& v, const Keywor
   inputs.require_one_head("time_attention");
   const MatrixArgument<T> Q = inputs.q.matrix(0), K = inputs.k.matrix(0), V = inputs.v.matrix(0);
   const ApproximationOptions options = approximation_options(arguments, Q.cols());
+  RowMajorMatrix<T> row_major_output(Q.rows(), V.cols());
+  const BatchView<T> out{row_major_output.data(), 1, 1, Q.rows(), V.cols()};
   double best = std::numeric_limits<double>::infinity();
   for (int call = 0; call < arguments.repeat; ++call) {
     const auto start = std::chrono::steady_clock::now();
-    const Matrix<T> output =
-        approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options).output;
+    if (inputs.row_major)
+      inputs.run_row_major(arguments.method, out, options);
+    else
+      approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return best;
@@ -232,8 +257,10 @@ void bind_attention(nb::module_& m) {
           "G_U). "
           "Leading dimensions (batch, heads) are looped over in C++, spread over the threads when there are "
           "at "
-          "least as many heads as threads. Returns an array [..., N, dv] of q's dtype (each N×dv block "
-          "column-major). Inference only: no gradients.",
+          "least as many heads as threads. C-contiguous q, k, v (numpy's and torch's default) are read in "
+          "place and give a C-contiguous output; other layouts are converted to column-major and give "
+          "column-major N×dv blocks. Returns an array [..., N, dv] of q's dtype. Inference only: no "
+          "gradients.",
           method_keywords));
 
   m.def(

@@ -272,7 +272,12 @@ def test_generalized_nystrom_factors_and_output(dtype, kernel):
     out = nystrom.attention(q, k, v, kernel=kernel, landmarks=6, stabilization="none")
     assert out.dtype == dtype and out.shape == (48, 6)
     assert relative(out, normalized_output(g_hat, v)) < 30 * TOLERANCE[dtype]
-    np.testing.assert_allclose(factors.attention(v), out, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+    # Fortran-ordered arrays take the factors' own column-major code; C-ordered ones the row-major code, whose
+    # GEMMs may round differently (amplified by the core's conditioning).
+    fortran = nystrom.attention(*(np.asfortranarray(x) for x in (q, k, v)), kernel=kernel, landmarks=6,
+                                stabilization="none")
+    np.testing.assert_allclose(factors.attention(v), fortran, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+    assert relative(factors.attention(v), out) < 30 * TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -589,17 +594,46 @@ def test_exact_recovery_for_rank_m_kernels():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_layouts_give_identical_results(dtype):
+    # C-contiguous arrays take the row-major code, the others column-major matrices (views or copies): the same
+    # bits within each, the same values to rounding across the two (the GEMMs may sum in another order).
     q, k, v = qkv(dtype=dtype)
     reference = nystrom.attention(q, k, v, landmarks=6)
-    fortran = [np.asfortranarray(x) for x in (q, k, v)]
-    np.testing.assert_array_equal(nystrom.attention(*fortran, landmarks=6), reference)
-    wide = [np.repeat(x, 2, axis=1) for x in (q, k, v)]  # every other column: strided views
-    strided = [x[:, ::2] for x in wide]
-    np.testing.assert_array_equal(nystrom.attention(*strided, landmarks=6), reference)
     readonly = [x.copy() for x in (q, k, v)]
     for x in readonly:
         x.flags.writeable = False
     np.testing.assert_array_equal(nystrom.attention(*readonly, landmarks=6), reference)
+    fortran = nystrom.attention(*(np.asfortranarray(x) for x in (q, k, v)), landmarks=6)
+    assert relative(fortran, reference) < TOLERANCE[dtype]
+    wide = [np.repeat(x, 2, axis=1) for x in (q, k, v)]  # every other column: strided views
+    strided = [x[:, ::2] for x in wide]
+    np.testing.assert_array_equal(nystrom.attention(*strided, landmarks=6), fortran)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", nystrom.METHODS)
+def test_c_and_fortran_order_give_the_same_output(dtype, method):
+    # C-ordered arrays are read in place as row-major heads and give a C-ordered output; Fortran-ordered ones
+    # are read in place as column-major matrices and give a Fortran-ordered one. The same bits for the methods
+    # that copy row-major heads to column-major; pnp-nystra and symmetric-nystrom compute on the row-major
+    # heads, where the GEMMs may round differently: the same values to rounding (amplified by the core's
+    # conditioning). Heads of a batch run one per thread, which changes exact attention's panels: to rounding.
+    q, k, v = qkv(n=300, d=12, dv=7, dtype=dtype, seed=5)
+    options = {"method": method, "landmarks": 5, "seed": 3}
+    c_order = nystrom.attention(q, k, v, **options)
+    fortran = nystrom.attention(*(np.asfortranarray(x) for x in (q, k, v)), **options)
+    assert c_order.flags.c_contiguous and fortran.flags.f_contiguous
+    if method in ("pnp-nystra", "symmetric-nystrom"):
+        assert relative(c_order, fortran) < TOLERANCE[dtype]
+    else:
+        np.testing.assert_array_equal(c_order, fortran)
+    rng = np.random.default_rng(8)
+    batch = [rng.standard_normal((2, 3, 40, c)).astype(dtype) for c in (12, 12, 7)]
+    out = nystrom.attention(*batch, **options)
+    assert out.flags.c_contiguous
+    for b in range(2):
+        for h in range(3):
+            head = [np.asfortranarray(x[b, h]) for x in batch]
+            assert relative(out[b, h], nystrom.attention(*head, **options)) < TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -616,9 +650,10 @@ def test_batches_loop_over_leading_dimensions(dtype, method):
         for h in range(3):
             np.testing.assert_allclose(out[b, h], nystrom.attention(q[b, h], k[b, h], v[b, h], **options),
                                        rtol=tolerance, atol=tolerance)
-    heads_last = np.moveaxis(q, 1, 0)  # a non-contiguous batch: [3, 2, N, d] view
-    np.testing.assert_allclose(nystrom.attention(heads_last, np.moveaxis(k, 1, 0), np.moveaxis(v, 1, 0), **options),
-                               np.moveaxis(out, 1, 0), rtol=tolerance, atol=tolerance)
+    # A non-contiguous batch ([3, 2, N, d] view) takes column-major copies: the same values to rounding.
+    heads_last = np.moveaxis(q, 1, 0)
+    assert relative(nystrom.attention(heads_last, np.moveaxis(k, 1, 0), np.moveaxis(v, 1, 0), **options),
+                    np.moveaxis(out, 1, 0)) < TOLERANCE[dtype]
 
 
 def test_an_empty_batch():
@@ -633,7 +668,8 @@ def test_torch_tensors_are_accepted(dtype):
     tensors = [torch.from_numpy(x) for x in (q, k, v)]
     np.testing.assert_array_equal(nystrom.attention(*tensors, landmarks=6), nystrom.attention(q, k, v, landmarks=6))
     transposed = [torch.from_numpy(np.ascontiguousarray(x.T)).T for x in (q, k, v)]  # column-major tensors
-    np.testing.assert_array_equal(nystrom.attention(*transposed, landmarks=6), nystrom.attention(q, k, v, landmarks=6))
+    np.testing.assert_array_equal(nystrom.attention(*transposed, landmarks=6),
+                                  nystrom.attention(*(np.asfortranarray(x) for x in (q, k, v)), landmarks=6))
     assert nystrom.kernel_matrix(tensors[0], tensors[1]).dtype == dtype
 
 

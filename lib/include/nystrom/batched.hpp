@@ -103,12 +103,11 @@ PinvOptions* pinv_options(Method method, ApproximationOptions& options);
 /// threads (dynamic schedule), each head running on one thread, so the output is the same for any thread
 /// count; one head (or a call inside a parallel region) runs with the caller's threads.
 ///
-/// Layout: the per-head code takes column-major N×d matrices, so each head's q and k are copied to them
-/// (OpenBLAS omatcopy), and for the methods other than pnp-nystra and symmetric-nystrom also v, and the
-/// output back; the Nyström methods read V and write Ô in the batch's own layout (the row-major
-/// nystrom_attention). The copies are memory-bound (at N = 1024, d = 64 about 25 µs per matrix on this
-/// project's 2-core machine, against about 0.25 ms for a PnP-Nystra head with m = 16). Each thread keeps its
-/// copy buffers (N·(2d + dv) values) from call to call.
+/// Layout: pnp-nystra and symmetric-nystrom read q, k, v and write the output in the batch's own row-major
+/// layout (the row-major generalized_nystrom, symmetric_nystrom and nystrom_attention), without copies. The
+/// other methods take column-major N×d matrices, so each head's q, k and v are copied to them (OpenBLAS
+/// omatcopy) and the output back; the copies are memory-bound (at N = 1024, d = 64 about 25 µs per matrix on
+/// this project's 2-core machine). Each thread keeps its copy buffers (N·(2d + dv) values) from call to call.
 ///
 /// Throws std::invalid_argument naming the value for mismatched shapes, an empty batch, overlapping `out`,
 /// bad options, or a head with non-finite values (naming the head; `out` is then unspecified).

@@ -113,6 +113,12 @@ template <class T>
 Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                               const LandmarkOptions& options);
 
+/// The same on row-major Q and K (C-ordered arrays, heads of a batch), read in place; the same landmarks as
+/// for column-major copies of them, bit for bit.
+template <class T>
+Landmarks<T> select_landmarks(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                              const LandmarkOptions& options);
+
 /// Segment means of the rows of X (N×d) into m segments: with s = ⌊N/m⌋ the first (s+1)m − N segments have s
 /// rows, the rest s+1 (Nyströmformer; docs/mathematics.md §5).
 template <class T>

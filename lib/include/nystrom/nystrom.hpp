@@ -80,6 +80,14 @@ template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options);
 
+/// The same on row-major Q and K (C-ordered arrays, heads of a [B, H, N, d] batch), read in place without a
+/// copy to column-major: the same landmarks as for column-major copies of Q and K, bit for bit, and the same
+/// factors to rounding (the GEMMs read row-major operands as transposed column-major ones, which BLAS may sum
+/// in another order).
+template <class T>
+NystromFactors<T> generalized_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                                      const NystromOptions& options);
+
 /// The same with given landmarks Q̄, K̄ (m×d each, e.g. selected once and shared with the bound terms of the
 /// same point); options.landmarks is recorded, not used for selection. Throws std::invalid_argument for
 /// landmarks of the wrong shape.
@@ -94,17 +102,22 @@ template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const NystromOptions& options);
 
+/// The same on row-major Q and K, read in place (as for generalized_nystrom).
+template <class T>
+NystromFactors<T> symmetric_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                                    const NystromOptions& options);
+
 /// The same with given landmarks (as for generalized_nystrom).
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const Landmarks<T>& landmarks, const NystromOptions& options);
 
-/// PnP-Nystra Algorithm 1, reassociated: W = Z [G_U V, G_U 1_N] (m×(dv+1)), then Ĝ[V, 1] = G_L W and
-/// Ô = (G_L W_V) ⊘ (G_L W_1) row panel by row panel; the same Ô as (P(G_U V)) ⊘ (P(G_U 1_N)) with P = G_L Z
-/// up to rounding, without the N×m P. O(Nm(d + dv)), never N×N; threads (above detail::parallel_work
-/// multiply-adds per step) over 256-column panels of G_U, summed in panel order, and row panels of G_L, so
-/// the result is the same on any thread count. The clamped variant divides by (Ĝ1 + 1e-12) as the authors'
-/// code does.
+/// PnP-Nystra Algorithm 1, reassociated: W = Z [G_U V, G_U 1_N] (m×(dv+1)), then row panel by row panel
+/// Ĝ1 = G_L W_1 and Ô = (diag(1/Ĝ1) G_L) W_V, one GEMM writing Ô; the same Ô as (P(G_U V)) ⊘ (P(G_U 1_N))
+/// with P = G_L Z up to rounding, without the N×m P. O(Nm(d + dv)), never N×N; threads (above
+/// detail::parallel_work multiply-adds per step) over 256-column panels of G_U, summed in panel order, and
+/// row panels of G_L, so the result is the same on any thread count. The clamped variant divides by (Ĝ1 +
+/// 1e-12) as the authors' code does.
 template <class T>
 Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixRef<T>& V);
 

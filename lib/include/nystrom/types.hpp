@@ -32,6 +32,12 @@ using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 template <class T>
 using ConstRowMajorRef = Eigen::Ref<const RowMajorMatrix<T>>;
 
+/// Read-only view of row-major memory with a row stride (a C-ordered numpy array or torch tensor, one head of
+/// a [B, H, N, d] batch), for the entry points that read tokens in place. Unlike ConstRowMajorRef it never
+/// binds to (and copies) a column-major matrix, so overloads on it and on ConstMatrixRef do not compete.
+template <class T>
+using ConstRowMajorMap = Eigen::Map<const RowMajorMatrix<T>, 0, Eigen::OuterStride<>>;
+
 /// Writable view of a row-major dense block.
 template <class T>
 using RowMajorRef = Eigen::Ref<RowMajorMatrix<T>>;
