@@ -316,6 +316,7 @@ void run_worker(const EvaluatePoint& evaluate, std::chrono::milliseconds poll_in
     }
   }
 }
+
 }  // namespace
 
 #endif
@@ -426,7 +427,7 @@ class LocalEvaluators {
   std::condition_variable work_, finished_;
   bool quit_ = false;
   std::vector<Slot> slots_;
-  std::vector<std::thread> threads_;  ///< last: started once the slots exist, joined before they go
+  std::vector<std::thread> threads_;  ///< one per slot, joined by the destructor
 };
 
 /// Rank 0: hands out points by the cache-affinity schedule (rank 0's evaluating thread k is evaluator 0 for

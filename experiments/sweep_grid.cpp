@@ -110,8 +110,7 @@ std::vector<PointDescription> method_points(const PointDescription& base, const 
 
 /// Why a point of the grid cannot run on `layer` ("" when it can): a softmax method on another kernel than
 /// exp, cur with a pooling strategy, window-pool without a token window (`window_obstacle`).
-std::string obstacle(const PointDescription& point, const DumpLayer& layer,
-                     const std::string& window_obstacle) {
+std::string obstacle(const PointDescription& point, const std::string& window_obstacle) {
   const Method method = point.method;
   const Kernel& kernel = point.options.kernel;
   if (error_matrix(method) == ErrorMatrix::attention && kernel.type != KernelType::exponential)
@@ -193,7 +192,7 @@ std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& lay
             base.seed = grid.seed;
             const auto first = points.size();
             for (auto& point : method_points(base, layer_grid)) {
-              const std::string reason = obstacle(point, layer, window_obstacle);
+              const std::string reason = obstacle(point, window_obstacle);
               if (reason.empty())
                 points.push_back(std::move(point));
               else
