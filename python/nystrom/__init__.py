@@ -58,7 +58,7 @@ from ._nystrom import (
     time_attention,
     top_singular_values,
 )
-from .results import read_results
+from .results import read_bench, read_results, read_spectra, read_vision
 
 __all__ = [
     "KERNELS", "METHODS", "PINV_METHODS", "STABILIZATIONS", "STRATEGIES", "Approximation",
@@ -66,6 +66,6 @@ __all__ = [
     "approximate", "attention", "attention_matrix", "blas_core", "energy_fraction",
     "error_norm", "error_singular_values", "evaluate", "evaluate_bounds", "kernel_matrix", "kernel_norm",
     "kernel_singular_values", "landmark_terms", "numerical_rank", "nystrom_factors", "output_errors",
-    "pseudoinverse", "read_results", "safe_alpha", "select_landmarks", "set_threads", "singular_values",
+    "pseudoinverse", "read_bench", "read_results", "read_spectra", "read_vision", "safe_alpha", "select_landmarks", "set_threads", "singular_values",
     "theorem3_constant", "threads", "time_attention", "top_singular_values",
 ]

@@ -849,7 +849,7 @@ def test_every_function_is_documented_and_typed():
     text = stub.read_text()
     for name in nystrom.__all__:
         assert getattr(nystrom, name).__doc__ or name.isupper(), name
-        if name != "read_results" and not name.isupper():
+        if not name.isupper() and getattr(nystrom, name).__module__ != "nystrom.results":  # readers: Python
             assert f"def {name}(" in text or f"class {name}" in text, name
     assert "landmarks: int = 16" in text and "lambda_: float = 4.0" in text
     assert (Path(nystrom.__file__).parent / "py.typed").is_file()
