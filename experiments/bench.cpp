@@ -51,11 +51,13 @@ struct BenchSettings {
   std::vector<Index> thread_counts;
   std::vector<Method> methods;
   Device device = Device::cpu;
-  Index landmarks = 16;                  ///< m of pnp-nystra, nystromformer, cur, symmetric-nystrom
-  Index features = 64;                   ///< r of performer
-  Index projected = 64;                  ///< k of linformer
-  Index gemm_size = 4096;                ///< n of the n×n×n reference GEMM; 0: none
-  std::vector<Index> matvec_sizes;       ///< N of the kernel matvecs (none by default)
+  Index landmarks = 16;             ///< m of pnp-nystra, nystromformer, cur, symmetric-nystrom
+  Index features = 64;              ///< r of performer
+  Index projected = 64;             ///< k of linformer
+  std::optional<PinvMethod> pinv;   ///< --pinv of every method with a pseudoinverse (none: each its own)
+  int iterations = 0;               ///< --iterations of an iterative pseudoinverse (0: each method's own)
+  Index gemm_size = 4096;           ///< n of the n×n×n reference GEMM; 0: none
+  std::vector<Index> matvec_sizes;  ///< N of the kernel matvecs (none by default)
   std::vector<BatchShape> batch_shapes;  ///< --batch: [B, H, N, d] batches, dv = d (none by default)
   double min_seconds = 0.2;
   int max_repeats = 50;
@@ -173,6 +175,12 @@ ApproximationOptions method_options(const BenchSettings& settings, Index dim) {
   options.performer.seed = settings.seed;
   options.linformer.projected = settings.projected;
   options.linformer.seed = settings.seed;
+  for (const Method method :
+       {Method::pnp_nystra, Method::symmetric_nystrom, Method::nystromformer, Method::cur}) {
+    PinvOptions& pinv = *pinv_options(method, options);
+    if (settings.pinv) pinv.method = *settings.pinv;
+    if (settings.iterations > 0) pinv.iterations = settings.iterations;
+  }
   return options;
 }
 
@@ -298,8 +306,8 @@ Matrix<T> random_tokens(Index rows, Index cols, std::mt19937_64& engine) {
   return out;
 }
 
-/// PnP-Nystra Algorithm 1 step by step (segment-means landmarks, exact pinv of the m×m core, no row-max
-/// scaling): the seven timed steps of the paper's Table 1.
+/// PnP-Nystra Algorithm 1 step by step (segment-means landmarks, the m×m core's pseudoinverse as --pinv gives
+/// it (exact by default), no row-max scaling): the seven timed steps of the paper's Table 1.
 template <class T>
 std::vector<std::pair<std::string, double>> time_steps(const Matrix<T>& Q, const Matrix<T>& K,
                                                        const Matrix<T>& V, const BenchSettings& settings) {
@@ -308,7 +316,7 @@ std::vector<std::pair<std::string, double>> time_steps(const Matrix<T>& Q, const
   Matrix<T> q_bar, k_bar, left, core, upper, upper_values, p, out;
   Vector<T> upper_ones;
   PinvResult<T> pinv;
-  PinvOptions pinv_options;
+  const PinvOptions pinv_options = method_options(settings, settings.dim).nystrom.pinv;
   std::vector<std::pair<std::string, double>> steps;
   const auto step = [&](const char* name, auto&& work) {
     steps.emplace_back(name, time_repeats(work, settings).best);
@@ -602,7 +610,7 @@ std::string timing_note(Device device) {
 
 /// The raw texts of the list options, parsed by complete_settings.
 struct BenchOptionTexts {
-  std::string sizes = "256:16384:x2", matvec_sizes, batch_shapes;
+  std::string sizes = "256:16384:x2", matvec_sizes, batch_shapes, pinv;
 };
 
 /// The options of `nystrom bench`, writing into `texts` and `settings`.
@@ -632,6 +640,11 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
      "m of pnp-nystra, nystromformer, cur, symmetric-nystrom")
     ("features", po::value(&settings.features)->default_value(settings.features), "r of performer")
     ("projected", po::value(&settings.projected)->default_value(settings.projected), "k of linformer")
+    ("pinv", po::value(&texts.pinv),
+     "pseudoinverse of pnp-nystra, symmetric-nystrom, nystromformer and cur (exact, razavi, newton-schulz, ...; "
+     "pinv.hpp names); default: each method's own (exact; nystromformer: razavi)")
+    ("iterations", po::value(&settings.iterations)->default_value(settings.iterations),
+     "iterations of an iterative --pinv; 0: each method's own (6)")
     ("gemm-n", po::value(&settings.gemm_size)->default_value(settings.gemm_size),
      "n of the n x n x n GEMM timed per precision and thread count (/bench_gemm, the reference of the "
      "gemm_fraction columns); 0: none")
@@ -682,6 +695,12 @@ void complete_settings(const po::variables_map& values, const BenchOptionTexts& 
   settings.seed = values["seed"].as<std::uint64_t>();
   settings.quiet = values["quiet"].as<bool>();
   if (!texts.matvec_sizes.empty()) settings.matvec_sizes = parse_index_list(texts.matvec_sizes, "matvec-n");
+  if (!texts.pinv.empty()) {
+    const auto methods = parse_enum_list<PinvMethod>(texts.pinv, "pinv", pinv_method_from_string);
+    require(methods.size() == 1, describe("option --pinv: one pseudoinverse, not '", texts.pinv, "'"));
+    settings.pinv = methods.front();
+  }
+  require(settings.iterations >= 0, describe("option --iterations = ", settings.iterations, " must be >= 0"));
 }
 
 /// The tables `settings` asks for, created in `file`.
@@ -728,6 +747,8 @@ int run_bench(const Invocation& invocation) {
   write_attribute(file.get(), "device", to_string(settings.device));
   write_attribute(file.get(), "device_description", device_description);
   write_attribute(file.get(), "timing", timing_note(settings.device));
+  write_attribute(file.get(), "pinv", settings.pinv ? to_string(*settings.pinv) : std::string("default"));
+  write_attribute(file.get(), "pinv_iters", std::vector<std::int64_t>{settings.iterations});
   BenchTables tables = create_tables(file.get(), settings);
   if (!settings.quiet && !settings.sizes.empty())
     std::cout

@@ -275,6 +275,44 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("bench --pinv, --iterations: every method with a pseudoinverse takes them, and the file says so") {
+  TempDir dir("bench_pinv");
+  const std::vector<std::string> common = {
+      "--n",      "16",        "--landmarks", "16",       "--precision",
+      "double",   "--threads", "1",           "--method", "pnp-nystra,nystromformer",
+      "--gemm-n", "0",         "--steps",     "0"};
+  const auto errors = [&](const std::string& name, std::vector<std::string> options) {
+    options.insert(options.begin(), common.begin(), common.end());
+    const auto output = dir / name;
+    const auto run = run_bench(output, options);
+    REQUIRE_MESSAGE(run.status == 0, run.err);
+    const Table bench = read_table(output, "bench", bench_columns);
+    REQUIRE(bench.rows.size() == 2);
+    return std::pair{output, std::vector{bench.number(0, "output_relative_error"),
+                                         bench.number(1, "output_relative_error")}};
+  };
+  // m = N: the exact pseudoinverse recovers exact attention (Corollary 2.2), one Razavi iteration from
+  // Z₀ = αAᵀ does not.
+  const auto [exact_file, exact] = errors("exact.h5", {"--pinv", "exact"});
+  const auto [razavi_file, razavi] = errors("razavi.h5", {"--pinv", "razavi", "--iterations", "1"});
+  const auto [default_file, defaults] = errors("default.h5", {});
+  for (std::size_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(exact[r] < 1e3 * tolerance<double>(16));
+    CHECK(razavi[r] > 1e-3);
+  }
+  CHECK(defaults[0] == exact[0]);  // pnp-nystra's own: exact
+  CHECK(defaults[1] != exact[1]);  // nystromformer's own: razavi, 6 iterations
+  const auto iterations = [](const std::string& path) {
+    return cli::read_numeric_attribute(cli::open_file(path, false).get(), "pinv_iters");
+  };
+  CHECK(file_attribute(exact_file, "pinv") == "exact");
+  CHECK(file_attribute(razavi_file, "pinv") == "razavi");
+  CHECK(iterations(razavi_file) == std::vector<double>{1});
+  CHECK(file_attribute(default_file, "pinv") == "default");
+  CHECK(iterations(default_file) == std::vector<double>{0});
+}
+
 TEST_CASE(
     "bench --batch: one /bench_batch row per shape × method × precision × threads, exact error 0, m = N "
     "recovers exact attention") {
@@ -357,6 +395,9 @@ TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave a
       {{"--n", "16", "--gemm-n", "-1"}, {"--gemm-n = -1"}},
       {{"--n", "16", "--matvec-n", "256,0"}, {"--matvec-n", "0"}},
       {{"--n", "16", "--d", "0"}, {"--d = 0"}},
+      {{"--n", "16", "--pinv", "bogus"}, {"--pinv", "bogus"}},
+      {{"--n", "16", "--pinv", "exact,razavi"}, {"--pinv", "'exact,razavi'"}},
+      {{"--n", "16", "--iterations", "-1"}, {"--iterations = -1"}},
       {{"--n", "16", "--device", "gpu"}, {"--device", "gpu"}},
       {{"--batch", "2x2x64"}, {"--batch", "'2x2x64'"}},
       {{"--batch", "2x2x64x16,2x0x64x16"}, {"--batch", "'2x0x64x16'"}},
