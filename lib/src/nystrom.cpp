@@ -230,22 +230,35 @@ NystromFactors<T> symmetric_factors(const Tokens& Q, const Landmarks<T>& landmar
   return f;
 }
 
+/// generalized_factors on the landmarks options.landmarks selects; select_landmarks checks that Q and K are
+/// finite (for segment means: only when a mean is not).
+template <class T, class Tokens>
+NystromFactors<T> selected_generalized_factors(const Tokens& Q, const Tokens& K,
+                                               const NystromOptions& options) {
+  detail::require_nystrom_shapes(Q, K, options, "generalized_nystrom");
+  return generalized_factors<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+}
+
+/// symmetric_factors on the landmarks options.landmarks selects (finiteness as above).
+template <class T, class Tokens>
+NystromFactors<T> selected_symmetric_factors(const Tokens& Q, const Tokens& K,
+                                             const NystromOptions& options) {
+  detail::require_nystrom_shapes(Q, K, options, "symmetric_nystrom");
+  return symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options);
+}
+
 }  // namespace
 
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options) {
-  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
-  detail::require_nystrom_shapes(Q, K, options, "generalized_nystrom");
-  return generalized_factors<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+  return selected_generalized_factors<T>(Q, K, options);
 }
 
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                       const NystromOptions& options) {
-  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
-  detail::require_nystrom_shapes(Q, K, options, "generalized_nystrom");
-  return generalized_factors<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+  return selected_generalized_factors<T>(Q, K, options);
 }
 
 template <class T>
@@ -258,17 +271,13 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const NystromOptions& options) {
-  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
-  detail::require_nystrom_shapes(Q, K, options, "symmetric_nystrom");
-  return symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options);
+  return selected_symmetric_factors<T>(Q, K, options);
 }
 
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                     const NystromOptions& options) {
-  // select_landmarks checks that Q and K are finite (for segment means: only when a mean is not).
-  detail::require_nystrom_shapes(Q, K, options, "symmetric_nystrom");
-  return symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options);
+  return selected_symmetric_factors<T>(Q, K, options);
 }
 
 template <class T>
