@@ -65,7 +65,8 @@ int run(int argc, char** argv) {
   invocation.subcommand = first;
   invocation.command_line = "nystrom";
   for (int i = 1; i < argc; ++i) {
-    invocation.command_line += " " + shell_quote(argv[i]);
+    invocation.command_line += ' ';
+    invocation.command_line += shell_quote(argv[i]);
     if (i >= 2) invocation.args.emplace_back(argv[i]);
   }
   for (const auto& subcommand : subcommands) {

@@ -612,6 +612,16 @@ Handle column_memory_type(ColumnType type) {
   throw std::logic_error("column type");
 }
 
+/// The transfer properties of ResultsTable::append. HDF5 callocs a type-conversion buffer of the transfer's
+/// size for every write that converts (each variable-length string cell), 1 MiB by default: on a sweep's
+/// one-cell writes that was most of the coordinator thread's time, in page faults and memset. One cell needs
+/// a few bytes.
+Handle one_cell_transfer() {
+  Handle transfer(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "H5Pcreate");
+  check(H5Pset_buffer(transfer.get(), 4096, nullptr, nullptr), "H5Pset_buffer");
+  return transfer;
+}
+
 H5T_class_t column_class(ColumnType type) {
   return type == ColumnType::text ? H5T_STRING : type == ColumnType::int64 ? H5T_INTEGER : H5T_FLOAT;
 }
@@ -632,6 +642,7 @@ ResultsTable ResultsTable::create(hid_t file, const std::string& group_name, std
                                  H5Dclose, "create column " + column.name);
   }
   table.columns_ = std::move(columns);
+  table.transfer_ = one_cell_transfer();
   return table;
 }
 
@@ -659,6 +670,7 @@ ResultsTable ResultsTable::open(hid_t file, const std::string& group_name, std::
     if (dataset_dims(dataset.get())[0] != rows) check(H5Dset_extent(dataset.get(), &rows), "H5Dset_extent");
   table.columns_ = std::move(columns);
   table.rows_ = rows;
+  table.transfer_ = one_cell_transfer();
   return table;
 }
 
@@ -718,7 +730,7 @@ void ResultsTable::append(const Row& row) {
     } else {
       data = &std::get<double>(row[c]);
     }
-    check(H5Dwrite(dataset, type.get(), memory.get(), space.get(), H5P_DEFAULT, data),
+    check(H5Dwrite(dataset, type.get(), memory.get(), space.get(), transfer_.get(), data),
           "write " + columns_[c].name);
   }
   ++rows_;

@@ -234,6 +234,7 @@ class ResultsTable {
  private:
   std::vector<Column> columns_;
   std::vector<Handle> datasets_;
+  Handle transfer_;  ///< dataset transfer properties of append
   hsize_t rows_ = 0;
 };
 
