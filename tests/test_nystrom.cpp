@@ -438,6 +438,15 @@ TEST_CASE_TEMPLATE(
       CHECK(throws_naming([&] { nystrom_attention<T>(f, bad); }, "nystrom_attention: V"));
     }
   }
+  // Without stabilization, logits of 1,800 overflow the core. Its pseudoinverse rejects it on whichever
+  // thread computes it, inside the parallel region, and the caller gets the exception.
+  set_threads(2);
+  const Matrix<T> large = (Q.array() + T(10)).matrix();
+  CHECK(throws_naming(
+      [&] {
+        generalized_nystrom<T>(large, large, options_for(Kernel::exponential(0.5), m, Stabilization::none));
+      },
+      "pinv: the core contains non-finite"));
   set_threads(before);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -168,6 +169,7 @@ NystromFactors<T> generalized_factors(const Tokens& Q, const Tokens& K, const La
   // one that another process keeps off its core costs a scheduler time slice (milliseconds).
   const Index panels = panel_count(n);
   const SingleThreadedBlas single_threaded_blas;
+  std::exception_ptr core_failure;  // an exception leaves an OpenMP region only through this
 #pragma omp parallel num_threads(detail::workers_for(panels, 2.0 * double(n) * double(m) * double(Q.cols())))
   {
     Vector<T> upper_max = Vector<T>::Constant(m, -std::numeric_limits<T>::infinity());
@@ -192,14 +194,22 @@ NystromFactors<T> generalized_factors(const Tokens& Q, const Tokens& K, const La
       f.upper_log_scale = f.upper_log_scale.cwiseMax(upper_max);
     }
 #pragma omp barrier
+    // The core and its pseudoinverse (serial, an m×m SVD or iteration) on one thread while the others
+    // exponentiate G_U's panels; the thread joins the panels when it is done.
+#pragma omp single nowait
+    try {
+      kernel_from_exponent<T>(f.core, f.upper_log_scale, options);
+      f.pinv = pseudoinverse<T>(f.core, core_pinv_options(options));
+    } catch (...) {
+      core_failure = std::current_exception();
+    }
 #pragma omp for schedule(dynamic, 1)
     for (Index p = 0; p < panels; ++p) {
       const auto [r, b] = panel_rows(p, n);
       kernel_from_exponent<T>(f.upper.middleCols(r, b), f.upper_log_scale, options);
     }
   }
-  kernel_from_exponent<T>(f.core, f.upper_log_scale, options);
-  f.pinv = pseudoinverse<T>(f.core, core_pinv_options(options));
+  if (core_failure) std::rethrow_exception(core_failure);
   scales_relative_to_shift(f);
   return f;
 }
