@@ -15,6 +15,26 @@
 using namespace nystrom;
 using namespace nystrom::test;
 
+// First in the file: doctest runs the cases in file order, and this one counts the process's threads before
+// any OpenMP region has started the OpenMP pool (ctest runs each case in a process of its own anyway).
+TEST_CASE("set_threads stops OpenBLAS's worker pool, BlasThreads restarts it and stops it again") {
+  const auto running_threads = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                         std::filesystem::directory_iterator());
+  };
+  const int before = threads();
+  set_threads(2);  // no OpenMP region has run in this process yet: only the calling thread is left
+  CHECK(running_threads() == 1);
+  {
+    const BlasThreads blas(2);
+    const Matrix<double> a = Matrix<double>::Random(512, 512);
+    const Matrix<double> b = a * a;  // a threaded GEMM (on a machine with two cores or more)
+    CHECK(b.allFinite());
+  }
+  CHECK(running_threads() == 1);
+  set_threads(before);
+}
+
 TEST_CASE("set_threads sets the OpenMP count and rejects counts below one") {
   const int before = threads();
   set_threads(1);
@@ -102,23 +122,5 @@ TEST_CASE("run_concurrently runs both tasks at once, splits the threads and reth
     }
   }
   CHECK(inside == std::vector<std::thread::id>(2, region_thread));
-  set_threads(before);
-}
-
-TEST_CASE("set_threads stops OpenBLAS's worker pool, BlasThreads restarts it and stops it again") {
-  const auto running_threads = [] {
-    return std::distance(std::filesystem::directory_iterator("/proc/self/task"),
-                         std::filesystem::directory_iterator());
-  };
-  const int before = threads();
-  set_threads(2);  // no OpenMP region has run in this process yet: only the calling thread is left
-  CHECK(running_threads() == 1);
-  {
-    const BlasThreads blas(2);
-    const Matrix<double> a = Matrix<double>::Random(512, 512);
-    const Matrix<double> b = a * a;  // a threaded GEMM (on a machine with two cores or more)
-    CHECK(b.allFinite());
-  }
-  CHECK(running_threads() == 1);
   set_threads(before);
 }
