@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <future>
@@ -123,4 +124,57 @@ TEST_CASE("run_concurrently runs both tasks at once, splits the threads and reth
   }
   CHECK(inside == std::vector<std::thread::id>(2, region_thread));
   set_threads(before);
+}
+
+TEST_CASE("PanelSchedule: each thread takes its own range in order, then the others' from their ends") {
+  // Outside a parallel region the caller is thread 0 and takes every panel: its range [0, 2), then the
+  // last panels left in the ranges [2, 4) and [4, 7) of threads 1 and 2.
+  detail::PanelSchedule schedule(7, 3);
+  std::vector<std::ptrdiff_t> order;
+  schedule.for_each([&](std::ptrdiff_t p) { order.push_back(p); });
+  CHECK(order == std::vector<std::ptrdiff_t>{0, 1, 3, 2, 6, 5, 4});
+  CHECK(throws_naming([] { detail::PanelSchedule(-1, 2); }, "-1"));
+}
+
+TEST_CASE("PanelSchedule: every panel runs exactly once, whatever the team and its speed") {
+  for (std::ptrdiff_t count : {0, 1, 2, 5, 16, 17, 1000}) {
+    for (int threads : {1, 2, 3, 7}) {
+      for (int team : {1, 2, 3}) {
+        CAPTURE(count);
+        CAPTURE(threads);
+        CAPTURE(team);
+        std::vector<std::atomic<int>> runs(static_cast<std::size_t>(count));
+        detail::PanelSchedule schedule(count, threads);
+#pragma omp parallel num_threads(team)
+        schedule.for_each([&](std::ptrdiff_t p) { runs[static_cast<std::size_t>(p)].fetch_add(1); });
+        int wrong = 0;
+        for (const auto& r : runs) wrong += r.load() != 1;
+        CHECK(wrong == 0);
+      }
+    }
+  }
+  // A thread held up in a panel of its own range: the other thread runs every other panel meanwhile.
+  const std::ptrdiff_t count = 16;
+  detail::PanelSchedule schedule(count, 2);
+  std::atomic<int> done{0};
+  std::atomic<bool> waited_out{true};
+  std::vector<std::atomic<int>> runs(count);
+#pragma omp parallel num_threads(2)
+  schedule.for_each([&](std::ptrdiff_t p) {
+    if (p == count / 2) {  // thread 1's first panel, unless thread 0 got there first
+      const auto start = std::chrono::steady_clock::now();
+      while (done.load() < count - 1)
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(20)) {
+          waited_out = false;
+          break;
+        }
+    }
+    runs[static_cast<std::size_t>(p)].fetch_add(1);
+    done.fetch_add(1);
+  });
+  CHECK(waited_out.load());
+  CHECK(done.load() == count);
+  int wrong = 0;
+  for (const auto& r : runs) wrong += r.load() != 1;
+  CHECK(wrong == 0);
 }

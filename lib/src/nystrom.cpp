@@ -62,9 +62,10 @@ void clamped_exp(Block&& x, double threshold) {
 
 /// Rows per panel of the thin N×m and m×N steps (Algorithm 1 steps 2, 4, 6, 7): a panel's kernel block is
 /// exponentiated, or multiplied, right after it is formed, while it is still in L1/L2. The panels are the
-/// same for any thread count, and the threads take them one at a time (dynamic schedule), so a thread that
-/// another process keeps off its core leaves its panels to the others, and every sum over N is added panel
-/// by panel in the same order: the factors and Ô are the same bits on 1 and 2 threads.
+/// same for any thread count, and every loop over them hands them out by one detail::PanelSchedule (each
+/// thread keeps its own rows of Q, K, V, G_L, G_U and Ô from loop to loop, and a thread that another
+/// process keeps off its core leaves its panels to the others). Every sum over N is added panel by panel in
+/// the same order: the factors and Ô are the same bits on 1 and 2 threads.
 constexpr Index nystrom_panel_rows = 256;
 
 /// The panels of n rows.
@@ -168,13 +169,14 @@ NystromFactors<T> generalized_factors(const Tokens& Q, const Tokens& K, const La
   // Threads only above detail::parallel_work multiply-adds: a parallel region waits for all its threads, and
   // one that another process keeps off its core costs a scheduler time slice (milliseconds).
   const Index panels = panel_count(n);
+  const int workers = detail::workers_for(panels, 2.0 * double(n) * double(m) * double(Q.cols()));
+  detail::PanelSchedule exponent_panels(panels, workers), upper_panels(panels, workers);
   const SingleThreadedBlas single_threaded_blas;
   std::exception_ptr core_failure;  // an exception leaves an OpenMP region only through this
-#pragma omp parallel num_threads(detail::workers_for(panels, 2.0 * double(n) * double(m) * double(Q.cols())))
+#pragma omp parallel num_threads(workers)
   {
     Vector<T> upper_max = Vector<T>::Constant(m, -std::numeric_limits<T>::infinity());
-#pragma omp for schedule(dynamic, 1) nowait
-    for (Index p = 0; p < panels; ++p) {
+    exponent_panels.for_each([&](Index p) {
       const auto [r, b] = panel_rows(p, n);
       auto left = f.left.middleRows(r, b);
       auto upper = f.upper.middleCols(r, b);
@@ -188,7 +190,7 @@ NystromFactors<T> generalized_factors(const Tokens& Q, const Tokens& K, const La
         upper_max = upper_max.cwiseMax(upper.rowwise().maxCoeff());
       }
       kernel_from_exponent<T>(left, left_scale, options);
-    }
+    });
     if (row_max_scaled) {
 #pragma omp critical
       f.upper_log_scale = f.upper_log_scale.cwiseMax(upper_max);
@@ -203,11 +205,10 @@ NystromFactors<T> generalized_factors(const Tokens& Q, const Tokens& K, const La
     } catch (...) {
       core_failure = std::current_exception();
     }
-#pragma omp for schedule(dynamic, 1)
-    for (Index p = 0; p < panels; ++p) {
+    upper_panels.for_each([&](Index p) {
       const auto [r, b] = panel_rows(p, n);
       kernel_from_exponent<T>(f.upper.middleCols(r, b), f.upper_log_scale, options);
-    }
+    });
   }
   if (core_failure) std::rethrow_exception(core_failure);
   scales_relative_to_shift(f);
@@ -340,9 +341,10 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
   const Index key_panels = panel_count(keys);
   Matrix<T> partials(m, (dv + 1) * key_panels);
   const SingleThreadedBlas single_threaded_blas;
-#pragma omp parallel for schedule(dynamic, 1) \
-    num_threads(detail::workers_for(key_panels, double(m) * double(keys) * double(dv + 1)))
-  for (Index p = 0; p < key_panels; ++p) {
+  const int key_workers = detail::workers_for(key_panels, double(m) * double(keys) * double(dv + 1));
+  detail::PanelSchedule key_schedule(key_panels, key_workers);
+#pragma omp parallel num_threads(key_workers)
+  key_schedule.for_each([&](Index p) {
     const auto [r, b] = panel_rows(p, keys);
     const auto upper = factors.upper.middleCols(r, b);
     auto partial = partials.middleCols(p * (dv + 1), dv + 1);
@@ -350,7 +352,7 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
     const auto [op_v, values] = detail::blas_operand(detail::Op::plain, V.middleRows(r, b));
     detail::gemm<T>(detail::Op::plain, op_v, T(1), upper, values, T(0), upper_values_panel);
     partial.col(dv).noalias() = upper * Vector<T>::Ones(b);  // G_U 1 as a GEMV
-  }
+  });
   Matrix<T> upper_values = partials.leftCols(dv + 1);
   for (Index p = 1; p < key_panels; ++p) upper_values += partials.middleCols(p * (dv + 1), dv + 1);
   if (!all_finite(upper_values)) require_finite(V, "nystrom_attention: V");
@@ -359,7 +361,9 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
   const Matrix<T> values_weights =
       Output::IsRowMajor ? Matrix<T>(weights.leftCols(dv).transpose()) : Matrix<T>();
   const Index panels = panel_count(n);
-#pragma omp parallel num_threads(detail::workers_for(panels, double(n) * double(m) * double(dv + 1)))
+  const int query_workers = detail::workers_for(panels, double(n) * double(m) * double(dv + 1));
+  detail::PanelSchedule query_schedule(panels, query_workers);
+#pragma omp parallel num_threads(query_workers)
   {
     // A panel of b queries: its denominators Ĝ1 = G_L W_1 (a GEMV), its rows of G_L divided by them, then
     // Ô = (D⁻¹G_L) W_V as one GEMM straight into Ô's rows: Ô is written once, by BLAS, with no N×dv
@@ -370,8 +374,7 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
     Matrix<T> scaled_left(Output::IsRowMajor ? m : nystrom_panel_rows,
                           Output::IsRowMajor ? nystrom_panel_rows : m);
     Vector<T> inverse_denominator(nystrom_panel_rows);
-#pragma omp for schedule(dynamic, 1)
-    for (Index p = 0; p < panels; ++p) {
+    query_schedule.for_each([&](Index p) {
       const auto [r, b] = panel_rows(p, n);
       const auto left = factors.left.middleRows(r, b);
       auto inverse = inverse_denominator.head(b);
@@ -388,7 +391,7 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
         auto rows = out.middleRows(r, b);
         detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), scaled, weights.leftCols(dv), T(0), rows);
       }
-    }
+    });
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <limits>
 #include <thread>
 
 #include "nystrom/error.hpp"
@@ -42,6 +43,43 @@ int workers_for(std::ptrdiff_t panels, double work) {
   if (work < parallel_work) return 1;
   return static_cast<int>(
       std::max<std::ptrdiff_t>(1, std::min<std::ptrdiff_t>(panels, omp_get_max_threads())));
+}
+
+namespace {
+
+std::uint64_t pack_range(std::ptrdiff_t first, std::ptrdiff_t end) {
+  return static_cast<std::uint64_t>(first) | static_cast<std::uint64_t>(end) << 32;
+}
+
+}  // namespace
+
+PanelSchedule::PanelSchedule(std::ptrdiff_t count, int threads)
+    : ranges_(static_cast<std::size_t>(std::max(threads, 1))) {
+  require(count >= 0 && count <= std::ptrdiff_t(std::numeric_limits<std::uint32_t>::max()),
+          describe("PanelSchedule: count = ", count, " must lie in [0, 2^32)"));
+  const std::ptrdiff_t t_count = teams();
+  for (std::ptrdiff_t t = 0; t < t_count; ++t)
+    ranges_[static_cast<std::size_t>(t)].bounds.store(
+        pack_range(t * count / t_count, (t + 1) * count / t_count), std::memory_order_relaxed);
+}
+
+int PanelSchedule::team_thread() {
+  return omp_get_thread_num();
+}
+
+std::ptrdiff_t PanelSchedule::take(int r, bool first) {
+  std::atomic<std::uint64_t>& bounds = ranges_[static_cast<std::size_t>(r)].bounds;
+  std::uint64_t current = bounds.load(std::memory_order_relaxed);
+  for (;;) {
+    const auto begin = static_cast<std::ptrdiff_t>(current & 0xffffffffu);
+    const auto end = static_cast<std::ptrdiff_t>(current >> 32);
+    if (begin >= end) return -1;
+    const std::uint64_t next = first ? pack_range(begin + 1, end) : pack_range(begin, end - 1);
+    // Claiming is all the atomic orders: the panels write disjoint memory, and the region's closing barrier
+    // publishes them.
+    if (bounds.compare_exchange_weak(current, next, std::memory_order_relaxed))
+      return first ? begin : end - 1;
+  }
 }
 
 }  // namespace detail

@@ -7,9 +7,12 @@
 /// head reference 9.5 ms and point 7.8 ms with 2 OpenBLAS threads, 5.6 ms and 3.0 ms with 1; oversubscription
 /// inside regions measured 4× slower).
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace nystrom {
 
@@ -24,6 +27,50 @@ constexpr double parallel_work = 1 << 22;
 /// OpenMP threads for `panels` panels of work costing `work` multiply-adds: one below parallel_work, else
 /// threads() but no more than the panels.
 int workers_for(std::ptrdiff_t panels, double work);
+
+/// Panels [0, count) handed out to the threads of an OpenMP parallel region. Thread t of T first takes, in
+/// order, the panels of its own contiguous range [t·count/T, (t+1)·count/T), then the last panels left in
+/// the other threads' ranges. Loops with the same count and team give each thread the same range, so what
+/// one loop writes for a panel is still in that core's caches when the next loop reads it: with OpenMP's
+/// dynamic schedule, whose panel-to-thread map changes from loop to loop, PnP-Nystra at N = 4096 on two
+/// threads took 0.33 ms, with these ranges 0.29 ms. The stealing keeps what a dynamic schedule is for: a
+/// thread that another process keeps off its core delays the loop by at most the panel it holds. Every panel
+/// runs exactly once, whichever thread runs it; a team smaller than `threads` leaves the missing threads'
+/// ranges to be stolen.
+///
+/// Construct one per loop outside the region (shared by the team), then call for_each from every thread of
+/// the region. for_each ends without a barrier.
+class PanelSchedule {
+ public:
+  /// Throws std::invalid_argument unless 0 ≤ count < 2³².
+  PanelSchedule(std::ptrdiff_t count, int threads);
+  PanelSchedule(const PanelSchedule&) = delete;
+  PanelSchedule& operator=(const PanelSchedule&) = delete;
+
+  /// Runs body(p) for each panel p the calling thread takes.
+  template <class Body>
+  void for_each(Body&& body) {
+    const int own = team_thread() % teams();
+    for (std::ptrdiff_t p; (p = take(own, true)) >= 0;) body(p);
+    for (int k = 1; k < teams(); ++k)
+      for (std::ptrdiff_t p; (p = take((own + k) % teams(), false)) >= 0;) body(p);
+  }
+
+ private:
+  /// [first, end) of one thread's range, in one word so that its owner and a thief never take the same
+  /// panel; a cache line each.
+  struct alignas(64) Range {
+    std::atomic<std::uint64_t> bounds{0};
+  };
+
+  int teams() const { return static_cast<int>(ranges_.size()); }
+  /// The calling thread's number in its OpenMP team (0 outside a region).
+  static int team_thread();
+  /// The first (owner) or last (thief) panel left in range r, or −1 when it is empty.
+  std::ptrdiff_t take(int r, bool first);
+
+  std::vector<Range> ranges_;
+};
 
 }  // namespace detail
 
