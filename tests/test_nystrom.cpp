@@ -280,6 +280,50 @@ TEST_CASE_TEMPLATE(
       "landmarks: Q contains non-finite"));
 }
 
+TEST_CASE_TEMPLATE("factors built into used factors equal fresh ones and keep their storage", T, float,
+                   double) {
+  // Every member is rewritten: a previous call of the other method, another N, or other tokens leave
+  // nothing behind; with the same shapes the N×m blocks keep their memory.
+  const Index d = 11, m = 6;
+  const auto row_major = [&](Index n, std::uint64_t seed) {
+    return RowMajorMatrix<T>(random_matrix<T>(n, d, seed));
+  };
+  const auto view = [&](const RowMajorMatrix<T>& x) {
+    return ConstRowMajorMap<T>(x.data(), x.rows(), d, Eigen::OuterStride<>(d));
+  };
+  const auto check_equal = [](const NystromFactors<T>& used, const NystromFactors<T>& fresh) {
+    CHECK(used.left == fresh.left);
+    CHECK(used.upper == fresh.upper);
+    CHECK(used.core == fresh.core);
+    CHECK(used.left_log_scale == fresh.left_log_scale);
+    CHECK(used.upper_log_scale == fresh.upper_log_scale);
+    CHECK(used.pinv.z == fresh.pinv.z);
+    CHECK(used.pinv.rank == fresh.pinv.rank);
+    CHECK(used.landmarks.q == fresh.landmarks.q);
+    CHECK(used.landmarks.k == fresh.landmarks.k);
+    CHECK(used.options.stabilization == fresh.options.stabilization);
+  };
+  const RowMajorMatrix<T> q1 = row_major(300, 201), k1 = row_major(300, 202);
+  const RowMajorMatrix<T> q2 = row_major(300, 203), k2 = row_major(300, 204);
+  const RowMajorMatrix<T> q3 = row_major(77, 205), k3 = row_major(77, 206);
+  const NystromOptions row_max = options_for(Kernel::exponential(0.4), m, Stabilization::row_max);
+  const NystromOptions clamped = options_for(Kernel::exponential(0.4), m, Stabilization::clamped);
+
+  NystromFactors<T> used;
+  symmetric_nystrom<T>(view(q3), view(k3), clamped, used);
+  check_equal(used, symmetric_nystrom<T>(view(q3), view(k3), clamped));
+  generalized_nystrom<T>(view(q1), view(k1), row_max, used);
+  check_equal(used, generalized_nystrom<T>(view(q1), view(k1), row_max));
+  const T* left = used.left.data();
+  const T* upper = used.upper.data();
+  generalized_nystrom<T>(view(q2), view(k2), row_max, used);
+  check_equal(used, generalized_nystrom<T>(view(q2), view(k2), row_max));
+  CHECK(used.left.data() == left);
+  CHECK(used.upper.data() == upper);
+  symmetric_nystrom<T>(view(q2), view(k2), clamped, used);
+  check_equal(used, symmetric_nystrom<T>(view(q2), view(k2), clamped));
+}
+
 TEST_CASE("clamped variant uses exp(min(x,c)) + max(x-c,0) in all three blocks, c = clamp_threshold") {
   const Index n = 40, d = 4, m = 4;
   const Matrix<double> Q = random_matrix<double>(n, d, 61, 3.0);  // large logits reach the clamp

@@ -76,10 +76,12 @@ struct Batch {
   BatchView<T> out;
 };
 
-/// One head's q, k (and v) copied to column-major N×d matrices for the per-head code of the methods other
-/// than the Nyström ones; one per thread, kept from call to call.
+/// What a thread keeps from head to head and from call to call (fresh buffers of N×m or N×d values cost
+/// their page faults every time): a Nyström method's factors, and for the other methods one head's q, k (and
+/// v) copied to column-major N×d matrices for their per-head code.
 template <class T>
-struct HeadTokens {
+struct HeadScratch {
+  NystromFactors<T> factors;
   Matrix<T> q, k, v;
 
   void load_tokens(const Batch<T>& batch, Index i) {
@@ -175,14 +177,16 @@ ConstRowMajorMap<T> head_tokens(const BatchView<const T>& X, Index i) {
 }
 
 /// The factors of a Nyström method on head i's q and k, read in place (row-major), as approximate_attention
-/// makes them from column-major copies.
+/// makes them from column-major copies, into `factors`.
 template <class T>
-NystromFactors<T> nystrom_factors(Method method, const Batch<T>& batch, Index i,
-                                  const ApproximationOptions& options) {
+void nystrom_factors(Method method, const Batch<T>& batch, Index i, const ApproximationOptions& options,
+                     NystromFactors<T>& factors) {
   const NystromOptions nystrom = nystrom_options(method, options);
   const ConstRowMajorMap<T> q = head_tokens(batch.q, i), k = head_tokens(batch.k, i);
-  return method == Method::pnp_nystra ? generalized_nystrom<T>(q, k, nystrom)
-                                      : symmetric_nystrom<T>(q, k, nystrom);
+  if (method == Method::pnp_nystra)
+    generalized_nystrom<T>(q, k, nystrom, factors);
+  else
+    symmetric_nystrom<T>(q, k, nystrom, factors);
 }
 
 /// The first pass of AlphaScope::batch for one head: the matrix its pseudoinverse inverts (the core of
@@ -195,11 +199,11 @@ struct CoreOfHead {
 };
 
 template <class T>
-CoreOfHead<T> core_of_head(Method method, const Batch<T>& batch, Index i, HeadTokens<T>& head,
+CoreOfHead<T> core_of_head(Method method, const Batch<T>& batch, Index i, HeadScratch<T>& head,
                            const ApproximationOptions& options, const PinvOptions& pinv) {
   CoreOfHead<T> out;
   if (is_nystrom(method)) {
-    out.factors = nystrom_factors<T>(method, batch, i, options);
+    nystrom_factors<T>(method, batch, i, options, out.factors.emplace());
     out.inverted = inverted_matrix<T>(out.factors->core, pinv);
   } else if (method == Method::nystromformer) {
     head.load_tokens(batch, i);
@@ -218,16 +222,16 @@ CoreOfHead<T> core_of_head(Method method, const Batch<T>& batch, Index i, HeadTo
 /// in place; the other methods by approximate_attention on column-major copies of q, k and v, the output
 /// copied back.
 template <class T>
-HeadDiagnostics run_head(Method method, const Batch<T>& batch, Index i, HeadTokens<T>& head,
+HeadDiagnostics run_head(Method method, const Batch<T>& batch, Index i, HeadScratch<T>& head,
                          const ApproximationOptions& options, std::optional<NystromFactors<T>>& kept) {
   if (is_nystrom(method)) {
-    NystromFactors<T> factors;
+    NystromFactors<T>& factors = head.factors;
     if (kept) {
       factors = std::move(*kept);
       kept.reset();
       factors.pinv = pseudoinverse<T>(factors.core, nystrom_options(method, options).pinv);
     } else {
-      factors = nystrom_factors<T>(method, batch, i, options);
+      nystrom_factors<T>(method, batch, i, options, factors);
     }
     nystrom_attention<T>(factors, batch.v.head(i), batch.out.head(i));
     return {factors.pinv.status, factors.pinv.residual()};
@@ -258,7 +262,7 @@ BatchedDiagnostics batched_attention(Method method, const BatchView<const T>& Q,
   // (docs/mathematics.md §4), then the heads with that α.
   std::vector<CoreOfHead<T>> cores(static_cast<std::size_t>(count));
   if (alpha_scope == AlphaScope::batch && pinv && pinv->method != PinvMethod::exact) {
-    for_each_head<HeadTokens<T>>(count, Q.heads, [&](Index i, HeadTokens<T>& head) {
+    for_each_head<HeadScratch<T>>(count, Q.heads, [&](Index i, HeadScratch<T>& head) {
       cores[std::size_t(i)] = core_of_head<T>(method, batch, i, head, prepared, *pinv);
     });
     std::vector<Matrix<T>> inverted(static_cast<std::size_t>(count));
@@ -266,7 +270,7 @@ BatchedDiagnostics batched_attention(Method method, const BatchView<const T>& Q,
     result.alpha = batch_alpha<T>(inverted);
     pinv->alpha = result.alpha;
   }
-  for_each_head<HeadTokens<T>>(count, Q.heads, [&](Index i, HeadTokens<T>& head) {
+  for_each_head<HeadScratch<T>>(count, Q.heads, [&](Index i, HeadScratch<T>& head) {
     result.heads[std::size_t(i)] =
         run_head<T>(method, batch, i, head, prepared, cores[std::size_t(i)].factors);
   });

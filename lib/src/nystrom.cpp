@@ -142,14 +142,14 @@ void require_landmarks(const Landmarks<T>& landmarks, Index d, const char* where
 }
 
 /// generalized_nystrom for Q and K of either layout (Tokens: ConstMatrixRef or ConstRowMajorMap), read in
-/// place: the GEMMs take a row-major panel as the transpose of a column-major one.
+/// place: the GEMMs take a row-major panel as the transpose of a column-major one. Into f, whose N×m blocks
+/// keep their storage when their shapes do not change.
 template <class T, class Tokens>
-NystromFactors<T> generalized_factors(const Tokens& Q, const Tokens& K, const Landmarks<T>& landmarks,
-                                      const NystromOptions& options) {
+void generalized_factors(const Tokens& Q, const Tokens& K, Landmarks<T> landmarks,
+                         const NystromOptions& options, NystromFactors<T>& f) {
   require_landmarks(landmarks, Q.cols(), "generalized_nystrom");
-  NystromFactors<T> f;
   f.options = options;
-  f.landmarks = landmarks;
+  f.landmarks = std::move(landmarks);
   const Kernel& kernel = options.kernel;
   const bool row_max_scaled = options.stabilization == Stabilization::row_max;
   const T plain_scale = plain_log_scale<T>(options);
@@ -157,7 +157,7 @@ NystromFactors<T> generalized_factors(const Tokens& Q, const Tokens& K, const La
   f.core = kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
   f.left.resize(n, m);
   f.upper.resize(m, n);
-  f.left_log_scale = Vector<T>::Zero(n);
+  f.left_log_scale.setZero(n);
   // The plain scale without row-max stabilization; with it, the maximum over the threads' partial maxima.
   f.upper_log_scale =
       Vector<T>::Constant(m, row_max_scaled ? -std::numeric_limits<T>::infinity() : plain_scale);
@@ -212,50 +212,55 @@ NystromFactors<T> generalized_factors(const Tokens& Q, const Tokens& K, const La
   }
   if (core_failure) std::rethrow_exception(core_failure);
   scales_relative_to_shift(f);
-  return f;
 }
 
-/// symmetric_nystrom for Q and K of either layout.
+/// symmetric_nystrom for Q and K of either layout, into f (as generalized_factors).
 template <class T, class Tokens>
-NystromFactors<T> symmetric_factors(const Tokens& Q, const Landmarks<T>& landmarks,
-                                    const NystromOptions& options) {
+void symmetric_factors(const Tokens& Q, Landmarks<T> landmarks, const NystromOptions& options,
+                       NystromFactors<T>& f) {
   require_landmarks(landmarks, Q.cols(), "symmetric_nystrom");
   require(options.stabilization != Stabilization::row_max,
           "symmetric_nystrom: stabilization row-max is not defined for the symmetric form C W+ C^T (its row "
           "and column scalings differ); use none or clamped");
   // LaplacianFormer Alg. 1: W = κ(Q̄, K̄), C = κ(Q, K̄), Ĝ = C W⁺ Cᵀ.
-  NystromFactors<T> f;
   f.options = options;
-  f.landmarks = landmarks;
+  f.landmarks = std::move(landmarks);
   f.left.resize(Q.rows(), f.landmarks.k.rows());
   detail::kernel_exponent<T>(options.kernel, Q, f.landmarks.k, f.left);
   f.core = options.kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
   const T plain_scale = plain_log_scale<T>(options);
   kernel_from_exponent<T>(f.left, Vector<T>::Constant(f.left.rows(), plain_scale), options);
   kernel_from_exponent<T>(f.core, Vector<T>::Constant(f.core.rows(), plain_scale), options);
-  f.left_log_scale = Vector<T>::Zero(f.left.rows());
-  f.upper_log_scale = Vector<T>::Zero(f.core.rows());
+  f.left_log_scale.setZero(f.left.rows());
+  f.upper_log_scale.setZero(f.core.rows());
   f.upper = f.left.transpose();
   f.pinv = pseudoinverse<T>(f.core, core_pinv_options(options));
   scales_relative_to_shift(f);
-  return f;
 }
 
 /// generalized_factors on the landmarks options.landmarks selects; select_landmarks checks that Q and K are
 /// finite (for segment means: only when a mean is not).
 template <class T, class Tokens>
-NystromFactors<T> selected_generalized_factors(const Tokens& Q, const Tokens& K,
-                                               const NystromOptions& options) {
+void selected_generalized_factors(const Tokens& Q, const Tokens& K, const NystromOptions& options,
+                                  NystromFactors<T>& f) {
   detail::require_nystrom_shapes(Q, K, options, "generalized_nystrom");
-  return generalized_factors<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+  generalized_factors<T>(Q, K, select_landmarks<T>(Q, K, options.landmarks), options, f);
 }
 
 /// symmetric_factors on the landmarks options.landmarks selects (finiteness as above).
 template <class T, class Tokens>
-NystromFactors<T> selected_symmetric_factors(const Tokens& Q, const Tokens& K,
-                                             const NystromOptions& options) {
+void selected_symmetric_factors(const Tokens& Q, const Tokens& K, const NystromOptions& options,
+                                NystromFactors<T>& f) {
   detail::require_nystrom_shapes(Q, K, options, "symmetric_nystrom");
-  return symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options);
+  symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options, f);
+}
+
+/// `build` into fresh factors.
+template <class T, class Build>
+NystromFactors<T> fresh_factors(const Build& build) {
+  NystromFactors<T> f;
+  build(f);
+  return f;
 }
 
 }  // namespace
@@ -263,39 +268,51 @@ NystromFactors<T> selected_symmetric_factors(const Tokens& Q, const Tokens& K,
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options) {
-  return selected_generalized_factors<T>(Q, K, options);
+  return fresh_factors<T>([&](NystromFactors<T>& f) { selected_generalized_factors<T>(Q, K, options, f); });
 }
 
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                       const NystromOptions& options) {
-  return selected_generalized_factors<T>(Q, K, options);
+  return fresh_factors<T>([&](NystromFactors<T>& f) { selected_generalized_factors<T>(Q, K, options, f); });
+}
+
+template <class T>
+void generalized_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                         const NystromOptions& options, NystromFactors<T>& factors) {
+  selected_generalized_factors<T>(Q, K, options, factors);
 }
 
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const Landmarks<T>& landmarks, const NystromOptions& options) {
   detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
-  return generalized_factors<T>(Q, K, landmarks, options);
+  return fresh_factors<T>([&](NystromFactors<T>& f) { generalized_factors<T>(Q, K, landmarks, options, f); });
 }
 
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const NystromOptions& options) {
-  return selected_symmetric_factors<T>(Q, K, options);
+  return fresh_factors<T>([&](NystromFactors<T>& f) { selected_symmetric_factors<T>(Q, K, options, f); });
 }
 
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                     const NystromOptions& options) {
-  return selected_symmetric_factors<T>(Q, K, options);
+  return fresh_factors<T>([&](NystromFactors<T>& f) { selected_symmetric_factors<T>(Q, K, options, f); });
+}
+
+template <class T>
+void symmetric_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                       const NystromOptions& options, NystromFactors<T>& factors) {
+  selected_symmetric_factors<T>(Q, K, options, factors);
 }
 
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const Landmarks<T>& landmarks, const NystromOptions& options) {
   detail::require_nystrom_inputs<T>(Q, K, options, "symmetric_nystrom");
-  return symmetric_factors<T>(Q, landmarks, options);
+  return fresh_factors<T>([&](NystromFactors<T>& f) { symmetric_factors<T>(Q, landmarks, options, f); });
 }
 
 template <class T>
@@ -432,6 +449,10 @@ void nystrom_attention(const NystromFactors<T>& factors, const ConstRowMajorRef<
                                                     const NystromOptions&);                                 \
   template NystromFactors<T> symmetric_nystrom<T>(const ConstRowMajorMap<T>&, const ConstRowMajorMap<T>&,   \
                                                   const NystromOptions&);                                   \
+  template void generalized_nystrom<T>(const ConstRowMajorMap<T>&, const ConstRowMajorMap<T>&,              \
+                                       const NystromOptions&, NystromFactors<T>&);                          \
+  template void symmetric_nystrom<T>(const ConstRowMajorMap<T>&, const ConstRowMajorMap<T>&,                \
+                                     const NystromOptions&, NystromFactors<T>&);                            \
   template Matrix<T> nystrom_attention<T>(const NystromFactors<T>&, const ConstMatrixRef<T>&);              \
   template void nystrom_attention<T>(const NystromFactors<T>&, const ConstRowMajorRef<T>&, RowMajorRef<T>);
 NYSTROM_INSTANTIATE(float)

@@ -73,9 +73,9 @@ struct NystromFactors {
 };
 
 /// The generalized Nyström factors of G = κ(Q, K) for Q, K (N×d). O(Nmd + m³). G_L and G_U are formed in
-/// 256-row panels handed to the OpenMP threads one at a time (above detail::parallel_work multiply-adds;
-/// single-threaded BLAS inside); M_U's row maxima are reduced over the threads before G_U is exponentiated.
-/// The same factors on any thread count.
+/// 256-row panels shared by the OpenMP threads (above detail::parallel_work multiply-adds; single-threaded
+/// BLAS inside; detail::PanelSchedule); M_U's row maxima are reduced over the threads before G_U is
+/// exponentiated, while one thread computes the core's pseudoinverse. The same factors on any thread count.
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options);
@@ -87,6 +87,13 @@ NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMat
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                       const NystromOptions& options);
+
+/// The same into `factors`, reusing its storage: for calls in a loop (the heads of a batch), where fresh
+/// N×m blocks each time cost their page faults (at N = 4096 a quarter of the call). On an exception `factors`
+/// is left unspecified.
+template <class T>
+void generalized_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                         const NystromOptions& options, NystromFactors<T>& factors);
 
 /// The same with given landmarks Q̄, K̄ (m×d each, e.g. selected once and shared with the bound terms of the
 /// same point); options.landmarks is recorded, not used for selection. Throws std::invalid_argument for
@@ -106,6 +113,11 @@ NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatri
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                     const NystromOptions& options);
+
+/// The same into `factors`, reusing its storage (as for generalized_nystrom).
+template <class T>
+void symmetric_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                       const NystromOptions& options, NystromFactors<T>& factors);
 
 /// The same with given landmarks (as for generalized_nystrom).
 template <class T>
