@@ -107,7 +107,8 @@ PinvOptions* pinv_options(Method method, ApproximationOptions& options);
 /// layout (the row-major generalized_nystrom, symmetric_nystrom and nystrom_attention), without copies. The
 /// other methods take column-major N×d matrices, so each head's q, k and v are copied to them (OpenBLAS
 /// omatcopy) and the output back; the copies are memory-bound (at N = 1024, d = 64 about 25 µs per matrix on
-/// this project's 2-core machine). Each thread keeps its copy buffers (N·(2d + dv) values) from call to call.
+/// this project's 2-core machine). Each thread keeps its buffers from head to head and call to call: the
+/// Nyström factors (2·N·m values) and the copies (N·(2d + dv) values).
 ///
 /// Throws std::invalid_argument naming the value for mismatched shapes, an empty batch, overlapping `out`,
 /// bad options, or a head with non-finite values (naming the head; `out` is then unspecified).
