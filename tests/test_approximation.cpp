@@ -53,3 +53,33 @@ TEST_CASE("softmax methods require the exponential kernel") {
                       "laplacian"));
   CHECK_NOTHROW(approximate_attention<double>(Method::pnp_nystra, Q, Q, V, options));
 }
+
+TEST_CASE_TEMPLATE(
+    "with_drawn_projections makes the seed's draws explicit: the same outputs, given ones kept", T, float,
+    double) {
+  const Index n = 40, d = 12;
+  const Matrix<T> Q = random_matrix<T>(n, d, 11, 0.7), K = random_matrix<T>(n, d, 12, 0.7),
+                  V = random_matrix<T>(n, 5, 13);
+  ApproximationOptions options = small_options(6);
+  options.linformer.share = false;
+  for (auto method : methods) {
+    CAPTURE(to_string(method));
+    const ApproximationOptions drawn = with_drawn_projections(method, options, n, d);
+    CHECK(approximate_attention<T>(method, Q, K, V, drawn).output ==
+          approximate_attention<T>(method, Q, K, V, options).output);
+    CHECK((drawn.performer.projection.size() > 0) == (method == Method::performer));
+    CHECK((drawn.linformer.e.size() > 0) == (method == Method::linformer));
+    CHECK((drawn.linformer.f.size() > 0) == (method == Method::linformer));
+  }
+  const ApproximationOptions drawn = with_drawn_projections(Method::linformer, options, n, d);
+  CHECK(drawn.linformer.e.rows() == options.linformer.projected);
+  CHECK(drawn.linformer.e.cols() == n);
+  CHECK(drawn.linformer.e != drawn.linformer.f);
+  // Given projections are kept; a shared F stays shared (not drawn).
+  ApproximationOptions given = options;
+  given.linformer.e = Matrix<double>::Constant(options.linformer.projected, n, 0.1);
+  given.linformer.share = true;
+  const ApproximationOptions kept = with_drawn_projections(Method::linformer, given, n, d);
+  CHECK(kept.linformer.e == given.linformer.e);
+  CHECK(kept.linformer.f.size() == 0);
+}
