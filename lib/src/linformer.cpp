@@ -5,6 +5,7 @@
 
 #include "attention_inputs.hpp"
 #include "nystrom/softmax.hpp"
+#include "nystrom/threads.hpp"
 
 namespace nystrom {
 
@@ -48,11 +49,22 @@ LinformerResult<T> linformer_attention(const ConstMatrixRef<T>& Q, const ConstMa
   LinformerProjections drawn;
   if (!options.e.size() || (!options.f.size() && !options.share))
     drawn = linformer_projections(options.projected, n, options.seed, options.share);
-  const Matrix<T> e = (options.e.size() ? options.e : drawn.e).template cast<T>();
+  const Matrix<double>& e = options.e.size() ? options.e : drawn.e;
+  const Matrix<double>& f = options.share ? e : (options.f.size() ? options.f : drawn.f);
   LinformerResult<T> result;
-  result.value_proj = options.share ? e : (options.f.size() ? options.f : drawn.f).template cast<T>();
-  const Matrix<T> keys = e * K;                    // EK, k×d
-  const Matrix<T> values = result.value_proj * V;  // FV, k×dv
+  Matrix<T> keys, values;
+  const auto project_keys = [&] { keys = e.template cast<T>() * K; };  // EK, k×d
+  const auto project_values = [&] {
+    result.value_proj = f.template cast<T>();
+    values = result.value_proj * V;  // FV, k×dv
+  };
+  // EK and FV side by side on two threads above detail::parallel_work multiply-adds each.
+  if (double(options.projected) * double(n) * double(K.cols()) >= detail::parallel_work) {
+    run_concurrently(project_keys, project_values);
+  } else {
+    project_keys();
+    project_values();
+  }
   result.attention = softmax_logits<T>(Q, keys, scale);
   result.output.noalias() = result.attention * values;
   return result;

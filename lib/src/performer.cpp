@@ -4,6 +4,7 @@
 #include <random>
 
 #include "attention_inputs.hpp"
+#include "nystrom/threads.hpp"
 
 namespace nystrom {
 
@@ -90,8 +91,20 @@ PerformerResult<T> performer_attention(const ConstMatrixRef<T>& Q, const ConstMa
           ? options.projection
           : performer_projection(options.feature_count(Q.cols()), Q.cols(), options.seed, options.orthogonal);
   const Matrix<T> omega = result.projection.template cast<T>();
-  result.q_features = random_features<T>(Q, omega, scale, true, options.feature_epsilon);
-  result.k_features = random_features<T>(K, omega, scale, false, options.feature_epsilon);
+  const auto query_features = [&] {
+    result.q_features = random_features<T>(Q, omega, scale, true, options.feature_epsilon);
+  };
+  const auto key_features = [&] {
+    result.k_features = random_features<T>(K, omega, scale, false, options.feature_epsilon);
+  };
+  // Φ_Q and Φ_K, most of the work, side by side on two threads above detail::parallel_work multiply-adds
+  // each.
+  if (double(Q.rows()) * double(Q.cols()) * double(omega.rows()) >= detail::parallel_work) {
+    run_concurrently(query_features, key_features);
+  } else {
+    query_features();
+    key_features();
+  }
   const Matrix<T> context = result.k_features.transpose() * V;              // Φ_Kᵀ V, r×dv
   const Vector<T> key_sum = result.k_features.colwise().sum().transpose();  // Φ_Kᵀ 1_N
   result.normalizer.noalias() = result.q_features * key_sum;
