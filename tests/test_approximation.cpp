@@ -3,6 +3,7 @@
 #include "attention_oracles.hpp"
 #include "method_options.hpp"
 #include "nystrom/approximation.hpp"
+#include "nystrom/threads.hpp"
 #include "test_support.hpp"
 
 using namespace nystrom;
@@ -82,4 +83,33 @@ TEST_CASE_TEMPLATE(
   const ApproximationOptions kept = with_drawn_projections(Method::linformer, given, n, d);
   CHECK(kept.linformer.e == given.linformer.e);
   CHECK(kept.linformer.f.size() == 0);
+}
+
+TEST_CASE_TEMPLATE("performer and linformer above the parallel threshold: two threads give one thread's bits",
+                   T, float, double) {
+  // N·d·r and k·N·d above detail::parallel_work: Φ_Q and Φ_K, EK and FV are computed side by side on two
+  // threads; each is the same computation as on one thread.
+  const Index n = 1100, d = 64;
+  const Matrix<T> Q = random_matrix<T>(n, d, 21, 0.2), K = random_matrix<T>(n, d, 22, 0.2),
+                  V = random_matrix<T>(n, 9, 23);
+  ApproximationOptions options = small_options(64);
+  options.kernel = Kernel::exponential(0.125);
+  options.performer.features = 64;
+  REQUIRE(double(n) * d * options.performer.features >= detail::parallel_work);
+  REQUIRE(double(options.linformer.projected) * n * d >= detail::parallel_work);
+  const int before = threads();
+  for (const bool share : {false, true}) {
+    options.linformer.share = share;
+    for (const Method method : {Method::performer, Method::linformer}) {
+      CAPTURE(to_string(method));
+      CAPTURE(share);
+      set_threads(2);
+      const Matrix<T> two = approximate_attention<T>(method, Q, K, V, options).output;
+      set_threads(1);
+      const Matrix<T> one = approximate_attention<T>(method, Q, K, V, options).output;
+      CHECK(two == one);
+      CHECK(one.allFinite());
+    }
+  }
+  set_threads(before);
 }
