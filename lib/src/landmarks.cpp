@@ -319,12 +319,11 @@ namespace {
 
 /// segment_means for X of either layout. Each mean is summed in double over 16 interleaved partial sums (row
 /// i of a segment into sum i mod 16, the remainder into sum 0, then the 16 added in order), which the
-/// compiler vectorizes: over a column's contiguous rows for a column-major X (two AVX-512 accumulators;
-/// measured at N = 4096, d = 64, m = 16: 18 µs against 44 µs with four), over a row's contiguous d values
-/// for a row-major X. The order of the additions is the same for both layouts, so the means are the same
-/// bits. Columns (row-major: the segments) run in parallel from 128K entries (N·d) up: below, a parallel
-/// region costs about what it saves; at N = 4096, d = 64 on two threads it takes PnP-Nystra from 0.39–0.43 ms
-/// to 0.34 ms (`nystrom bench`).
+/// compiler vectorizes into independent vector accumulators: over a column's contiguous rows for a
+/// column-major X, over a row's contiguous d values for a row-major X. The order of the additions is the same
+/// for both layouts, so the means are the same bits. Columns (row-major: the segments) run in parallel from
+/// 128K entries (N·d) up: below, a parallel region costs about what it saves; at N = 4096, d = 64 on two
+/// threads a PnP-Nystra head took 0.34 ms with parallel means and 0.39–0.43 ms without (`nystrom bench`).
 template <class Tokens>
 Matrix<typename Tokens::Scalar> segment_means_of(const Tokens& X, Index m) {
   using T = typename Tokens::Scalar;

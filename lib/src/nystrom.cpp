@@ -52,8 +52,8 @@ PinvOptions core_pinv_options(const NystromOptions& options) {
 namespace {
 
 /// The authors' clamped exponential exp(min(x, c)) + max(x − c, 0) with threshold c (PnP-Nystra public code),
-/// elementwise in place, as array expressions that Eigen vectorizes (its exp agrees with std::exp to an ulp):
-/// eight times faster than std::exp element by element, which had made the authors' setting the slowest.
+/// elementwise in place, as array expressions that Eigen vectorizes (its exp agrees with std::exp to an ulp;
+/// eight times faster than std::exp element by element).
 template <class Block>
 void clamped_exp(Block&& x, double threshold) {
   using T = typename std::decay_t<Block>::Scalar;
@@ -256,26 +256,22 @@ void selected_symmetric_factors(const Tokens& Q, const Tokens& K, const NystromO
   symmetric_factors<T>(Q, select_landmarks<T>(Q, K, options.landmarks), options, f);
 }
 
-/// `build` into fresh factors.
-template <class T, class Build>
-NystromFactors<T> fresh_factors(const Build& build) {
-  NystromFactors<T> f;
-  build(f);
-  return f;
-}
-
 }  // namespace
 
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromOptions& options) {
-  return fresh_factors<T>([&](NystromFactors<T>& f) { selected_generalized_factors<T>(Q, K, options, f); });
+  NystromFactors<T> f;
+  selected_generalized_factors<T>(Q, K, options, f);
+  return f;
 }
 
 template <class T>
 NystromFactors<T> generalized_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                       const NystromOptions& options) {
-  return fresh_factors<T>([&](NystromFactors<T>& f) { selected_generalized_factors<T>(Q, K, options, f); });
+  NystromFactors<T> f;
+  selected_generalized_factors<T>(Q, K, options, f);
+  return f;
 }
 
 template <class T>
@@ -288,19 +284,25 @@ template <class T>
 NystromFactors<T> generalized_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const Landmarks<T>& landmarks, const NystromOptions& options) {
   detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
-  return fresh_factors<T>([&](NystromFactors<T>& f) { generalized_factors<T>(Q, K, landmarks, options, f); });
+  NystromFactors<T> f;
+  generalized_factors<T>(Q, K, landmarks, options, f);
+  return f;
 }
 
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const NystromOptions& options) {
-  return fresh_factors<T>([&](NystromFactors<T>& f) { selected_symmetric_factors<T>(Q, K, options, f); });
+  NystromFactors<T> f;
+  selected_symmetric_factors<T>(Q, K, options, f);
+  return f;
 }
 
 template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
                                     const NystromOptions& options) {
-  return fresh_factors<T>([&](NystromFactors<T>& f) { selected_symmetric_factors<T>(Q, K, options, f); });
+  NystromFactors<T> f;
+  selected_symmetric_factors<T>(Q, K, options, f);
+  return f;
 }
 
 template <class T>
@@ -313,7 +315,9 @@ template <class T>
 NystromFactors<T> symmetric_nystrom(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                     const Landmarks<T>& landmarks, const NystromOptions& options) {
   detail::require_nystrom_inputs<T>(Q, K, options, "symmetric_nystrom");
-  return fresh_factors<T>([&](NystromFactors<T>& f) { symmetric_factors<T>(Q, landmarks, options, f); });
+  NystromFactors<T> f;
+  symmetric_factors<T>(Q, landmarks, options, f);
+  return f;
 }
 
 template <class T>

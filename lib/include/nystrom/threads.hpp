@@ -33,8 +33,9 @@ int workers_for(std::ptrdiff_t panels, double work);
 /// the other threads' ranges. Loops with the same count and team give each thread the same range, so what
 /// one loop writes for a panel is still in that core's caches when the next loop reads it: with OpenMP's
 /// dynamic schedule, whose panel-to-thread map changes from loop to loop, PnP-Nystra at N = 4096 on two
-/// threads took 0.33 ms, with these ranges 0.29 ms. The stealing keeps what a dynamic schedule is for: a
-/// thread that another process keeps off its core delays the loop by at most the panel it holds. Every panel
+/// threads took 0.33 ms, with these ranges 0.29 ms. The stealing keeps what a dynamic schedule is for: the
+/// panels of a thread that another process keeps off its core are taken by the others, so the loop waits
+/// only for the panel that thread holds (and the region's closing barrier for the thread itself). Every panel
 /// runs exactly once, whichever thread runs it; a team smaller than `threads` leaves the missing threads'
 /// ranges to be stolen.
 ///
