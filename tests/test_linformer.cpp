@@ -7,20 +7,31 @@
 using namespace nystrom;
 using namespace nystrom::test;
 
-TEST_CASE_TEMPLATE("linformer equals softmax(sQ(EK)^T)(FV) computed densely", T, float, double) {
-  const Index n = 48, k = 12;
-  const Matrix<T> Q = random_matrix<T>(n, 8, 1), K = random_matrix<T>(n, 8, 2), V = random_matrix<T>(n, 5, 3);
-  LinformerOptions options;
-  options.projected = k;
-  options.seed = 7;
-  const auto result = linformer_attention<T>(Q, K, V, 0.35, options);
-  const auto drawn = linformer_projections(k, n, 7);
-  const Matrix<double> expected =
-      naive_softmax(Q.template cast<double>(), drawn.e * K.template cast<double>(), 0.35) *
-      (drawn.f * V.template cast<double>());
-  CHECK(relative_difference(result.output, expected) < 10 * tolerance<T>(n));
-  CHECK(relative_difference(Matrix<T>(result.attention_operator().dense() * V), result.output) <
-        10 * tolerance<T>(n));
+TEST_CASE_TEMPLATE(
+    "linformer equals softmax(sQ(EK)^T)(FV) computed densely, in one panel of tokens and in "
+    "several with a partial last one",
+    T, float, double) {
+  const Index k = 12;
+  for (const Index n : {Index(48), Index(600)}) {
+    CAPTURE(n);
+    const Matrix<T> Q = random_matrix<T>(n, 8, 1), K = random_matrix<T>(n, 8, 2),
+                    V = random_matrix<T>(n, 5, 3);
+    for (const bool share : {false, true}) {
+      CAPTURE(share);
+      LinformerOptions options;
+      options.projected = k;
+      options.seed = 7;
+      options.share = share;
+      const auto result = linformer_attention<T>(Q, K, V, 0.35, options);
+      const auto drawn = linformer_projections(k, n, 7, share);
+      const Matrix<double> expected =
+          naive_softmax(Q.template cast<double>(), drawn.e * K.template cast<double>(), 0.35) *
+          (drawn.f * V.template cast<double>());
+      CHECK(relative_difference(result.output, expected) < 10 * tolerance<T>(n));
+      CHECK(relative_difference(Matrix<T>(result.attention_operator().dense() * V), result.output) <
+            10 * tolerance<T>(n));
+    }
+  }
 }
 
 TEST_CASE("linformer with E = F = I (k = N) is exact attention, explicit and shared projections are used") {

@@ -28,21 +28,28 @@ Matrix<double> favor(const Matrix<double>& phi_q, const Matrix<double>& phi_k, c
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("performer equals the unshifted FAVOR+ formula (the shifts cancel)", T, float, double) {
-  const Index n = 40, d = 8;
-  const Matrix<T> Q = random_matrix<T>(n, d, 1), K = random_matrix<T>(n, d, 2), V = random_matrix<T>(n, 4, 3);
-  PerformerOptions options;
-  options.features = 20;
-  options.seed = 5;
-  const auto result = performer_attention<T>(Q, K, V, 1 / std::sqrt(8.0), options);
-  const Matrix<double> omega = performer_projection(20, d, 5);
-  CHECK(result.projection == omega);
-  const Matrix<double> expected =
-      favor(naive_features(Q.template cast<double>(), omega, 1 / std::sqrt(8.0)),
-            naive_features(K.template cast<double>(), omega, 1 / std::sqrt(8.0)), V.template cast<double>());
-  CHECK(relative_difference(result.output, expected) < 100 * tolerance<T>(n));
-  CHECK(relative_difference(Matrix<T>(result.attention_operator().dense() * V), result.output) <
-        10 * tolerance<T>(n));
+TEST_CASE_TEMPLATE(
+    "performer equals the unshifted FAVOR+ formula (the shifts cancel), in one panel of tokens and "
+    "in several with a partial last one",
+    T, float, double) {
+  const Index d = 8;
+  for (const Index n : {Index(40), Index(600)}) {
+    CAPTURE(n);
+    const Matrix<T> Q = random_matrix<T>(n, d, 1), K = random_matrix<T>(n, d, 2),
+                    V = random_matrix<T>(n, 4, 3);
+    PerformerOptions options;
+    options.features = 20;
+    options.seed = 5;
+    const auto result = performer_attention<T>(Q, K, V, 1 / std::sqrt(8.0), options);
+    const Matrix<double> omega = performer_projection(20, d, 5);
+    CHECK(result.projection == omega);
+    const Matrix<double> expected = favor(
+        naive_features(Q.template cast<double>(), omega, 1 / std::sqrt(8.0)),
+        naive_features(K.template cast<double>(), omega, 1 / std::sqrt(8.0)), V.template cast<double>());
+    CHECK(relative_difference(result.output, expected) < 100 * tolerance<T>(n));
+    CHECK(relative_difference(Matrix<T>(result.attention_operator().dense() * V), result.output) <
+          10 * tolerance<T>(n));
+  }
 }
 
 TEST_CASE("performer's feature epsilon is added after the package's max shifts") {

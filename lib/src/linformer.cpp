@@ -4,8 +4,10 @@
 #include <random>
 
 #include "attention_inputs.hpp"
+#include "blas_gemm.hpp"
 #include "nystrom/softmax.hpp"
 #include "nystrom/threads.hpp"
+#include "panels.hpp"
 
 namespace nystrom {
 
@@ -52,21 +54,37 @@ LinformerResult<T> linformer_attention(const ConstMatrixRef<T>& Q, const ConstMa
   const Matrix<double>& e = options.e.size() ? options.e : drawn.e;
   const Matrix<double>& f = options.share ? e : (options.f.size() ? options.f : drawn.f);
   LinformerResult<T> result;
-  Matrix<T> keys, values;
-  const auto project_keys = [&] { keys = e.template cast<T>() * K; };  // EK, k×d
-  const auto project_values = [&] {
-    result.value_proj = f.template cast<T>();
-    values = result.value_proj * V;  // FV, k×dv
+  // [EK, FV] (k×(d+dv)) summed over the panels of tokens in order; E's and F's columns are cast to T one
+  // panel at a time (F's into the result).
+  const Index projected = e.rows(), d = K.cols(), dv = V.cols();
+  result.value_proj.resize(projected, n);
+  const Matrix<T> projections = detail::sum_over_panels<T>(
+      n, projected, d + dv, double(projected) * double(n) * double(d + dv),
+      [&](const detail::Panel& panel, MatrixRef<T> term) {
+        auto f_panel = result.value_proj.middleCols(panel.first, panel.rows);
+        f_panel = f.middleCols(panel.first, panel.rows).template cast<T>();
+        const Matrix<T> e_panel = options.share
+                                      ? Matrix<T>(f_panel)
+                                      : Matrix<T>(e.middleCols(panel.first, panel.rows).template cast<T>());
+        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), e_panel,
+                        K.middleRows(panel.first, panel.rows), T(0), term.leftCols(d));
+        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), f_panel,
+                        V.middleRows(panel.first, panel.rows), T(0), term.rightCols(dv));
+      });
+  const auto keys = projections.leftCols(d);
+  const auto values = projections.rightCols(dv);
+  // Each panel of queries: its rows of softmax(s·Q (EK)ᵀ) and of Ô = softmax(s·Q (EK)ᵀ) FV.
+  result.attention.resize(n, projected);
+  result.output.resize(n, dv);
+  const auto query_panel = [&](const detail::Panel& panel) {
+    auto attention = result.attention.middleRows(panel.first, panel.rows);
+    detail::gemm<T>(detail::Op::plain, detail::Op::transposed, T(scale),
+                    Q.middleRows(panel.first, panel.rows), keys, T(0), attention);
+    softmax_rows<T>(attention);
+    detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), attention, values, T(0),
+                    result.output.middleRows(panel.first, panel.rows));
   };
-  // EK and FV side by side on two threads above detail::parallel_work multiply-adds each.
-  if (double(options.projected) * double(n) * double(K.cols()) >= detail::parallel_work) {
-    run_concurrently(project_keys, project_values);
-  } else {
-    project_keys();
-    project_values();
-  }
-  result.attention = softmax_logits<T>(Q, keys, scale);
-  result.output.noalias() = result.attention * values;
+  detail::for_each_panel(n, double(n) * double(projected) * double(d + dv), query_panel);
   return result;
 }
 

@@ -12,6 +12,7 @@
 #include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/threads.hpp"
+#include "panels.hpp"
 
 namespace nystrom {
 
@@ -59,25 +60,6 @@ void clamped_exp(Block&& x, double threshold) {
   using T = typename std::decay_t<Block>::Scalar;
   const T c = T(threshold);
   x = (x.array().min(c).exp() + (x.array() - c).max(T(0))).matrix();
-}
-
-/// Rows per panel of the thin N×m and m×N steps (Algorithm 1 steps 2, 4, 6, 7): a panel's kernel block is
-/// exponentiated, or multiplied, right after it is formed, while it is still in L1/L2. The panels are the
-/// same for any thread count, and every loop over them hands them out by one detail::PanelSchedule (each
-/// thread keeps its own rows of Q, K, V, G_L, G_U and Ô from loop to loop, and a thread that another
-/// process keeps off its core leaves its panels to the others). Every sum over N is added panel by panel in
-/// the same order: the factors and Ô are the same bits on 1 and 2 threads.
-constexpr Index nystrom_panel_rows = 256;
-
-/// The panels of n rows.
-Index panel_count(Index n) {
-  return (n + nystrom_panel_rows - 1) / nystrom_panel_rows;
-}
-
-/// Rows [first, first + rows) of panel p of n rows.
-std::pair<Index, Index> panel_rows(Index p, Index n) {
-  const Index first = p * nystrom_panel_rows;
-  return {first, std::min(nystrom_panel_rows, n - first)};
 }
 
 /// exp(φ − l 1ᵀ) in place: a stabilized kernel block from its exponent φ and row log-scales l. Two passes on
@@ -169,7 +151,7 @@ void generalized_factors(const Tokens& Q, const Tokens& K, Landmarks<T> landmark
   // for a nonsingular G_A.
   // Threads only above detail::parallel_work multiply-adds: a parallel region waits for all its threads, and
   // one that another process keeps off its core costs a scheduler time slice (milliseconds).
-  const Index panels = panel_count(n);
+  const Index panels = detail::panel_count(n);
   const int workers = detail::workers_for(panels, 2.0 * double(n) * double(m) * double(Q.cols()));
   detail::PanelSchedule exponent_panels(panels, workers), upper_panels(panels, workers);
   const SingleThreadedBlas single_threaded_blas;
@@ -178,7 +160,7 @@ void generalized_factors(const Tokens& Q, const Tokens& K, Landmarks<T> landmark
   {
     Vector<T> upper_max = Vector<T>::Constant(m, -std::numeric_limits<T>::infinity());
     exponent_panels.for_each([&](Index p) {
-      const auto [r, b] = panel_rows(p, n);
+      const auto [index, r, b] = detail::panel_of(p, n);
       auto left = f.left.middleRows(r, b);
       auto upper = f.upper.middleCols(r, b);
       detail::kernel_exponent<T>(kernel, Q.middleRows(r, b), f.landmarks.k, left);
@@ -207,7 +189,7 @@ void generalized_factors(const Tokens& Q, const Tokens& K, Landmarks<T> landmark
       core_failure = std::current_exception();
     }
     upper_panels.for_each([&](Index p) {
-      const auto [r, b] = panel_rows(p, n);
+      const auto [index, r, b] = detail::panel_of(p, n);
       kernel_from_exponent<T>(f.upper.middleCols(r, b), f.upper_log_scale, options);
     });
   }
@@ -359,62 +341,40 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
   // finite: then either V is bad (throws) or the finite sums overflowed (a numerical outcome). The scan cost
   // 3% of the whole at N = 4096.
   const Index n = factors.rows(), keys = factors.cols(), m = factors.upper.rows(), dv = V.cols();
-  // [G_U V, G_U 1] of each panel of keys, summed below in panel order.
-  const Index key_panels = panel_count(keys);
-  Matrix<T> partials(m, (dv + 1) * key_panels);
-  const SingleThreadedBlas single_threaded_blas;
-  const int key_workers = detail::workers_for(key_panels, double(m) * double(keys) * double(dv + 1));
-  detail::PanelSchedule key_schedule(key_panels, key_workers);
-#pragma omp parallel num_threads(key_workers)
-  key_schedule.for_each([&](Index p) {
-    const auto [r, b] = panel_rows(p, keys);
-    const auto upper = factors.upper.middleCols(r, b);
-    auto partial = partials.middleCols(p * (dv + 1), dv + 1);
-    auto upper_values_panel = partial.leftCols(dv);
-    const auto [op_v, values] = detail::blas_operand(detail::Op::plain, V.middleRows(r, b));
-    detail::gemm<T>(detail::Op::plain, op_v, T(1), upper, values, T(0), upper_values_panel);
-    partial.col(dv).noalias() = upper * Vector<T>::Ones(b);  // G_U 1 as a GEMV
-  });
-  Matrix<T> upper_values = partials.leftCols(dv + 1);
-  for (Index p = 1; p < key_panels; ++p) upper_values += partials.middleCols(p * (dv + 1), dv + 1);
+  // [G_U V, G_U 1] summed over the panels of keys in order.
+  const Matrix<T> upper_values = detail::sum_over_panels<T>(
+      keys, m, dv + 1, double(m) * double(keys) * double(dv + 1),
+      [&](const detail::Panel& panel, MatrixRef<T> term) {
+        const auto upper = factors.upper.middleCols(panel.first, panel.rows);
+        const auto [op_v, values] =
+            detail::blas_operand(detail::Op::plain, V.middleRows(panel.first, panel.rows));
+        detail::gemm<T>(detail::Op::plain, op_v, T(1), upper, values, T(0), term.leftCols(dv));
+        term.col(dv).noalias() = upper * Vector<T>::Ones(panel.rows);  // G_U 1 as a GEMV
+      });
   if (!all_finite(upper_values)) require_finite(V, "nystrom_attention: V");
   const Matrix<T> weights = factors.pinv.z * upper_values;  // W = Z [G_U V, G_U 1]
   const T denominator_shift = factors.options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
   const Matrix<T> values_weights =
       Output::IsRowMajor ? Matrix<T>(weights.leftCols(dv).transpose()) : Matrix<T>();
-  const Index panels = panel_count(n);
-  const int query_workers = detail::workers_for(panels, double(n) * double(m) * double(dv + 1));
-  detail::PanelSchedule query_schedule(panels, query_workers);
-#pragma omp parallel num_threads(query_workers)
-  {
-    // A panel of b queries: its denominators Ĝ1 = G_L W_1 (a GEMV), its rows of G_L divided by them, then
-    // Ô = (D⁻¹G_L) W_V as one GEMM straight into Ô's rows: Ô is written once, by BLAS, with no N×dv
-    // intermediate and no division pass over it. A row-major Ô is written as its transpose (Ô's rows read as
-    // columns) = W_Vᵀ (D⁻¹G_L)ᵀ with both factors formed transposed (W_Vᵀ once, (D⁻¹G_L)ᵀ per panel), so that
-    // both enter the GEMM plain (OpenBLAS's small-matrix kernel for two transposed operands took twice as
-    // long).
-    Matrix<T> scaled_left(Output::IsRowMajor ? m : nystrom_panel_rows,
-                          Output::IsRowMajor ? nystrom_panel_rows : m);
-    Vector<T> inverse_denominator(nystrom_panel_rows);
-    query_schedule.for_each([&](Index p) {
-      const auto [r, b] = panel_rows(p, n);
-      const auto left = factors.left.middleRows(r, b);
-      auto inverse = inverse_denominator.head(b);
-      inverse.noalias() = left * weights.col(dv);
-      inverse.array() = T(1) / (inverse.array() + denominator_shift);
-      if constexpr (Output::IsRowMajor) {
-        auto scaled = scaled_left.leftCols(b);
-        scaled = (left.array().colwise() * inverse.array()).matrix().transpose();
-        auto rows = out.middleRows(r, b).transpose();
-        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), values_weights, scaled, T(0), rows);
-      } else {
-        auto scaled = scaled_left.topRows(b);
-        scaled = left.array().colwise() * inverse.array();
-        auto rows = out.middleRows(r, b);
-        detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), scaled, weights.leftCols(dv), T(0), rows);
-      }
-    });
-  }
+  // A panel of b queries: its denominators Ĝ1 = G_L W_1 (a GEMV), its rows of G_L divided by them, then
+  // Ô = (D⁻¹G_L) W_V as one GEMM straight into Ô's rows: Ô is written once, by BLAS, with no N×dv
+  // intermediate and no division pass over it. A row-major Ô is written as its transpose (Ô's rows read as
+  // columns) = W_Vᵀ (D⁻¹G_L)ᵀ with both factors formed transposed (W_Vᵀ once, (D⁻¹G_L)ᵀ per panel), so that
+  // both enter the GEMM plain (OpenBLAS's small-matrix kernel for two transposed operands took twice as
+  // long).
+  detail::for_each_panel(n, double(n) * double(m) * double(dv + 1), [&](const detail::Panel& panel) {
+    const auto left = factors.left.middleRows(panel.first, panel.rows);
+    const Vector<T> inverse = (T(1) / ((left * weights.col(dv)).array() + denominator_shift)).matrix();
+    if constexpr (Output::IsRowMajor) {
+      const Matrix<T> scaled = (left.array().colwise() * inverse.array()).matrix().transpose();
+      auto rows = out.middleRows(panel.first, panel.rows).transpose();
+      detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), values_weights, scaled, T(0), rows);
+    } else {
+      const Matrix<T> scaled = left.array().colwise() * inverse.array();
+      auto rows = out.middleRows(panel.first, panel.rows);
+      detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), scaled, weights.leftCols(dv), T(0), rows);
+    }
+  });
 }
 
 void require_values(Index rows, Index n) {

@@ -4,7 +4,9 @@
 #include <random>
 
 #include "attention_inputs.hpp"
+#include "blas_gemm.hpp"
 #include "nystrom/threads.hpp"
+#include "panels.hpp"
 
 namespace nystrom {
 
@@ -55,26 +57,34 @@ Matrix<double> performer_projection(Index features, Index d, std::uint64_t seed,
 
 namespace {
 
-/// φ(x) for the rows of X scaled by s^{1/2}: exp(ωᵀx − ‖x‖²/2 − shift) + ε, times 1/√r; the shift is the
-/// per-row max of ωᵀx (queries) or its global max (keys).
+/// φ(x) for the rows of X scaled by s^{1/2}: exp(ωᵀx − ‖x‖²/2 − shift) + ε, times 1/√r, where the shift is
+/// the max of ωᵀx over the row (queries) or over all rows (keys), subtracted after ‖x‖²/2 as
+/// performer-pytorch's softmax_kernel does, so that ε enters identically. Panel by panel: the exponents and
+/// their row maxima, then the exponentials.
 template <class T>
 Matrix<T> random_features(const ConstMatrixRef<T>& X, const Matrix<T>& omega, double scale,
                           bool per_row_shift, double epsilon) {
-  const T root_scale = T(std::sqrt(scale));
-  Matrix<T> projected(X.rows(), omega.rows());
-  projected.noalias() = (root_scale * X) * omega.transpose();  // ωᵀx
-  const Vector<T> half_norms = (T(0.5) * T(scale)) * X.rowwise().squaredNorm();
-  projected.colwise() -= half_norms;
-  if (per_row_shift) {
-    // The package subtracts the max of ωᵀx before removing ‖x‖²/2; do the same so ε enters identically.
-    const Vector<T> row_max = (projected.colwise() + half_norms).rowwise().maxCoeff();
-    projected.colwise() -= row_max;
-  } else {
-    const T global_max = (projected.colwise() + half_norms).maxCoeff();
-    projected.array() -= global_max;
-  }
-  const T ratio = T(1 / std::sqrt(static_cast<double>(omega.rows())));
-  return ratio * (projected.array().exp() + T(epsilon)).matrix();
+  const Index n = X.rows(), r = omega.rows();
+  const T root_scale = T(std::sqrt(scale)), half_scale = T(0.5 * scale);
+  const T ratio = T(1 / std::sqrt(static_cast<double>(r)));
+  const double work = double(n) * double(X.cols()) * double(r);
+  Matrix<T> features(n, r);
+  Vector<T> shift(n);
+  detail::for_each_panel(n, work, [&](const detail::Panel& panel) {
+    const auto rows = X.middleRows(panel.first, panel.rows);
+    auto block = features.middleRows(panel.first, panel.rows);
+    const Matrix<T> scaled = root_scale * rows;
+    detail::gemm<T>(detail::Op::plain, detail::Op::transposed, T(1), scaled, omega, T(0), block);  // ωᵀx
+    shift.segment(panel.first, panel.rows) = block.rowwise().maxCoeff();
+    block.colwise() -= half_scale * rows.rowwise().squaredNorm();
+  });
+  if (!per_row_shift) shift.setConstant(shift.maxCoeff());
+  detail::for_each_panel(n, work, [&](const detail::Panel& panel) {
+    auto block = features.middleRows(panel.first, panel.rows);
+    block.colwise() -= shift.segment(panel.first, panel.rows);
+    block = (ratio * (block.array().exp() + T(epsilon))).matrix();
+  });
+  return features;
 }
 
 }  // namespace
@@ -91,25 +101,29 @@ PerformerResult<T> performer_attention(const ConstMatrixRef<T>& Q, const ConstMa
           ? options.projection
           : performer_projection(options.feature_count(Q.cols()), Q.cols(), options.seed, options.orthogonal);
   const Matrix<T> omega = result.projection.template cast<T>();
-  const auto query_features = [&] {
-    result.q_features = random_features<T>(Q, omega, scale, true, options.feature_epsilon);
-  };
-  const auto key_features = [&] {
-    result.k_features = random_features<T>(K, omega, scale, false, options.feature_epsilon);
-  };
-  // Φ_Q and Φ_K, most of the work, side by side on two threads above detail::parallel_work multiply-adds
-  // each.
-  if (double(Q.rows()) * double(Q.cols()) * double(omega.rows()) >= detail::parallel_work) {
-    run_concurrently(query_features, key_features);
-  } else {
-    query_features();
-    key_features();
-  }
-  const Matrix<T> context = result.k_features.transpose() * V;              // Φ_Kᵀ V, r×dv
-  const Vector<T> key_sum = result.k_features.colwise().sum().transpose();  // Φ_Kᵀ 1_N
-  result.normalizer.noalias() = result.q_features * key_sum;
-  result.output.noalias() = result.q_features * context;
-  result.output = result.normalizer.cwiseInverse().asDiagonal() * result.output;
+  result.q_features = random_features<T>(Q, omega, scale, true, options.feature_epsilon);
+  result.k_features = random_features<T>(K, omega, scale, false, options.feature_epsilon);
+  // [Φ_Kᵀ V, Φ_Kᵀ 1] (r×(dv+1)) summed over the panels of keys in order, then each panel of queries: its
+  // normalizers Φ_Q Φ_Kᵀ 1 and its rows of Ô = diag(1/normalizer) Φ_Q Φ_Kᵀ V.
+  const Index n = Q.rows(), keys = K.rows(), r = omega.rows(), dv = V.cols();
+  const Matrix<T> context = detail::sum_over_panels<T>(
+      keys, r, dv + 1, double(keys) * double(r) * double(dv + 1),
+      [&](const detail::Panel& panel, MatrixRef<T> term) {
+        const auto features = result.k_features.middleRows(panel.first, panel.rows);
+        detail::gemm<T>(detail::Op::transposed, detail::Op::plain, T(1), features,
+                        V.middleRows(panel.first, panel.rows), T(0), term.leftCols(dv));
+        term.col(dv) = features.colwise().sum().transpose();
+      });
+  result.normalizer.resize(n);
+  result.output.resize(n, dv);
+  detail::for_each_panel(n, double(n) * double(r) * double(dv + 1), [&](const detail::Panel& panel) {
+    const auto features = result.q_features.middleRows(panel.first, panel.rows);
+    auto normalizer = result.normalizer.segment(panel.first, panel.rows);
+    auto rows = result.output.middleRows(panel.first, panel.rows);
+    normalizer.noalias() = features * context.col(dv);
+    detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), features, context.leftCols(dv), T(0), rows);
+    rows.array().colwise() /= normalizer.array();
+  });
   return result;
 }
 
