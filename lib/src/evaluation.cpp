@@ -185,11 +185,13 @@ Matrix<T> head_attention_matrix(const Head<T>& head, const Kernel& kernel) {
 
 template <class T>
 Matrix<T> head_extended_matrix(const Head<T>& head, const Kernel& shifted, const ExtendedTokens<T>& tokens) {
-  Matrix<T> extended = shifted.block<T>(tokens.queries, tokens.keys);
-  if (head.bias.size() > 0) {
-    const Index n = head.tokens();
-    extended.bottomRightCorner(n, n) = head_kernel_matrix(head, shifted);
-  }
+  if (head.bias.size() == 0) return shifted.block<T>(tokens.queries, tokens.keys);
+  // The landmark rows and columns of κ_c, the N×N block from the bias as well (computed once).
+  const Index n = head.tokens(), m = tokens.queries.rows() - n;
+  Matrix<T> extended(m + n, m + n);
+  extended.topRows(m) = shifted.block<T>(tokens.queries.topRows(m), tokens.keys);
+  extended.bottomLeftCorner(n, m) = shifted.block<T>(tokens.queries.bottomRows(n), tokens.keys.topRows(m));
+  extended.bottomRightCorner(n, n) = head_kernel_matrix(head, shifted);
   return extended;
 }
 
@@ -209,12 +211,13 @@ ApproximationOptions on_token_grid(ApproximationOptions options, const std::arra
   return options;
 }
 
+namespace {
+
+/// landmark_terms of a head, kernel and options already validated (HeadEvaluator validates its head once:
+/// with a bias, that is a scan of N² values).
 template <class T>
-LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const Landmarks<T>& marks,
-                             const EvaluationOptions& options) {
-  head.validate("landmark_terms");
-  kernel.validate();
-  options.validate();
+LandmarkTerms terms_of_valid_head(const Head<T>& head, const Kernel& kernel, const Landmarks<T>& marks,
+                                  const EvaluationOptions& options) {
   const Index m = marks.q.rows(), n = head.q.rows();
   require(m >= 1 && marks.k.rows() == m && marks.q.cols() == head.q.cols() && marks.k.cols() == head.q.cols(),
           describe("landmark_terms: landmarks are ", marks.q.rows(), "x", marks.q.cols(), " and ",
@@ -256,6 +259,17 @@ LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const La
   terms.sigma_m1_ext = top.values(m);
   terms.converged = top.converged;
   return terms;
+}
+
+}  // namespace
+
+template <class T>
+LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const Landmarks<T>& marks,
+                             const EvaluationOptions& options) {
+  head.validate("landmark_terms");
+  kernel.validate();
+  options.validate();
+  return terms_of_valid_head(head, kernel, marks, options);
 }
 
 template <class T>
@@ -410,7 +424,7 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
     std::pair<LandmarkTerms, double> computed;
     const auto compute_terms = [&] {
       const auto terms_start = Clock::now();
-      computed.first = landmark_terms(head_, shifted, set.landmarks, options_);
+      computed.first = terms_of_valid_head(head_, shifted, set.landmarks, options_);
       computed.second = seconds_since(terms_start);
     };
     run_with_landmark_terms<T>(head_.tokens(), set.landmarks.q.rows(), options_, measure, compute_terms);

@@ -1,9 +1,7 @@
 #include "nystrom/head.hpp"
 
-#include <algorithm>
-#include <cmath>
 #include <limits>
-#include <vector>
+#include <stdexcept>
 
 #include "nystrom/error.hpp"
 
@@ -30,18 +28,20 @@ void Head<T>::validate(const std::string& where) const {
   require(
       bias.rows() == q.rows() && bias.cols() == q.rows(),
       describe(where, ": bias is ", bias.rows(), "x", bias.cols(), ", expected N x N with N = ", q.rows()));
-  std::vector<bool> finite_entry(std::size_t(bias.rows()), false);
-  for (Index j = 0; j < bias.cols(); ++j)
-    for (Index i = 0; i < bias.rows(); ++i) {
-      const T value = bias(i, j);
-      if (std::isnan(value) || value == std::numeric_limits<T>::infinity())
-        throw std::invalid_argument(
-            describe(where, ": bias(", i, ", ", j, ") = ", double(value), " must be finite or -inf"));
-      if (std::isfinite(value)) finite_entry[std::size_t(i)] = true;
-    }
-  const auto empty_row = std::find(finite_entry.begin(), finite_entry.end(), false);
-  require(empty_row == finite_entry.end(), describe(where, ": bias row ", empty_row - finite_entry.begin(),
-                                                    " is -inf throughout (nothing to attend to)"));
+  const auto values = bias.array();
+  const T infinity = std::numeric_limits<T>::infinity();
+  if (!(values < infinity).all()) {  // NaN compares false too; name the first in column-major order
+    for (Index j = 0; j < bias.cols(); ++j)
+      for (Index i = 0; i < bias.rows(); ++i)
+        if (!(bias(i, j) < infinity))
+          throw std::invalid_argument(
+              describe(where, ": bias(", i, ", ", j, ") = ", double(bias(i, j)), " must be finite or -inf"));
+  }
+  const auto attended = (values > -infinity).rowwise().any().eval();
+  for (Index i = 0; i < bias.rows(); ++i)
+    if (!attended(i))
+      throw std::invalid_argument(
+          describe(where, ": bias row ", i, " is -inf throughout (nothing to attend to)"));
 }
 
 template struct Head<float>;
