@@ -62,6 +62,21 @@ void check_algorithm1(const NystromFactors<T>& f, const Matrix<T>& V, Stabilizat
         tolerance<T>(n * m) * condition(f.core.template cast<double>()));
 }
 
+/// Every member of two sets of factors is the same, bit for bit.
+template <class T>
+void check_same_factors(const NystromFactors<T>& a, const NystromFactors<T>& b) {
+  CHECK(a.left == b.left);
+  CHECK(a.upper == b.upper);
+  CHECK(a.core == b.core);
+  CHECK(a.left_log_scale == b.left_log_scale);
+  CHECK(a.upper_log_scale == b.upper_log_scale);
+  CHECK(a.pinv.z == b.pinv.z);
+  CHECK(a.pinv.rank == b.pinv.rank);
+  CHECK(a.landmarks.q == b.landmarks.q);
+  CHECK(a.landmarks.k == b.landmarks.k);
+  CHECK(a.options.stabilization == b.options.stabilization);
+}
+
 }  // namespace
 
 TEST_CASE("stabilization names round-trip and unknown names throw") {
@@ -291,18 +306,6 @@ TEST_CASE_TEMPLATE("factors built into used factors equal fresh ones and keep th
   const auto view = [&](const RowMajorMatrix<T>& x) {
     return ConstRowMajorMap<T>(x.data(), x.rows(), d, Eigen::OuterStride<>(d));
   };
-  const auto check_equal = [](const NystromFactors<T>& used, const NystromFactors<T>& fresh) {
-    CHECK(used.left == fresh.left);
-    CHECK(used.upper == fresh.upper);
-    CHECK(used.core == fresh.core);
-    CHECK(used.left_log_scale == fresh.left_log_scale);
-    CHECK(used.upper_log_scale == fresh.upper_log_scale);
-    CHECK(used.pinv.z == fresh.pinv.z);
-    CHECK(used.pinv.rank == fresh.pinv.rank);
-    CHECK(used.landmarks.q == fresh.landmarks.q);
-    CHECK(used.landmarks.k == fresh.landmarks.k);
-    CHECK(used.options.stabilization == fresh.options.stabilization);
-  };
   const RowMajorMatrix<T> q1 = row_major(300, 201), k1 = row_major(300, 202);
   const RowMajorMatrix<T> q2 = row_major(300, 203), k2 = row_major(300, 204);
   const RowMajorMatrix<T> q3 = row_major(77, 205), k3 = row_major(77, 206);
@@ -311,17 +314,68 @@ TEST_CASE_TEMPLATE("factors built into used factors equal fresh ones and keep th
 
   NystromFactors<T> used;
   symmetric_nystrom<T>(view(q3), view(k3), clamped, used);
-  check_equal(used, symmetric_nystrom<T>(view(q3), view(k3), clamped));
+  check_same_factors(used, symmetric_nystrom<T>(view(q3), view(k3), clamped));
   generalized_nystrom<T>(view(q1), view(k1), row_max, used);
-  check_equal(used, generalized_nystrom<T>(view(q1), view(k1), row_max));
+  check_same_factors(used, generalized_nystrom<T>(view(q1), view(k1), row_max));
   const T* left = used.left.data();
   const T* upper = used.upper.data();
   generalized_nystrom<T>(view(q2), view(k2), row_max, used);
-  check_equal(used, generalized_nystrom<T>(view(q2), view(k2), row_max));
+  check_same_factors(used, generalized_nystrom<T>(view(q2), view(k2), row_max));
   CHECK(used.left.data() == left);
   CHECK(used.upper.data() == upper);
   symmetric_nystrom<T>(view(q2), view(k2), clamped, used);
-  check_equal(used, symmetric_nystrom<T>(view(q2), view(k2), clamped));
+  check_same_factors(used, symmetric_nystrom<T>(view(q2), view(k2), clamped));
+}
+
+TEST_CASE_TEMPLATE(
+    "generalized_nystrom_attention gives the factors and output of generalized_nystrom and nystrom_attention "
+    "bit for bit: column- and row-major, on one thread and two, below and above the parallel threshold",
+    T, float, double) {
+  // N = 600 stays on one thread; N = 2100 (m = 16, d = 64) runs the factors on the threads while the
+  // separate nystrom_attention sums G_U V on one: nine 256-row panels, the last one ragged, either way.
+  const Index m = 16, dv = 5;
+  const int threads_before = threads();
+  for (const auto& [n, d] : {std::pair<Index, Index>{600, 6}, std::pair<Index, Index>{2100, 64}})
+    for (const int thread_count : {1, 2}) {
+      CAPTURE(n);
+      CAPTURE(thread_count);
+      set_threads(thread_count);
+      const Matrix<T> Q = random_matrix<T>(n, d, 301), K = random_matrix<T>(n, d, 302),
+                      V = random_matrix<T>(n, dv, 303);
+      const RowMajorMatrix<T> q_rows = Q, k_rows = K, v_rows = V;
+      const ConstRowMajorMap<T> q(q_rows.data(), n, d, Eigen::OuterStride<>(d)),
+          k(k_rows.data(), n, d, Eigen::OuterStride<>(d));
+      for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+        CAPTURE(to_string(stabilization));
+        const NystromOptions options = options_for(Kernel::exponential(0.3), m, stabilization);
+        NystromFactors<T> fused;
+        const Matrix<T> out = generalized_nystrom_attention<T>(Q, K, V, options, fused);
+        const NystromFactors<T> separate = generalized_nystrom<T>(Q, K, options);
+        check_same_factors(fused, separate);
+        CHECK(out == nystrom_attention<T>(separate, V));
+
+        RowMajorMatrix<T> rows_out(n, dv), separate_out(n, dv);
+        generalized_nystrom_attention<T>(q, k, v_rows, options, fused, rows_out);
+        NystromFactors<T> rows_separate;
+        generalized_nystrom<T>(q, k, options, rows_separate);
+        nystrom_attention<T>(rows_separate, v_rows, separate_out);
+        check_same_factors(fused, rows_separate);
+        CHECK(rows_out == separate_out);
+      }
+      const NystromOptions options = options_for(Kernel::exponential(0.3), m, Stabilization::row_max);
+      NystromFactors<T> factors;
+      CHECK(throws_naming(
+          [&] { generalized_nystrom_attention<T>(Q, K, Matrix<T>(V.topRows(n - 1)), options, factors); },
+          describe("V has ", n - 1, " rows")));
+      RowMajorMatrix<T> wrong(n, dv + 1);
+      CHECK(throws_naming([&] { generalized_nystrom_attention<T>(q, k, v_rows, options, factors, wrong); },
+                          describe("out is ", n, "x", dv + 1)));
+      Matrix<T> bad_v = V;
+      bad_v(n - 1, 2) = std::numeric_limits<T>::infinity();
+      CHECK(throws_naming([&] { generalized_nystrom_attention<T>(Q, K, bad_v, options, factors); },
+                          "nystrom_attention: V"));
+    }
+  set_threads(threads_before);
 }
 
 TEST_CASE("clamped variant uses exp(min(x,c)) + max(x-c,0) in all three blocks, c = clamp_threshold") {

@@ -148,10 +148,14 @@ Approximation<T> approximate_attention(Method method, const ConstMatrixRef<T>& Q
     case Method::symmetric_nystrom: {
       NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
       nystrom.kernel = options.kernel;
-      out.kernel_factors = method == Method::pnp_nystra ? generalized_nystrom<T>(Q, K, nystrom)
-                                                        : symmetric_nystrom<T>(Q, K, nystrom);
-      out.output = nystrom_attention<T>(*out.kernel_factors, V);
-      record_pinv(out, out.kernel_factors->pinv);
+      NystromFactors<T>& factors = out.kernel_factors.emplace();
+      if (method == Method::pnp_nystra) {
+        out.output = generalized_nystrom_attention<T>(Q, K, V, nystrom, factors);
+      } else {
+        factors = symmetric_nystrom<T>(Q, K, nystrom);
+        out.output = nystrom_attention<T>(factors, V);
+      }
+      record_pinv(out, factors.pinv);
       break;
     }
     case Method::nystromformer:

@@ -289,7 +289,8 @@ Matrix<T> nystrom_attention(Device device, const ConstMatrixRef<T>& Q, const Con
                                       device_nystrom_options(options));
   }
 #endif
-  return nystrom_attention<T>(generalized_nystrom<T>(Q, K, options), V);
+  NystromFactors<T> factors;
+  return generalized_nystrom_attention<T>(Q, K, V, options, factors);
 }
 
 template <class T>

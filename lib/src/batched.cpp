@@ -202,8 +202,8 @@ CoreOfHead<T> core_of_head(Method method, const Batch<T>& batch, Index i, HeadSc
 
 /// Head i into batch.out: a Nyström method by its factors (`kept` ones from the first pass of
 /// AlphaScope::batch, with only Z ≈ G_A⁺ redone) from q and k in place and the row-major Algorithm 1, V and Ô
-/// in place; the other methods by approximate_attention on column-major copies of q, k and v, the output
-/// copied back.
+/// in place (PnP-Nystra's factors and Ô in one call, generalized_nystrom_attention); the other methods by
+/// approximate_attention on column-major copies of q, k and v, the output copied back.
 template <class T>
 HeadDiagnostics run_head(Method method, const Batch<T>& batch, Index i, HeadScratch<T>& head,
                          const ApproximationOptions& options, std::optional<NystromFactors<T>>& kept) {
@@ -213,10 +213,14 @@ HeadDiagnostics run_head(Method method, const Batch<T>& batch, Index i, HeadScra
       factors = std::move(*kept);
       kept.reset();
       factors.pinv = pseudoinverse<T>(factors.core, nystrom_options(method, options).pinv);
+      nystrom_attention<T>(factors, batch.v.head(i), batch.out.head(i));
+    } else if (method == Method::pnp_nystra) {
+      generalized_nystrom_attention<T>(head_tokens(batch.q, i), head_tokens(batch.k, i), batch.v.head(i),
+                                       nystrom_options(method, options), factors, batch.out.head(i));
     } else {
       nystrom_factors<T>(method, batch, i, options, factors);
+      nystrom_attention<T>(factors, batch.v.head(i), batch.out.head(i));
     }
-    nystrom_attention<T>(factors, batch.v.head(i), batch.out.head(i));
     return {factors.pinv.status, factors.pinv.residual()};
   }
   head.load_all(batch, i);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -126,10 +127,12 @@ void require_landmarks(const Landmarks<T>& landmarks, Index d, const char* where
 
 /// generalized_nystrom for Q and K of either layout (Tokens: ConstMatrixRef or ConstRowMajorMap), read in
 /// place: the GEMMs take a row-major panel as the transpose of a column-major one. Into f, whose N×m blocks
-/// keep their storage when their shapes do not change.
+/// keep their storage when their shapes do not change. `finished_upper_panel`, when given, is called on the
+/// thread that finished a panel of G_U, right after its exponentials (generalized_nystrom_attention).
 template <class T, class Tokens>
 void generalized_factors(const Tokens& Q, const Tokens& K, Landmarks<T> landmarks,
-                         const NystromOptions& options, NystromFactors<T>& f) {
+                         const NystromOptions& options, NystromFactors<T>& f,
+                         const std::function<void(const detail::Panel&)>& finished_upper_panel = {}) {
   require_landmarks(landmarks, Q.cols(), "generalized_nystrom");
   f.options = options;
   f.landmarks = std::move(landmarks);
@@ -180,7 +183,8 @@ void generalized_factors(const Tokens& Q, const Tokens& K, Landmarks<T> landmark
     }
 #pragma omp barrier
     // The core and its pseudoinverse (serial, an m×m SVD or iteration) on one thread while the others
-    // exponentiate G_U's panels; the thread joins the panels when it is done.
+    // exponentiate G_U's panels (and multiply them by V in generalized_nystrom_attention); the thread joins
+    // the panels when it is done.
 #pragma omp single nowait
     try {
       kernel_from_exponent<T>(f.core, f.upper_log_scale, options);
@@ -189,8 +193,9 @@ void generalized_factors(const Tokens& Q, const Tokens& K, Landmarks<T> landmark
       core_failure = std::current_exception();
     }
     upper_panels.for_each([&](Index p) {
-      const auto [index, r, b] = detail::panel_of(p, n);
-      kernel_from_exponent<T>(f.upper.middleCols(r, b), f.upper_log_scale, options);
+      const detail::Panel panel = detail::panel_of(p, n);
+      kernel_from_exponent<T>(f.upper.middleCols(panel.first, panel.rows), f.upper_log_scale, options);
+      if (finished_upper_panel) finished_upper_panel(panel);
     });
   }
   if (core_failure) std::rethrow_exception(core_failure);
@@ -330,27 +335,22 @@ Matrix<T> NystromFactors<T>::dense() const {
 
 namespace {
 
-/// PnP-Nystra Algorithm 1 (nystrom_attention) into `out`, V and `out` column-major or row-major.
+/// [G_U V, G_U 1] (m×(dv+1)) of one panel of keys into `term`: the first step of Algorithm 1 (algorithm1).
+template <class T, class Values>
+void upper_values_term(const NystromFactors<T>& factors, const Values& V, const detail::Panel& panel,
+                       MatrixRef<T> term) {
+  const Index dv = V.cols();
+  const auto upper = factors.upper.middleCols(panel.first, panel.rows);
+  const auto [op_v, values] = detail::blas_operand(detail::Op::plain, V.middleRows(panel.first, panel.rows));
+  detail::gemm<T>(detail::Op::plain, op_v, T(1), upper, values, T(0), term.leftCols(dv));
+  term.col(dv).noalias() = upper * Vector<T>::Ones(panel.rows);  // G_U 1 as a GEMV
+}
+
+/// Algorithm 1 after its sum over the keys, from [G_U V, G_U 1] (algorithm1) into `out`.
 template <class T, class Values, class Output>
-void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) {
-  // PnP-Nystra Algorithm 1 with the products reassociated: [G_U V, G_U 1] (m×(dv+1), summed over the panels
-  // of keys in order), W = Z [G_U V, G_U 1] (m×(dv+1)), then one row panel at a time the denominators
-  // Ĝ1 = G_L W_1 and Ô = diag(1/Ĝ1) G_L W_V. Never N×N, and the N×m P = G_L Z of the paper is never formed.
-  // The row scale M_L cancels in the ratio, so it is never applied. A NaN or ±∞ in V reaches G_U V (the
-  // entries of G_U are finite and ≥ 0, and ∞·0 is NaN), so V is scanned only when [G_U V, G_U 1] is not
-  // finite: then either V is bad (throws) or the finite sums overflowed (a numerical outcome). The scan cost
-  // 3% of the whole at N = 4096.
-  const Index n = factors.rows(), keys = factors.cols(), m = factors.upper.rows(), dv = V.cols();
-  // [G_U V, G_U 1] summed over the panels of keys in order.
-  const Matrix<T> upper_values = detail::sum_over_panels<T>(
-      keys, m, dv + 1, double(m) * double(keys) * double(dv + 1),
-      [&](const detail::Panel& panel, MatrixRef<T> term) {
-        const auto upper = factors.upper.middleCols(panel.first, panel.rows);
-        const auto [op_v, values] =
-            detail::blas_operand(detail::Op::plain, V.middleRows(panel.first, panel.rows));
-        detail::gemm<T>(detail::Op::plain, op_v, T(1), upper, values, T(0), term.leftCols(dv));
-        term.col(dv).noalias() = upper * Vector<T>::Ones(panel.rows);  // G_U 1 as a GEMV
-      });
+void algorithm1_from_upper_values(const NystromFactors<T>& factors, const Values& V,
+                                  const Matrix<T>& upper_values, Output& out) {
+  const Index n = factors.rows(), m = factors.upper.rows(), dv = V.cols();
   if (!all_finite(upper_values)) require_finite(V, "nystrom_attention: V");
   const Matrix<T> weights = factors.pinv.z * upper_values;  // W = Z [G_U V, G_U 1]
   const T denominator_shift = factors.options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
@@ -377,8 +377,47 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
   });
 }
 
+/// PnP-Nystra Algorithm 1 (nystrom_attention) into `out`, V and `out` column-major or row-major.
+template <class T, class Values, class Output>
+void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) {
+  // PnP-Nystra Algorithm 1 with the products reassociated: [G_U V, G_U 1] (m×(dv+1), summed over the panels
+  // of keys in order), W = Z [G_U V, G_U 1] (m×(dv+1)), then one row panel at a time the denominators
+  // Ĝ1 = G_L W_1 and Ô = diag(1/Ĝ1) G_L W_V. Never N×N, and the N×m P = G_L Z of the paper is never formed.
+  // The row scale M_L cancels in the ratio, so it is never applied. A NaN or ±∞ in V reaches G_U V (the
+  // entries of G_U are finite and ≥ 0, and ∞·0 is NaN), so V is scanned only when [G_U V, G_U 1] is not
+  // finite: then either V is bad (throws) or the finite sums overflowed (a numerical outcome). The scan cost
+  // 3% of the whole at N = 4096.
+  const Index keys = factors.cols(), m = factors.upper.rows(), dv = V.cols();
+  const Matrix<T> upper_values = detail::sum_over_panels<T>(
+      keys, m, dv + 1, double(m) * double(keys) * double(dv + 1),
+      [&](const detail::Panel& panel, MatrixRef<T> term) { upper_values_term(factors, V, panel, term); });
+  algorithm1_from_upper_values(factors, V, upper_values, out);
+}
+
 void require_values(Index rows, Index n) {
   require(rows == n, describe("nystrom_attention: V has ", rows, " rows, expected N = ", n));
+}
+
+void require_output(Index rows, Index cols, Index n, Index dv) {
+  require(rows == n && cols == dv,
+          describe("nystrom_attention: out is ", rows, "x", cols, ", expected ", n, "x", dv));
+}
+
+/// generalized_nystrom_attention for Q, K, V and Ô of either layout: the factors into f, then each panel of
+/// G_U times its rows of V (Algorithm 1's first step) as soon as the panel is exponentiated, the rest of
+/// Algorithm 1 after the factors.
+template <class T, class Tokens, class Values, class Output>
+void generalized_attention(const Tokens& Q, const Tokens& K, const Values& V, const NystromOptions& options,
+                           NystromFactors<T>& f, Output& out) {
+  detail::require_nystrom_shapes(Q, K, options, "generalized_nystrom");
+  require_values(V.rows(), K.rows());
+  require_output(out.rows(), out.cols(), Q.rows(), V.cols());
+  Landmarks<T> landmarks = select_landmarks<T>(Q, K, options.landmarks);
+  detail::PanelTerms<T> upper_values(K.rows(), landmarks.q.rows(), V.cols() + 1);
+  generalized_factors<T>(Q, K, std::move(landmarks), options, f, [&](const detail::Panel& panel) {
+    upper_values_term(f, V, panel, MatrixRef<T>(upper_values.term(panel)));
+  });
+  algorithm1_from_upper_values(f, V, upper_values.sum(), out);
 }
 
 }  // namespace
@@ -394,10 +433,24 @@ Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixR
 template <class T>
 void nystrom_attention(const NystromFactors<T>& factors, const ConstRowMajorRef<T>& V, RowMajorRef<T> out) {
   require_values(V.rows(), factors.cols());
-  require(out.rows() == factors.rows() && out.cols() == V.cols(),
-          describe("nystrom_attention: out is ", out.rows(), "x", out.cols(), ", expected ", factors.rows(),
-                   "x", V.cols()));
+  require_output(out.rows(), out.cols(), factors.rows(), V.cols());
   algorithm1<T>(factors, V, out);
+}
+
+template <class T>
+Matrix<T> generalized_nystrom_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                        const ConstMatrixRef<T>& V, const NystromOptions& options,
+                                        NystromFactors<T>& factors) {
+  Matrix<T> out(Q.rows(), V.cols());
+  generalized_attention<T>(Q, K, V, options, factors, out);
+  return out;
+}
+
+template <class T>
+void generalized_nystrom_attention(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                                   const ConstRowMajorRef<T>& V, const NystromOptions& options,
+                                   NystromFactors<T>& factors, RowMajorRef<T> out) {
+  generalized_attention<T>(Q, K, V, options, factors, out);
 }
 
 #define NYSTROM_INSTANTIATE(T)                                                                              \
@@ -419,7 +472,13 @@ void nystrom_attention(const NystromFactors<T>& factors, const ConstRowMajorRef<
   template void symmetric_nystrom<T>(const ConstRowMajorMap<T>&, const ConstRowMajorMap<T>&,                \
                                      const NystromOptions&, NystromFactors<T>&);                            \
   template Matrix<T> nystrom_attention<T>(const NystromFactors<T>&, const ConstMatrixRef<T>&);              \
-  template void nystrom_attention<T>(const NystromFactors<T>&, const ConstRowMajorRef<T>&, RowMajorRef<T>);
+  template void nystrom_attention<T>(const NystromFactors<T>&, const ConstRowMajorRef<T>&, RowMajorRef<T>); \
+  template Matrix<T> generalized_nystrom_attention<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,   \
+                                                      const ConstMatrixRef<T>&, const NystromOptions&,      \
+                                                      NystromFactors<T>&);                                  \
+  template void generalized_nystrom_attention<T>(const ConstRowMajorMap<T>&, const ConstRowMajorMap<T>&,    \
+                                                 const ConstRowMajorRef<T>&, const NystromOptions&,         \
+                                                 NystromFactors<T>&, RowMajorRef<T>);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)
 #undef NYSTROM_INSTANTIATE

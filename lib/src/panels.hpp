@@ -47,16 +47,35 @@ void for_each_panel(Index n, double work, const Body& body) {
   schedule.for_each([&](Index p) { body(panel_of(p, n)); });
 }
 
+/// One r×c term per panel of n rows, each written by its panel's thread, and their sum in panel order.
+template <class T>
+class PanelTerms {
+ public:
+  PanelTerms(Index n, Index r, Index c) : panels_(panel_count(n)), columns_(c), terms_(r, c * panels_) {}
+
+  /// The block panel `panel` writes.
+  auto term(const Panel& panel) { return terms_.middleCols(panel.index * columns_, columns_); }
+
+  /// Σ_p term_p, added in panel order.
+  Matrix<T> sum() const {
+    Matrix<T> total = Matrix<T>::Zero(terms_.rows(), columns_);
+    for (Index p = 0; p < panels_; ++p) total += terms_.middleCols(p * columns_, columns_);
+    return total;
+  }
+
+ private:
+  Index panels_;
+  Index columns_;
+  Matrix<T> terms_;
+};
+
 /// Σ_p term(panel p, block_p) over the panels of n rows, where term writes panel p's r×c block: the terms
 /// are formed in parallel as by for_each_panel and added in panel order.
 template <class T, class Term>
 Matrix<T> sum_over_panels(Index n, Index r, Index c, double work, const Term& term) {
-  const Index panels = panel_count(n);
-  Matrix<T> terms(r, c * panels);
-  for_each_panel(n, work, [&](const Panel& panel) { term(panel, terms.middleCols(panel.index * c, c)); });
-  Matrix<T> sum = Matrix<T>::Zero(r, c);
-  for (Index p = 0; p < panels; ++p) sum += terms.middleCols(p * c, c);
-  return sum;
+  PanelTerms<T> terms(n, r, c);
+  for_each_panel(n, work, [&](const Panel& panel) { term(panel, terms.term(panel)); });
+  return terms.sum();
 }
 
 }  // namespace nystrom::detail

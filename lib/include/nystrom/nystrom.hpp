@@ -138,4 +138,20 @@ Matrix<T> nystrom_attention(const NystromFactors<T>& factors, const ConstMatrixR
 template <class T>
 void nystrom_attention(const NystromFactors<T>& factors, const ConstRowMajorRef<T>& V, RowMajorRef<T> out);
 
+/// generalized_nystrom and nystrom_attention in one call, the factors into `factors` and Ô returned: each
+/// 256-column panel of G_U is multiplied by its rows of V right after its exponentials, while one thread
+/// computes the core's pseudoinverse (with the two calls, the other threads wait for it). The same factors
+/// and the same Ô as the two calls, bit for bit, on any thread count.
+template <class T>
+Matrix<T> generalized_nystrom_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                        const ConstMatrixRef<T>& V, const NystromOptions& options,
+                                        NystromFactors<T>& factors);
+
+/// The same on row-major Q, K, V and Ô (a head of a batch, batched.hpp), read and written in place, into
+/// `factors` reusing its storage (as generalized_nystrom does) and Ô into `out` (N×dv).
+template <class T>
+void generalized_nystrom_attention(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
+                                   const ConstRowMajorRef<T>& V, const NystromOptions& options,
+                                   NystromFactors<T>& factors, RowMajorRef<T> out);
+
 }  // namespace nystrom
