@@ -68,7 +68,7 @@ for ax, matrix in zip(axes[0], matrices):
 axes[0][0].set_ylabel("σᵢ / σ₁ (mean over heads)")
 fig.suptitle("Singular-value decay per layer")
 fig.tight_layout()
-nr.save_figure(fig, "spectrum_decay")"""),
+nr.save_figure(fig, "spectrum_decay", results=nr.results_dir() / "spectrum.h5")"""),
     ("md", """\
 ## Averaged over layers and heads, with the spread over heads
 
@@ -86,7 +86,7 @@ ax.set_xlabel("index i")
 ax.set_ylabel("σᵢ / σ₁")
 ax.set_title("Mean over layers and heads (band: 10–90% of heads)")
 ax.legend()
-nr.save_figure(fig, "spectrum_decay_mean")
+nr.save_figure(fig, "spectrum_decay_mean", results=nr.results_dir() / "spectrum.h5")
 
 print(f"{'layer':>8} " + " ".join(f"{m:>10}" for m in matrices))
 for layer in spectra:
@@ -140,7 +140,7 @@ for column, kernel in enumerate(kernels):
         if ax.has_data():
             ax.legend(fontsize=7)
 fig.tight_layout()
-nr.save_figure(fig, "error_vs_landmarks")"""),
+nr.save_figure(fig, "error_vs_landmarks", results=nr.results_dir() / "sweep.h5")"""),
     ("md", """\
 ## Error against pseudoinverse iterations
 
@@ -178,7 +178,7 @@ labels.append("exact pinv, same m")
 if handles:
     fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=7, bbox_to_anchor=(0.5, 1.08))
 fig.tight_layout()
-nr.save_figure(fig, "error_vs_pinv_iterations")"""),
+nr.save_figure(fig, "error_vs_pinv_iterations", results=nr.results_dir() / "sweep.h5")"""),
     ("md", "## Table: median relative spectral error (rows: kernel, strategy, m; columns: pseudoinverse)"),
     ("code", """\
 variants = sorted({(p, int(i)) for p, i in zip(nystra["pinv"], nystra["pinv_iters"])}, key=lambda v: (v[0] != "exact", v))
@@ -254,7 +254,7 @@ for ax, kernel in zip(axes[0], kernels):
     ax.set_ylabel("bound")
     ax.legend(fontsize=7)
 fig.tight_layout()
-nr.save_figure(fig, "bounds_vs_error")"""),
+nr.save_figure(fig, "bounds_vs_error", results=nr.results_dir() / "sweep.h5")"""),
     ("md", "## Where each bound applies: fraction of points with a finite bound, against landmarks"),
     ("code", """\
 fig, axes = plt.subplots(1, len(kernels), figsize=(4.5 * len(kernels), 3.4), squeeze=False, sharey=True)
@@ -271,7 +271,7 @@ for ax, kernel in zip(axes[0], kernels):
     ax.set_ylabel("fraction of heads where it applies")
     ax.legend(fontsize=7)
 fig.tight_layout()
-nr.save_figure(fig, "bounds_applicability")"""),
+nr.save_figure(fig, "bounds_applicability", results=nr.results_dir() / "sweep.h5")"""),
     ("md", """\
 ## Tightness: bound / error (1 = tight; below 1 would be a violation), and the paper's ratio σₘ₊₁(G̃)/σₘ(G_A)"""),
     ("code", """\
@@ -304,7 +304,7 @@ axes[1].set_xlabel("σₘ₊₁(G̃) / σₘ(G_A)  (bound_ratio)")
 axes[1].set_ylabel("empirical ‖G − Ĝ‖₂")
 axes[1].set_title("the paper's quantity against the error")
 fig.tight_layout()
-nr.save_figure(fig, "bounds_tightness")"""),
+nr.save_figure(fig, "bounds_tightness", results=nr.results_dir() / "sweep.h5")"""),
 ]
 
 METHODS = [
@@ -345,7 +345,7 @@ for row, kernel in enumerate(kernels):
             ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes)
 fig.suptitle("Methods (median over layers and heads; band 25–75%)")
 fig.tight_layout()
-nr.save_figure(fig, "methods_comparison")"""),
+nr.save_figure(fig, "methods_comparison", results=nr.results_dir() / "sweep.h5")"""),
     ("code", """\
 print(f"{'kernel':>12} {'method':>18} {'points':>7} {'output rel. err. (median)':>26} {'seconds (median)':>18}")
 for kernel in kernels:

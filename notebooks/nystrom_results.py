@@ -38,8 +38,19 @@ def figures_dir() -> Path:
     return path
 
 
-def save_figure(figure, name: str) -> Path:
-    """Writes `figure` as <figures>/<name>.png and returns the path."""
+def reference_note(results: Path | str) -> str:
+    """What the exact side of a sweep or spectrum file was computed from (its root attribute `reference`,
+    docs/formats.md §2; files written before the attribute existed are `kernel`), as a line for a figure."""
+    if _results.attributes(results).get("reference", "kernel") == "model":
+        return "exact side: the model's scores, exp(s·q·kᵀ + bias + mask) (--reference model)"
+    return "exact side: the kernel of each head's q and k alone (--reference kernel)"
+
+
+def save_figure(figure, name: str, results: Path | str | None = None) -> Path:
+    """Writes `figure` as <figures>/<name>.png and returns the path; with `results` (the sweep or spectrum file the
+    figure shows), a footer says what its exact side was computed from (reference_note)."""
+    if results is not None:
+        figure.text(0.01, 0.0, reference_note(results), fontsize=7, color="0.35", ha="left", va="top")
     path = figures_dir() / f"{name}.png"
     figure.savefig(path, dpi=110, bbox_inches="tight")
     print(f"wrote {path}")

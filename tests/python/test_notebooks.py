@@ -69,6 +69,31 @@ def test_read_sweep_rejects_foreign_files(tmp_path, fake_results):
         nr.read_sweep(incomplete)
 
 
+def test_figures_of_a_file_name_its_reference(tmp_path, fake_results, monkeypatch):
+    with h5py.File(fake_results / "sweep.h5", "r") as source:
+        attributes = dict(source.attrs)
+    notes = {}
+    for reference in ("model", "kernel", None):  # None: a file written before the attribute existed
+        path = tmp_path / f"{reference}.h5"
+        with h5py.File(path, "w") as file:
+            for key, value in attributes.items():
+                if key != "reference":
+                    file.attrs[key] = value
+            if reference:
+                file.attrs["reference"] = reference
+        notes[reference] = nr.reference_note(path)
+    assert "--reference model" in notes["model"] and "bias + mask" in notes["model"]
+    assert "--reference kernel" in notes["kernel"] and notes[None] == notes["kernel"]
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    monkeypatch.setenv("NYSTROM_FIGURES", str(tmp_path / "figures"))
+    figure, _ = plt.subplots()
+    assert nr.save_figure(figure, "with_footer", results=tmp_path / "model.h5").is_file()
+    assert [text.get_text() for text in figure.texts] == [notes["model"]]
+    plt.close(figure)
+
+
 def test_read_sweep_reads_version_1_sizes_into_their_columns(tmp_path):
     """A version 1 file held performer's r and linformer's k in `landmarks`; it is read as version 3."""
     folder = tmp_path / "v1"
