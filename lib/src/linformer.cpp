@@ -6,7 +6,6 @@
 #include "attention_inputs.hpp"
 #include "blas_gemm.hpp"
 #include "nystrom/softmax.hpp"
-#include "nystrom/threads.hpp"
 #include "panels.hpp"
 
 namespace nystrom {

@@ -5,7 +5,6 @@
 
 #include "attention_inputs.hpp"
 #include "blas_gemm.hpp"
-#include "nystrom/threads.hpp"
 #include "panels.hpp"
 
 namespace nystrom {
