@@ -85,10 +85,12 @@ TEST_CASE_TEMPLATE(
   CHECK(kept.linformer.f.size() == 0);
 }
 
-TEST_CASE_TEMPLATE("performer and linformer above the parallel threshold: two threads give one thread's bits",
-                   T, float, double) {
-  // N·d·r and k·N·d above detail::parallel_work: Φ_Q and Φ_K, EK and FV are computed side by side on two
-  // threads; each is the same computation as on one thread.
+TEST_CASE_TEMPLATE(
+    "performer, linformer, nystromformer and cur above the parallel threshold: two threads give one thread's "
+    "bits",
+    T, float, double) {
+  // N·d·r, k·N·d and N·m·d above detail::parallel_work: the panels of tokens run on two threads, and every
+  // sum over N is added in panel order as on one thread.
   const Index n = 1100, d = 64;
   const Matrix<T> Q = random_matrix<T>(n, d, 21, 0.2), K = random_matrix<T>(n, d, 22, 0.2),
                   V = random_matrix<T>(n, 9, 23);
@@ -97,10 +99,12 @@ TEST_CASE_TEMPLATE("performer and linformer above the parallel threshold: two th
   options.performer.features = 64;
   REQUIRE(double(n) * d * options.performer.features >= detail::parallel_work);
   REQUIRE(double(options.linformer.projected) * n * d >= detail::parallel_work);
+  REQUIRE(double(n) * options.nystromformer.landmarks * d >= detail::parallel_work);
+  REQUIRE(double(n) * options.cur.selection.count * d >= detail::parallel_work);
   const int before = threads();
   for (const bool share : {false, true}) {
     options.linformer.share = share;
-    for (const Method method : {Method::performer, Method::linformer}) {
+    for (const Method method : {Method::performer, Method::linformer, Method::nystromformer, Method::cur}) {
       CAPTURE(to_string(method));
       CAPTURE(share);
       set_threads(2);

@@ -31,17 +31,21 @@ CurOptions given(const std::vector<Index>& q_idx, const std::vector<Index>& k_id
 }  // namespace
 
 TEST_CASE_TEMPLATE("cur with given different indices equals the dense CURformer formula", T, float, double) {
-  const Index n = 50;
-  const Matrix<T> Q = random_matrix<T>(n, 8, 1), K = random_matrix<T>(n, 8, 2), V = random_matrix<T>(n, 5, 3);
-  const std::vector<Index> q_idx = {0, 7, 13, 21, 30, 44}, k_idx = {3, 9, 17, 25, 38, 49};
-  const auto result = cur_attention<T>(Q, K, V, 0.35, given(q_idx, k_idx));
-  const Matrix<double> expected = oracle(Q.template cast<double>(), K.template cast<double>(),
-                                         V.template cast<double>(), 0.35, q_idx, k_idx);
-  CHECK(relative_difference(result.output, expected) < 100 * tolerance<T>(n));
-  CHECK(result.q_indices == q_idx);
-  CHECK(result.k_indices == k_idx);
-  CHECK(relative_difference(Matrix<T>(result.attention_operator().dense() * V), result.output) <
-        10 * tolerance<T>(n));
+  // 600 tokens: three panels, the last one partial.
+  for (const Index n : {Index(50), Index(600)}) {
+    CAPTURE(n);
+    const Matrix<T> Q = random_matrix<T>(n, 8, 1), K = random_matrix<T>(n, 8, 2),
+                    V = random_matrix<T>(n, 5, 3);
+    const std::vector<Index> q_idx = {0, 7, 13, 21, 30, 44}, k_idx = {3, 9, 17, 25, 38, n - 1};
+    const auto result = cur_attention<T>(Q, K, V, 0.35, given(q_idx, k_idx));
+    const Matrix<double> expected = oracle(Q.template cast<double>(), K.template cast<double>(),
+                                           V.template cast<double>(), 0.35, q_idx, k_idx);
+    CHECK(relative_difference(result.output, expected) < 100 * tolerance<T>(n));
+    CHECK(result.q_indices == q_idx);
+    CHECK(result.k_indices == k_idx);
+    CHECK(relative_difference(Matrix<T>(result.attention_operator().dense() * V), result.output) <
+          10 * tolerance<T>(n));
+  }
 }
 
 TEST_CASE_TEMPLATE("cur selecting every token recovers exact attention", T, float, double) {

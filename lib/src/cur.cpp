@@ -1,7 +1,9 @@
 #include "nystrom/cur.hpp"
 
+#include <utility>
+
 #include "attention_inputs.hpp"
-#include "nystrom/softmax.hpp"
+#include "softmax_panels.hpp"
 
 namespace nystrom {
 
@@ -24,14 +26,15 @@ CurResult<T> cur_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& 
   result.q_indices = selected.q_indices;
   result.k_indices = selected.k_indices;
   const Index m = static_cast<Index>(result.q_indices.size());
-  result.columns = softmax_logits<T>(Q, selected.k, scale);  // C
-  result.rows = softmax_logits<T>(selected.q, K, scale);     // R
+  result.columns = detail::tall_softmax<T>(Q, selected.k, scale);  // C
+  // R and R V (m×dv): the exact outputs of the selected queries.
+  detail::WideSoftmax<T> rows = detail::wide_softmax<T>(selected.q, K, V, scale);
+  result.rows = std::move(rows.matrix);
+  const Matrix<T>& row_values = rows.times_values;
   result.intersection.resize(m, result.columns.cols());
   for (Index i = 0; i < m; ++i) result.intersection.row(i) = result.columns.row(result.q_indices[i]);  // U
   result.pinv = pseudoinverse<T>(result.intersection, options.pinv);
-
-  const Matrix<T> row_values = result.rows * V;  // R V, m×dv: the exact outputs of the selected queries
-  result.output.noalias() = result.columns * (result.pinv.z * row_values);
+  result.output = detail::tall_product<T>(result.columns, result.pinv.z * row_values);
   if (options.copy_exact_rows)
     for (Index i = 0; i < m; ++i) result.output.row(result.q_indices[i]) = row_values.row(i);
   return result;

@@ -1,10 +1,12 @@
 #include "nystrom/nystromformer.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "attention_inputs.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/softmax.hpp"
+#include "softmax_panels.hpp"
 
 namespace nystrom {
 
@@ -67,17 +69,14 @@ NystromformerResult<T> nystromformer_attention(const ConstMatrixRef<T>& Q, const
   const Matrix<T> k_landmarks = landmarks_of<T>(K, padding, m);
 
   NystromformerResult<T> result;
-  result.left = softmax_logits<T>(Q, k_landmarks, scale);  // F̃; padded query rows are dropped anyway
+  result.left = detail::tall_softmax<T>(Q, k_landmarks, scale);  // F̃; padded query rows are dropped anyway
   result.core = softmax_logits<T>(q_landmarks, k_landmarks, scale);  // Ã
-  if (padding == 0) {
-    result.upper = softmax_logits<T>(q_landmarks, K, scale);  // B̃
-  } else {
-    // The package's zero keys enter the softmax denominators; their zero values add nothing to B̃V.
-    result.upper = softmax_logits<T>(q_landmarks, padded<T>(K, padding), scale).rightCols(n);
-  }
+  // B̃ and B̃V; the package's zero keys enter the softmax denominators, and their zero values add nothing to
+  // B̃V.
+  detail::WideSoftmax<T> upper = detail::wide_softmax<T>(q_landmarks, K, V, scale, padding);
+  result.upper = std::move(upper.matrix);
   result.pinv = pseudoinverse<T>(result.core, options.pinv);
-  const Matrix<T> upper_values = result.upper * V;  // B̃V, m×dv
-  result.output.noalias() = result.left * (result.pinv.z * upper_values);
+  result.output = detail::tall_product<T>(result.left, result.pinv.z * upper.times_values);
   return result;
 }
 
