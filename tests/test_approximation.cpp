@@ -85,10 +85,8 @@ TEST_CASE_TEMPLATE(
   CHECK(kept.linformer.f.size() == 0);
 }
 
-TEST_CASE_TEMPLATE(
-    "performer, linformer, nystromformer and cur above the parallel threshold: two threads give one thread's "
-    "bits",
-    T, float, double) {
+TEST_CASE_TEMPLATE("every low-rank method above the parallel threshold: two threads give one thread's bits",
+                   T, float, double) {
   // N·d·r, k·N·d and N·m·d above detail::parallel_work: the panels of tokens run on two threads, and every
   // sum over N is added in panel order as on one thread.
   const Index n = 1100, d = 64;
@@ -101,10 +99,12 @@ TEST_CASE_TEMPLATE(
   REQUIRE(double(options.linformer.projected) * n * d >= detail::parallel_work);
   REQUIRE(double(n) * options.nystromformer.landmarks * d >= detail::parallel_work);
   REQUIRE(double(n) * options.cur.selection.count * d >= detail::parallel_work);
+  REQUIRE(double(n) * options.symmetric.landmarks.count * d >= detail::parallel_work);
   const int before = threads();
   for (const bool share : {false, true}) {
     options.linformer.share = share;
-    for (const Method method : {Method::performer, Method::linformer, Method::nystromformer, Method::cur}) {
+    for (const Method method : {Method::pnp_nystra, Method::symmetric_nystrom, Method::performer,
+                                Method::linformer, Method::nystromformer, Method::cur}) {
       CAPTURE(to_string(method));
       CAPTURE(share);
       set_threads(2);

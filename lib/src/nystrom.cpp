@@ -213,15 +213,21 @@ void symmetric_factors(const Tokens& Q, Landmarks<T> landmarks, const NystromOpt
   // LaplacianFormer Alg. 1: W = κ(Q̄, K̄), C = κ(Q, K̄), Ĝ = C W⁺ Cᵀ.
   f.options = options;
   f.landmarks = std::move(landmarks);
-  f.left.resize(Q.rows(), f.landmarks.k.rows());
-  detail::kernel_exponent<T>(options.kernel, Q, f.landmarks.k, f.left);
-  f.core = options.kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
+  const Index n = Q.rows(), m = f.landmarks.k.rows();
   const T plain_scale = plain_log_scale<T>(options);
-  kernel_from_exponent<T>(f.left, Vector<T>::Constant(f.left.rows(), plain_scale), options);
-  kernel_from_exponent<T>(f.core, Vector<T>::Constant(f.core.rows(), plain_scale), options);
-  f.left_log_scale.setZero(f.left.rows());
-  f.upper_log_scale.setZero(f.core.rows());
-  f.upper = f.left.transpose();
+  f.left.resize(n, m);
+  f.upper.resize(m, n);
+  // C and Cᵀ by row panels of Q over the threads (as G_L of generalized_factors).
+  detail::for_each_panel(n, double(n) * double(m) * double(Q.cols()), [&](const detail::Panel& panel) {
+    auto left = f.left.middleRows(panel.first, panel.rows);
+    detail::kernel_exponent<T>(options.kernel, Q.middleRows(panel.first, panel.rows), f.landmarks.k, left);
+    kernel_from_exponent<T>(left, Vector<T>::Constant(panel.rows, plain_scale), options);
+    f.upper.middleCols(panel.first, panel.rows) = left.transpose();
+  });
+  f.core = options.kernel.exponent_block<T>(f.landmarks.q, f.landmarks.k);
+  kernel_from_exponent<T>(f.core, Vector<T>::Constant(m, plain_scale), options);
+  f.left_log_scale.setZero(n);
+  f.upper_log_scale.setZero(m);
   f.pinv = pseudoinverse<T>(f.core, core_pinv_options(options));
   scales_relative_to_shift(f);
 }
