@@ -5,8 +5,8 @@
 
 #include "attention_inputs.hpp"
 #include "blas_gemm.hpp"
-#include "nystrom/softmax.hpp"
 #include "panels.hpp"
+#include "softmax_panels.hpp"
 
 namespace nystrom {
 
@@ -70,20 +70,8 @@ LinformerResult<T> linformer_attention(const ConstMatrixRef<T>& Q, const ConstMa
         detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), f_panel,
                         V.middleRows(panel.first, panel.rows), T(0), term.rightCols(dv));
       });
-  const auto keys = projections.leftCols(d);
-  const auto values = projections.rightCols(dv);
-  // Each panel of queries: its rows of softmax(s·Q (EK)ᵀ) and of Ô = softmax(s·Q (EK)ᵀ) FV.
-  result.attention.resize(n, projected);
-  result.output.resize(n, dv);
-  const auto query_panel = [&](const detail::Panel& panel) {
-    auto attention = result.attention.middleRows(panel.first, panel.rows);
-    detail::gemm<T>(detail::Op::plain, detail::Op::transposed, T(scale),
-                    Q.middleRows(panel.first, panel.rows), keys, T(0), attention);
-    softmax_rows<T>(attention);
-    detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), attention, values, T(0),
-                    result.output.middleRows(panel.first, panel.rows));
-  };
-  detail::for_each_panel(n, double(n) * double(projected) * double(d + dv), query_panel);
+  result.attention = detail::tall_softmax<T>(Q, projections.leftCols(d), scale);  // softmax(s·Q (EK)ᵀ)
+  result.output = detail::tall_product<T>(result.attention, projections.rightCols(dv));  // Ô = P FV
   return result;
 }
 

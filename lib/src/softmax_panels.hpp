@@ -1,9 +1,9 @@
 #pragma once
 /// @file softmax_panels.hpp
-/// The thin softmax blocks of Nyströmformer and CUR attention (internal to the library, docs/mathematics.md
-/// §6) in panels of tokens over the threads (panels.hpp): F̃ = softmax(s·Q K̄ᵀ) (N×m) and B̃ = softmax(s·Q̄ Kᵀ)
-/// (m×N) with B̃V, and the output rows F̃ W. Every sum over N is added panel by panel in order, so the results
-/// are the same bits on 1 and 2 threads.
+/// The thin softmax blocks of Nyströmformer, CUR attention and Linformer (internal to the library,
+/// docs/mathematics.md §6) in panels of tokens over the threads (panels.hpp): F̃ = softmax(s·Q K̄ᵀ) (N×m) and B̃
+/// = softmax(s·Q̄ Kᵀ) (m×N) with B̃V, and the output rows F̃ W. Every sum over N is added panel by panel in
+/// order, so the results are the same bits on 1 and 2 threads.
 
 #include "blas_gemm.hpp"
 #include "nystrom/softmax.hpp"
@@ -73,7 +73,7 @@ WideSoftmax<T> wide_softmax(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>&
 
 /// L W for L (N×m) and W (m×dv), row panels of L in parallel.
 template <class T>
-Matrix<T> tall_product(const Matrix<T>& L, const Matrix<T>& W) {
+Matrix<T> tall_product(const ConstMatrixRef<T>& L, const ConstMatrixRef<T>& W) {
   Matrix<T> out(L.rows(), W.cols());
   for_each_panel(L.rows(), double(L.rows()) * double(L.cols()) * double(W.cols()), [&](const Panel& panel) {
     gemm<T>(Op::plain, Op::plain, T(1), L.middleRows(panel.first, panel.rows), W, T(0),
