@@ -413,6 +413,8 @@ class CpuBatchedRunner final : public detail::BatchedRunner<T> {
     return {0, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0};
   }
 
+  void wait() override {}
+
   BatchedDiagnostics diagnostics() override { return last_; }
 
  private:
@@ -492,6 +494,11 @@ TransferSeconds BatchedAttentionPlan<T>::run(const BatchView<const T>& q, const 
       require_finite(Eigen::Map<const Vector<T>>(view->data, view->count() * view->head_size()),
                      "batched attention plan: an input");
   return runner_->run_host(q.data, k.data, v.data, out.data);
+}
+
+template <class T>
+void BatchedAttentionPlan<T>::wait() const {
+  runner_->wait();
 }
 
 template <class T>

@@ -1,6 +1,7 @@
 #include "nystrom/cuda/batched.hpp"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -36,12 +37,68 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
-/// What the plans share: the shape, and the device copies of host inputs for run_host.
+/// One plan's work for fixed device arrays as a CUDA graph: captured from the stream at the first run on
+/// those arrays, then replayed by one launch, which removes the host's per-launch cost and the gaps between
+/// the twenty-odd small steps of a PnP-Nystra run. Work that synchronizes (capturable false) is queued
+/// directly at every run.
+class CapturedWork {
+ public:
+  using Arrays = std::array<const void*, 4>;
+  explicit CapturedWork(bool capturable) : capturable_(capturable) {}
+  CapturedWork(const CapturedWork&) = delete;
+  CapturedWork& operator=(const CapturedWork&) = delete;
+  ~CapturedWork() { reset(); }
+
+  /// Runs `enqueue` (which queues the work on the context stream) for `arrays`, through the graph.
+  template <class Enqueue>
+  void launch(const Arrays& arrays, Enqueue&& enqueue) {
+    if (!capturable_) return enqueue();
+    const cudaStream_t stream = context().stream;
+    if (!graph_ || arrays != arrays_) {
+      reset();
+      NYSTROM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      cudaGraph_t graph = nullptr;
+      try {
+        enqueue();
+      } catch (...) {
+        cudaStreamEndCapture(stream, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      NYSTROM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      const cudaError_t instantiated = cudaGraphInstantiate(&graph_, graph, 0);
+      cudaGraphDestroy(graph);
+      NYSTROM_CUDA_CHECK(instantiated);
+      arrays_ = arrays;
+    }
+    NYSTROM_CUDA_CHECK(cudaGraphLaunch(graph_, stream));
+  }
+
+ private:
+  void reset() {
+    if (graph_) cudaGraphExecDestroy(graph_);
+    graph_ = nullptr;
+  }
+
+  bool capturable_;
+  cudaGraphExec_t graph_ = nullptr;
+  Arrays arrays_{};
+};
+
+/// What the plans share: the shape, the captured work, and the device copies of host inputs for run_host.
 template <class T>
 class DevicePlan : public nystrom::detail::BatchedRunner<T> {
  public:
-  explicit DevicePlan(const BatchShape& shape)
-      : count(int(shape.count())), n(int(shape.tokens)), d(int(shape.dim)), dv(int(shape.value_dim)) {}
+  DevicePlan(const BatchShape& shape, bool capturable)
+      : count(int(shape.count())),
+        n(int(shape.tokens)),
+        d(int(shape.dim)),
+        dv(int(shape.value_dim)),
+        captured_(capturable) {}
+
+  void run(const T* q, const T* k, const T* v, T* out) final {
+    captured_.launch({q, k, v, out}, [&] { enqueue(q, k, v, out); });
+  }
 
   TransferSeconds run_host(const T* q, const T* k, const T* v, T* out) final {
     const std::size_t tokens = std::size_t(count) * n * d, values = std::size_t(count) * n * dv;
@@ -66,10 +123,16 @@ class DevicePlan : public nystrom::detail::BatchedRunner<T> {
     return {copied_.seconds_since(start_), computed_.seconds_since(copied_), done_.seconds_since(computed_)};
   }
 
+  void wait() final { context().synchronize(); }
+
  protected:
+  /// Queues the work of one run on the context stream.
+  virtual void enqueue(const T* q, const T* k, const T* v, T* out) = 0;
+
   int count, n, d, dv;
 
  private:
+  CapturedWork captured_;
   struct Staged {
     DeviceBuffer<T> q, k, v, out;
   };
@@ -85,7 +148,7 @@ class DevicePlan : public nystrom::detail::BatchedRunner<T> {
 template <class T>
 class ExactPlan final : public DevicePlan<T> {
  public:
-  ExactPlan(const BatchShape& shape, const Kernel& kernel) : DevicePlan<T>(shape), kernel_(kernel) {
+  ExactPlan(const BatchShape& shape, const Kernel& kernel) : DevicePlan<T>(shape, true), kernel_(kernel) {
     const Index n = shape.tokens;
     panel_ = panel_rows(n, n);
     chunk_ = panel_ == n ? int(std::clamp<Index>(panel_budget / (n * n), 1, shape.count())) : 1;
@@ -93,7 +156,7 @@ class ExactPlan final : public DevicePlan<T> {
     sums_ = DeviceBuffer<T>(std::size_t(chunk_) * panel_);
   }
 
-  void run(const T* q, const T* k, const T* v, T* out) override {
+  void enqueue(const T* q, const T* k, const T* v, T* out) override {
     const int n = this->n, d = this->d, dv = this->dv;
     const Offset tokens = Offset(n) * d, values = Offset(n) * dv, logits = Offset(n) * panel_;
     const cudaStream_t stream = context().stream;
@@ -114,7 +177,7 @@ class ExactPlan final : public DevicePlan<T> {
   }
 
   BatchedDiagnostics diagnostics() override {
-    context().synchronize();
+    this->wait();
     return {std::vector<HeadDiagnostics>(std::size_t(this->count)), 0};
   }
 
@@ -130,24 +193,26 @@ class NystromPlan final : public DevicePlan<T> {
  public:
   NystromPlan(const BatchShape& shape, const ApproximationOptions& options, AlphaScope alpha_scope,
               const LandmarkPooling& pooling)
-      : DevicePlan<T>(shape),
+      : DevicePlan<T>(shape,
+                      DevicePinv<T>::capturable(int(options.nystrom.landmarks.count), options.nystrom.pinv)),
         options_(options.nystrom),
         pooling_(pooling),
         shared_alpha_(alpha_scope == AlphaScope::batch && options.nystrom.pinv.method != PinvMethod::exact),
         m_(int(options.nystrom.landmarks.count)),
         q_bar_(std::size_t(this->count) * m_ * this->d),
         k_bar_(q_bar_.size()),
+        landmark_sums_(std::size_t(pooled_landmarks_scratch(this->n, this->d, this->count, m_))),
         factors_(this->count, this->n, m_, options.nystrom.pinv),
         work_(this->count, this->n, m_, this->dv) {
     options_.kernel = options.kernel;
   }
 
-  void run(const T* q, const T* k, const T* v, T* out) override {
+  void enqueue(const T* q, const T* k, const T* v, T* out) override {
     const int n = this->n, d = this->d, dv = this->dv;
     const cudaStream_t stream = context().stream;
     for (auto [tokens, landmarks] : {std::pair{q, q_bar_.data()}, std::pair{k, k_bar_.data()}})
       pooled_landmarks<T>(tokens, n, d, this->count, m_, pooling_.window_rows, pooling_.window_cols,
-                          pooling_.grid_rows, pooling_.grid_cols, landmarks, stream);
+                          pooling_.grid_rows, pooling_.grid_cols, landmark_sums_.data(), landmarks, stream);
     factors_.compute(options_, {q, d, true, Offset(n) * d}, {k, d, true, Offset(n) * d}, d, q_bar_.data(),
                      k_bar_.data(), shared_alpha_);
     // The clamped variant divides by (Ĝ1 + 1e-12) as the authors' code does.
@@ -168,6 +233,7 @@ class NystromPlan final : public DevicePlan<T> {
   bool shared_alpha_;
   int m_;
   DeviceBuffer<T> q_bar_, k_bar_;
+  DeviceBuffer<double> landmark_sums_;  ///< partial sums of pooled_landmarks
   DeviceFactors<T> factors_;
   AlgorithmBuffers<T> work_;
 };

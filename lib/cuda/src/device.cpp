@@ -141,6 +141,16 @@ void gemv_batched(cublasOperation_t op, int m, int n, double alpha, const double
                                                stride_a, x, 1, stride_x, &beta, y, 1, stride_y, count));
 }
 
+void scale_columns(int m, int n, const float* a, Offset lda, const float* x, float* c, Offset ldc) {
+  NYSTROM_CUDA_CHECK(cublasSdgmm(context().blas, CUBLAS_SIDE_RIGHT, m, n, a, static_cast<int>(lda), x, 1, c,
+                                 static_cast<int>(ldc)));
+}
+
+void scale_columns(int m, int n, const double* a, Offset lda, const double* x, double* c, Offset ldc) {
+  NYSTROM_CUDA_CHECK(cublasDdgmm(context().blas, CUBLAS_SIDE_RIGHT, m, n, a, static_cast<int>(lda), x, 1, c,
+                                 static_cast<int>(ldc)));
+}
+
 void gemv(cublasOperation_t op, int m, int n, float alpha, const float* a, Offset lda, const float* x,
           float beta, float* y) {
   NYSTROM_CUDA_CHECK(

@@ -130,6 +130,9 @@ void gemv(cublasOperation_t op, int m, int n, float alpha, const float* a, Offse
           float beta, float* y);
 void gemv(cublasOperation_t op, int m, int n, double alpha, const double* a, Offset lda, const double* x,
           double beta, double* y);
+/// cuBLAS C = A·diag(x) for an m×n A: column j of A times x_j.
+void scale_columns(int m, int n, const float* a, Offset lda, const float* x, float* c, Offset ldc);
+void scale_columns(int m, int n, const double* a, Offset lda, const double* x, double* c, Offset ldc);
 /// cuBLAS C = α·op(A) + β·op(B) (used for transposes and copies).
 void geam(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, float alpha, const float* a,
           Offset lda, float beta, const float* b, Offset ldb, float* c, Offset ldc);

@@ -51,6 +51,7 @@ AlgorithmBuffers<T>::AlgorithmBuffers(int count, int n, int m, int dv)
     : reduced(std::size_t(m) * (dv + 1) * count),
       core_side(reduced.size()),
       denominators(std::size_t(n) * count),
+      scaled_left(std::size_t(m) * n * count),
       ones(denominators.size()) {
   fill<T>(ones.data(), Offset(ones.size()), T(1), context().stream);
 }
@@ -68,19 +69,19 @@ void nystrom_output(const DeviceFactors<T>& f, Operand<T> v, int dv, T offset, A
                work.reduced.data() + Offset(m) * dv, wide, count);
   gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, m, dv + 1, m, T(1), f.pinv.z(), m, square, work.reduced.data(), m,
                wide, T(0), work.core_side.data(), m, wide, count);
-  // Ĝ1 = G_L W_1 = left_tᵀ W_1; the row scale M_L cancels in the ratio.
+  // Ĝ1 = G_L W_1 = left_tᵀ W_1 (the row scale M_L cancels in the ratio); column i of left_t (query i's row of
+  // G_L) times 1/(Ĝ1_i + offset), all heads' columns at once; then Ô = (scaled G_L) W_V.
   gemv_batched(CUBLAS_OP_T, m, n, T(1), f.left_t.data(), m, block, work.core_side.data() + Offset(m) * dv,
                wide, T(0), work.denominators.data(), n, count);
-  if (row_major_out) {
-    // Ô_bᵀ = W_Vᵀ G_Lᵀ, dv×N column-major: the row-major N×dv head; all heads form one dv × (count·N) block.
-    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, dv, n, m, T(1), work.core_side.data(), m, wide, f.left_t.data(), m,
-                 block, T(0), out, dv, Offset(n) * dv, count);
-    divide_columns<T>(out, dv, dv, n * count, work.denominators.data(), offset, stream);
-  } else {
-    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, n, dv, m, T(1), f.left_t.data(), m, block, work.core_side.data(),
-                 m, wide, T(0), out, n, Offset(n) * dv, 1);
-    divide_rows<T>(out, n, n, dv, work.denominators.data(), offset, stream);
-  }
+  reciprocals<T>(work.denominators.data(), Offset(n) * count, offset, stream);
+  scale_columns(m, n * count, f.left_t.data(), m, work.denominators.data(), work.scaled_left.data(), m);
+  if (row_major_out)
+    // Ô_bᵀ = W_Vᵀ G_Lᵀ, dv×N column-major: the row-major N×dv head.
+    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, dv, n, m, T(1), work.core_side.data(), m, wide,
+                 work.scaled_left.data(), m, block, T(0), out, dv, Offset(n) * dv, count);
+  else
+    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, n, dv, m, T(1), work.scaled_left.data(), m, block,
+                 work.core_side.data(), m, wide, T(0), out, n, Offset(n) * dv, 1);
 }
 
 template struct DeviceFactors<float>;

@@ -36,15 +36,17 @@ struct DeviceFactors {
 template <class T>
 struct AlgorithmBuffers {
   DeviceBuffer<T> reduced, core_side;  ///< [G_U V, G_U 1] and Z [G_U V, G_U 1], m×(dv+1) per head
-  DeviceBuffer<T> denominators;        ///< Ĝ1, N per head
-  DeviceBuffer<T> ones;                ///< 1_N
+  DeviceBuffer<T> denominators;        ///< 1/(Ĝ1 + offset), N per head
+  DeviceBuffer<T> scaled_left;  ///< (G_L ⊘ Ĝ1)ᵀ: left_t with column i divided by Ĝ1_i, m×N per head
+  DeviceBuffer<T> ones;         ///< 1_N
 
   AlgorithmBuffers() = default;
   AlgorithmBuffers(int count, int n, int m, int dv);
 };
 
 /// PnP-Nystra Algorithm 1 for every head, queued: W = Z [G_U V, G_U 1] (m×(dv+1)), Ô = (G_L W_V) ⊘ (G_L W_1
-/// + offset), never N×N. V_b is an N×dv operand; Ô_b is written row-major (out + b·N·dv, the [B, H, N, dv]
+/// + offset) computed as (diag(G_L W_1 + offset)⁻¹ G_L) W_V (m divisions per query instead of dv), never
+/// N×N. V_b is an N×dv operand; Ô_b is written row-major (out + b·N·dv, the [B, H, N, dv]
 /// layout) or, with `row_major_out` false, column-major N×dv (one head). The row scale M_L cancels in the
 /// ratio; the clamped variant's offset is 1e-12 as in the authors' code, else 0.
 template <class T>

@@ -134,6 +134,11 @@ void DevicePinv<T>::compute(const T* a, bool shared_alpha) {
 }
 
 template <class T>
+bool DevicePinv<T>::capturable(int m, const PinvOptions& options) {
+  return options.method != PinvMethod::exact || m <= batched_svd_limit;
+}
+
+template <class T>
 const T* DevicePinv<T>::z() const {
   return options_.tikhonov > 0 ? product_.data() : z_.data();
 }

@@ -36,6 +36,9 @@ class DevicePinv {
   const T* z() const;
   int m() const { return m_; }
   int count() const { return count_; }
+  /// Whether compute() for m×m matrices by `options` can be captured in a CUDA graph: not where it takes one
+  /// cuSOLVER gesvd per matrix (the exact method above m = 32), which synchronizes.
+  static bool capturable(int m, const PinvOptions& options);
 
   /// Z_b with its diagnostics (waits for the device).
   PinvResult<T> result(int b) const;

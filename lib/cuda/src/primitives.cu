@@ -76,13 +76,14 @@ struct MaxOp {
   }
 };
 
-/// Reduces `value` over a group of Group threads (a warp, or the whole block of block_threads); every thread
-/// of the group receives the result. `shared` holds one entry per warp of the block.
+/// Reduces `value` over a group of Group threads (8 or 16 lanes of a warp, a warp, or the whole block of
+/// block_threads); every thread of the group receives the result. Every lane of the warp must take part.
+/// `shared` holds one entry per warp of the block.
 template <int Group, class T, class Op>
 __device__ T group_reduce(T value, Op op, T* shared) {
-  for (int offset = 16; offset > 0; offset /= 2)
+  for (int offset = (Group < 32 ? Group : 32) / 2; offset > 0; offset /= 2)
     value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  if constexpr (Group == 32) {
+  if constexpr (Group <= 32) {
     return value;
   } else {
     const int warp = threadIdx.x / 32;
@@ -163,23 +164,24 @@ __global__ void map_lines_kernel(T* data, Offset ld, int length, int lines, ExpM
   __shared__ T shared[block_threads / 32];
   const int lane = threadIdx.x % Group;
   const Offset line = static_cast<Offset>(blockIdx.x) * (block_threads / Group) + threadIdx.x / Group;
-  if (line >= lines) return;  // whole groups leave together (Group 256: one line per block, never taken)
+  // Groups past the last line stay for the reductions (a warp may hold several groups).
+  const int end = line < lines ? length : 0;
   T* column = data + line * ld;
   T shift = 0;
   if (stabilize) {
     // PnP-Nystra eq. (8): shift each row of exponents by its maximum, so every exponent is ≤ 0.
     T largest = -INFINITY;
-    for (int k = lane; k < length; k += Group) largest = max_of(largest, column[k]);
+    for (int k = lane; k < end; k += Group) largest = max_of(largest, column[k]);
     shift = group_reduce<Group>(largest, MaxOp{}, shared);
   }
   T sum = 0;
-  for (int k = lane; k < length; k += Group) {
+  for (int k = lane; k < end; k += Group) {
     const T value = apply_map(map, column[k] - shift);
     column[k] = value;
     sum += value;
   }
   sum = group_reduce<Group>(sum, SumOp{}, shared);
-  if (lane == 0) {
+  if (lane == 0 && line < lines) {
     if (shift_out) shift_out[line] = shift;
     if (sum_out) sum_out[line] = sum;
   }
@@ -232,6 +234,13 @@ __global__ void divide_columns_kernel(T* data, Offset ld, int rows, int cols, co
 }
 
 template <class T>
+__global__ void reciprocals_kernel(T* data, Offset count, T offset) {
+  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<Offset>(gridDim.x) * blockDim.x)
+    data[e] = T(1) / (data[e] + offset);
+}
+
+template <class T>
 __global__ void fill_kernel(T* data, Offset rows, Offset cols, Offset ld, Offset stride, Offset count,
                             T value) {
   const Offset total = rows * cols * count;
@@ -259,22 +268,15 @@ __global__ void convert_kernel(const From* in, To* out, Offset count) {
     out[e] = static_cast<To>(in[e]);
 }
 
-/// c = a·b for m×m blocks (ld = m), by the whole block; c must not alias a or b.
+/// c = diagonal·I + scale·a·b for m×m blocks (ld = m), by the whole block; c must not alias a or b.
 template <class T>
-__device__ void block_matmul(const T* a, const T* b, T* c, int m) {
+__device__ void block_matmul(const T* a, const T* b, T* c, int m, T diagonal = 0, T scale = 1) {
   for (int e = threadIdx.x; e < m * m; e += blockDim.x) {
     const int i = e % m, j = e / m;
     T sum = 0;
     for (int k = 0; k < m; ++k) sum += a[i + k * m] * b[k + j * m];
-    c[e] = sum;
+    c[e] = (i == j ? diagonal : T(0)) + scale * sum;
   }
-  __syncthreads();
-}
-
-/// a ← diagonal·I − a (m×m), by the whole block.
-template <class T>
-__device__ void identity_minus(T diagonal, T* a, int m) {
-  for (int e = threadIdx.x; e < m * m; e += blockDim.x) a[e] = (e % m == e / m ? diagonal : T(0)) - a[e];
   __syncthreads();
 }
 
@@ -287,6 +289,42 @@ __device__ double residual_of(const T* product, int m) {
     sum += r * r;
   }
   return sqrt(block_sum(sum));
+}
+
+/// ‖I − p‖_F and ‖z‖_F (NaN if an entry of z is not finite) in double for m×m blocks, in one reduction.
+template <class T>
+__device__ void residual_and_norm(const T* product, const T* z, int m, double& residual, double& z_norm) {
+  double r = 0, s = 0, bad = 0;
+  for (int e = threadIdx.x; e < m * m; e += blockDim.x) {
+    const double p = (e % m == e / m ? 1.0 : 0.0) - static_cast<double>(product[e]);
+    r += p * p;
+    const double v = static_cast<double>(z[e]);
+    if (isfinite(v))
+      s += v * v;
+    else
+      bad += 1;
+  }
+  __shared__ double shared[32][3];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    r += __shfl_xor_sync(0xffffffffu, r, offset);
+    s += __shfl_xor_sync(0xffffffffu, s, offset);
+    bad += __shfl_xor_sync(0xffffffffu, bad, offset);
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) {
+    shared[threadIdx.x / 32][0] = r;
+    shared[threadIdx.x / 32][1] = s;
+    shared[threadIdx.x / 32][2] = bad;
+  }
+  __syncthreads();
+  r = s = bad = 0;
+  for (int w = 0; w < static_cast<int>((blockDim.x + 31) / 32); ++w) {
+    r += shared[w][0];
+    s += shared[w][1];
+    bad += shared[w][2];
+  }
+  residual = sqrt(r);
+  z_norm = bad > 0 ? NAN : sqrt(s);
 }
 
 /// (‖a‖_F, whether every entry is finite) for an m×m block.
@@ -305,16 +343,20 @@ __device__ double frobenius_or_nan(const T* a, int m) {
   return bad > 0 ? NAN : sqrt(sum);
 }
 
-/// The largest absolute column sum ‖M‖₁ and row sum ‖M‖_∞ of an m×m block, by the whole block (every thread
-/// receives both).
+/// The largest absolute column sum ‖M_b‖₁ and row sum ‖M_b‖_∞ over `count` m×m blocks stored one after
+/// another, by the whole block (every thread receives both).
 template <class T>
-__device__ void absolute_sums(const T* M, int m, double& norm_1, double& norm_inf) {
+__device__ void absolute_sums(const T* M, int m, int count, double& norm_1, double& norm_inf) {
+  // Line b·m + j is column j and row j of block b; the threads share the lines of all blocks.
   double col = 0, row = 0;
-  for (int j = threadIdx.x; j < m; j += blockDim.x) {
+  const Offset lines = static_cast<Offset>(count) * m;
+  for (Offset line = threadIdx.x; line < lines; line += blockDim.x) {
+    const T* a = M + (line / m) * m * m;
+    const Offset j = line % m;
     double c = 0, r = 0;
     for (int i = 0; i < m; ++i) {
-      c += fabs(static_cast<double>(M[i + j * m]));
-      r += fabs(static_cast<double>(M[j + i * m]));
+      c += fabs(static_cast<double>(a[i + j * m]));
+      r += fabs(static_cast<double>(a[j + i * m]));
     }
     col = fmax(col, c);
     row = fmax(row, r);
@@ -323,28 +365,45 @@ __device__ void absolute_sums(const T* M, int m, double& norm_1, double& norm_in
   norm_inf = block_max(row);
 }
 
+/// The m×m matrices of pinv_iterate_kernel in shared memory (M, Z and four products) when they fit the
+/// default 48 KiB; else Z and the products stay in global memory.
 template <class T>
-__global__ void pinv_iterate_kernel(const T* M, int m, bool razavi, int iterations, double alpha,
-                                    const double* shared_alpha, double tolerance, T* z, T* workspace,
-                                    double* residuals, int* info, double* alpha_out) {
+std::size_t pinv_shared_bytes(int m) {
+  const std::size_t bytes = 6 * sizeof(T) * static_cast<std::size_t>(m) * m;
+  return bytes <= 48 * 1024 ? bytes : 0;
+}
+
+template <class T>
+__global__ void pinv_iterate_kernel(const T* matrices, int m, bool razavi, int iterations, double alpha,
+                                    const double* shared_alpha, double tolerance, T* z_out, T* workspace,
+                                    double* residuals, int* info, double* alpha_out, bool staged) {
   // Matrix blockIdx.x of the batch.
+  extern __shared__ __align__(16) unsigned char stage[];
   const Offset square = static_cast<Offset>(m) * m;
-  M += blockIdx.x * square;
-  z += blockIdx.x * square;
-  workspace += blockIdx.x * 4 * square;
+  const T* M = matrices + blockIdx.x * square;
+  z_out += blockIdx.x * square;
   residuals += blockIdx.x * static_cast<Offset>(iterations + 1);
   info += 3 * static_cast<Offset>(blockIdx.x);
   alpha_out += blockIdx.x;
-  T* mz = workspace;
-  T* w1 = workspace + m * m;
-  T* w2 = workspace + 2 * m * m;
-  T* next = workspace + 3 * m * m;
+  T* z = z_out;
+  T* mz = workspace + blockIdx.x * 4 * square;
+  if (staged) {
+    T* copy = reinterpret_cast<T*>(stage);
+    for (int e = threadIdx.x; e < m * m; e += blockDim.x) copy[e] = M[e];
+    M = copy;
+    z = copy + square;
+    mz = copy + 2 * square;
+    __syncthreads();
+  }
+  T* w1 = mz + square;
+  T* w2 = mz + 2 * square;
+  T* next = mz + 3 * square;
   if (shared_alpha) {
     alpha = *shared_alpha;
   } else if (!(alpha > 0)) {
     // Nyströmformer's per-matrix safe start α = 1/(‖M‖₁‖M‖_∞), so that ασ₁² ≤ 1 (docs/mathematics.md §4).
     double norm_1 = 0, norm_inf = 0;
-    absolute_sums(M, m, norm_1, norm_inf);
+    absolute_sums(M, m, 1, norm_1, norm_inf);
     const double product = norm_1 * norm_inf;
     alpha = product > 0 ? 1.0 / product : 1.0;
   }
@@ -365,29 +424,25 @@ __global__ void pinv_iterate_kernel(const T* M, int m, bool razavi, int iteratio
     for (int k = 1; k <= iterations; ++k) {
       if (razavi) {
         // Razavi (Nyströmformer eq. (15), PnP-Nystra §3): Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))).
-        for (int e = threadIdx.x; e < m * m; e += blockDim.x) w1[e] = mz[e];
+        for (int e = threadIdx.x; e < m * m; e += blockDim.x) w1[e] = (e % m == e / m ? T(7) : T(0)) - mz[e];
         __syncthreads();
-        identity_minus(T(7), w1, m);
-        block_matmul(mz, w1, w2, m);
-        identity_minus(T(15), w2, m);
-        block_matmul(mz, w2, w1, m);
-        identity_minus(T(13), w1, m);
-        block_matmul(z, w1, next, m);
-        for (int e = threadIdx.x; e < m * m; e += blockDim.x) z[e] = T(0.25) * next[e];
+        block_matmul(mz, w1, w2, m, T(15), T(-1));
+        block_matmul(mz, w2, w1, m, T(13), T(-1));
+        block_matmul(z, w1, next, m, T(0), T(0.25));
       } else {
         // Newton–Schulz (LaplacianFormer Alg. 1): Z ← Z(2I − MZ).
-        for (int e = threadIdx.x; e < m * m; e += blockDim.x) w1[e] = mz[e];
+        for (int e = threadIdx.x; e < m * m; e += blockDim.x) w1[e] = (e % m == e / m ? T(2) : T(0)) - mz[e];
         __syncthreads();
-        identity_minus(T(2), w1, m);
         block_matmul(z, w1, next, m);
-        for (int e = threadIdx.x; e < m * m; e += blockDim.x) z[e] = next[e];
       }
-      __syncthreads();
+      T* previous_z = z;
+      z = next;
+      next = previous_z;
       done = k;
       block_matmul(M, z, mz, m);
-      const double residual = residual_of(mz, m);
+      double residual = 0, z_norm = 0;
+      residual_and_norm(mz, z, m, residual, z_norm);
       if (threadIdx.x == 0) residuals[k] = residual;
-      const double z_norm = frobenius_or_nan(z, m);
       if (!isfinite(residual) || isnan(z_norm)) {
         status = pinv_non_finite;
         break;
@@ -404,6 +459,8 @@ __global__ void pinv_iterate_kernel(const T* M, int m, bool razavi, int iteratio
       previous = residual;
     }
   }
+  if (z != z_out)
+    for (int e = threadIdx.x; e < m * m; e += blockDim.x) z_out[e] = z[e];
   if (threadIdx.x == 0) {
     info[0] = status;
     info[1] = done;
@@ -415,12 +472,7 @@ __global__ void pinv_iterate_kernel(const T* M, int m, bool razavi, int iteratio
 template <class T>
 __global__ void batch_alpha_kernel(const T* M, int m, int count, double* alpha_out) {
   double norm_1 = 0, norm_inf = 0;
-  for (int b = 0; b < count; ++b) {
-    double col = 0, row = 0;
-    absolute_sums(M + b * static_cast<Offset>(m) * m, m, col, row);
-    norm_1 = fmax(norm_1, col);
-    norm_inf = fmax(norm_inf, row);
-  }
+  absolute_sums(M, m, count, norm_1, norm_inf);
   const double product = norm_1 * norm_inf;
   if (threadIdx.x == 0) *alpha_out = product > 0 ? 1.0 / product : 1.0;
 }
@@ -472,36 +524,97 @@ __global__ void svd_pseudoinverse_kernel(const double* u, const double* v, bool 
   }
 }
 
+/// The tokens of one landmark (docs/mathematics.md §5): rows [first, first + rows) of `width` tokens from
+/// column c_first of a window `stride` tokens wide (segment means: a run of rows of width 1 and stride 1).
+struct LandmarkTokens {
+  int first = 0, rows = 0, c_first = 0, width = 1, stride = 1;
+  __device__ int count() const { return rows * width; }
+  /// The index in its head of the landmark's t-th token.
+  __device__ Offset token(int t) const {
+    return static_cast<Offset>(first + t / width) * stride + c_first + t % width;
+  }
+};
+
+__device__ LandmarkTokens landmark_tokens(int landmark, int n, int m, int window_rows, int window_cols,
+                                          int grid_rows, int grid_cols) {
+  LandmarkTokens set;
+  if (window_rows == 0) {
+    // Nyströmformer's segments: s = ⌊N/m⌋, the first (s+1)m − N of s rows, the rest s+1.
+    const int s = n / m, short_segments = (s + 1) * m - n;
+    set.first =
+        landmark < short_segments ? landmark * s : short_segments * s + (landmark - short_segments) * (s + 1);
+    set.rows = landmark < short_segments ? s : s + 1;
+  } else {
+    // Adaptive average pooling (PnP-Nystra code): bin I covers [⌊I·h/gh⌋, ⌈(I+1)·h/gh⌉), likewise columns.
+    const int I = landmark / grid_cols, J = landmark % grid_cols;
+    set.first = I * window_rows / grid_rows;
+    set.rows = ((I + 1) * window_rows + grid_rows - 1) / grid_rows - set.first;
+    set.c_first = J * window_cols / grid_cols;
+    set.width = ((J + 1) * window_cols + grid_cols - 1) / grid_cols - set.c_first;
+    set.stride = window_cols;
+  }
+  return set;
+}
+
+constexpr int pooled_threads = 256;  ///< threads of pooled_sums_kernel
+
+/// Blocks per landmark in pooled_landmarks: about 264 blocks in all (two per multiprocessor of an H100), each
+/// with at least 16 tokens of about `tokens`.
+int landmark_parts(Offset landmarks, Offset tokens) {
+  return static_cast<int>(
+      std::clamp<Offset>((264 + landmarks - 1) / landmarks, 1, std::max<Offset>(1, tokens / 16)));
+}
+
 template <class T>
-__global__ void pooled_landmarks_kernel(const T* x, int n, int d, int m, int window_rows, int window_cols,
-                                        int grid_rows, int grid_cols, T* out) {
+__global__ void pooled_sums_kernel(const T* x, int n, int d, int m, int window_rows, int window_cols,
+                                   int grid_rows, int grid_cols, double* partial, T* out) {
+  // Block (landmark ℓ of head h, part p of gridDim.y): thread (g, c) sums column c over the tokens g, g +
+  // groups, … of the part (each pass of the groups reads consecutive tokens: coalesced rows), then group 0
+  // adds the groups' sums in order, so the result never depends on scheduling.
+  __shared__ double sums[pooled_threads];
   const int landmark = blockIdx.x % m;
   const Offset head = blockIdx.x / m;
+  const LandmarkTokens set = landmark_tokens(landmark, n, m, window_rows, window_cols, grid_rows, grid_cols);
+  const int tokens = set.count(), parts = gridDim.y;
+  const int begin = static_cast<int>(static_cast<Offset>(tokens) * blockIdx.y / parts);
+  const int end = static_cast<int>(static_cast<Offset>(tokens) * (blockIdx.y + 1) / parts);
+  const int width = min(d, static_cast<int>(blockDim.x)), groups = static_cast<int>(blockDim.x) / width;
+  const int group = threadIdx.x / width, lane = threadIdx.x % width;
   x += head * n * static_cast<Offset>(d);
-  out += head * m * static_cast<Offset>(d);
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+  for (int c0 = 0; c0 < d; c0 += width) {
+    const int c = c0 + lane;
     double sum = 0;
-    Offset tokens = 0;
-    if (window_rows == 0) {
-      // Nyströmformer's segments: s = ⌊N/m⌋, the first (s+1)m − N of s rows, the rest s+1.
-      const int s = n / m, short_segments = (s + 1) * m - n;
-      const int begin = landmark < short_segments
-                            ? landmark * s
-                            : short_segments * s + (landmark - short_segments) * (s + 1);
-      tokens = landmark < short_segments ? s : s + 1;
-      for (int t = begin; t < begin + tokens; ++t)
-        sum += static_cast<double>(x[t * static_cast<Offset>(d) + c]);
-    } else {
-      // Adaptive average pooling (PnP-Nystra code): bin I covers [⌊I·h/gh⌋, ⌈(I+1)·h/gh⌉), likewise columns.
-      const int I = landmark / grid_cols, J = landmark % grid_cols;
-      const int r0 = I * window_rows / grid_rows, r1 = ((I + 1) * window_rows + grid_rows - 1) / grid_rows;
-      const int c0 = J * window_cols / grid_cols, c1 = ((J + 1) * window_cols + grid_cols - 1) / grid_cols;
-      for (int r = r0; r < r1; ++r)
-        for (int col = c0; col < c1; ++col)
-          sum += static_cast<double>(x[(r * static_cast<Offset>(window_cols) + col) * d + c]);
-      tokens = static_cast<Offset>(r1 - r0) * (c1 - c0);
+    if (c < d && group < groups)
+      for (int t = begin + group; t < end; t += groups) sum += static_cast<double>(x[set.token(t) * d + c]);
+    sums[threadIdx.x] = sum;
+    __syncthreads();
+    if (group == 0 && c < d) {
+      double total = 0;
+      for (int g = 0; g < groups; ++g) total += sums[g * width + lane];
+      if (parts == 1)
+        out[head * m * static_cast<Offset>(d) + landmark + c * static_cast<Offset>(m)] =
+            static_cast<T>(total / tokens);
+      else
+        partial[(static_cast<Offset>(blockIdx.y) * gridDim.x + blockIdx.x) * d + c] = total;
     }
-    out[landmark + c * static_cast<Offset>(m)] = static_cast<T>(sum / static_cast<double>(tokens));
+    __syncthreads();
+  }
+}
+
+template <class T>
+__global__ void pooled_parts_kernel(const double* partial, int parts, Offset landmarks, int n, int d, int m,
+                                    int window_rows, int window_cols, int grid_rows, int grid_cols, T* out) {
+  // The parts' sums of landmark ℓ, column c added in order.
+  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < landmarks * d;
+       e += static_cast<Offset>(gridDim.x) * blockDim.x) {
+    const Offset index = e / d, head = index / m;
+    const int c = static_cast<int>(e % d), landmark = static_cast<int>(index % m);
+    double total = 0;
+    for (int p = 0; p < parts; ++p) total += partial[(p * landmarks + index) * d + c];
+    const int tokens =
+        landmark_tokens(landmark, n, m, window_rows, window_cols, grid_rows, grid_cols).count();
+    out[head * m * static_cast<Offset>(d) + landmark + c * static_cast<Offset>(m)] =
+        static_cast<T>(total / tokens);
   }
 }
 
@@ -531,14 +644,20 @@ template <class T>
 void map_lines(T* data, Offset ld, int length, int lines, ExpMap map, bool stabilize, T* shift_out,
                T* sum_out, cudaStream_t stream) {
   if (lines == 0) return;
-  // Long lines get a whole block each; short ones (m landmarks) a warp each, eight to a block.
+  // Long lines get a whole block each; short ones (m landmarks) a warp, or 16 or 8 of its lanes, each.
+  const auto launch = [&](auto kernel, int group) {
+    const int per_block = block_threads / group;
+    kernel<<<(lines + per_block - 1) / per_block, block_threads, 0, stream>>>(data, ld, length, lines, map,
+                                                                              stabilize, shift_out, sum_out);
+  };
   if (length >= 1024)
-    map_lines_kernel<block_threads, T>
-        <<<lines, block_threads, 0, stream>>>(data, ld, length, lines, map, stabilize, shift_out, sum_out);
+    launch(map_lines_kernel<block_threads, T>, block_threads);
+  else if (length > 16)
+    launch(map_lines_kernel<32, T>, 32);
+  else if (length > 8)
+    launch(map_lines_kernel<16, T>, 16);
   else
-    map_lines_kernel<32, T>
-        <<<(lines + block_threads / 32 - 1) / (block_threads / 32), block_threads, 0, stream>>>(
-            data, ld, length, lines, map, stabilize, shift_out, sum_out);
+    launch(map_lines_kernel<8, T>, 8);
   check_launch("map_lines");
 }
 
@@ -595,6 +714,13 @@ void fill(T* data, Offset rows, Offset cols, Offset ld, Offset stride, Offset co
 }
 
 template <class T>
+void reciprocals(T* data, Offset count, T offset, cudaStream_t stream) {
+  if (count == 0) return;
+  reciprocals_kernel<T><<<blocks_for(count, block_threads), block_threads, 0, stream>>>(data, count, offset);
+  check_launch("reciprocals");
+}
+
+template <class T>
 void fill(T* data, Offset count, T value, cudaStream_t stream) {
   fill(data, count, 1, count, count, 1, value, stream);
 }
@@ -620,9 +746,10 @@ void pinv_iterate(const T* m_matrix, int m, int count, bool razavi, int iteratio
                   const double* shared_alpha, double tolerance, T* z, T* workspace, double* residuals,
                   int* info, double* alpha_out, cudaStream_t stream) {
   if (count == 0) return;
-  pinv_iterate_kernel<T><<<count, pinv_threads, 0, stream>>>(m_matrix, m, razavi, iterations, alpha,
-                                                             shared_alpha, tolerance, z, workspace, residuals,
-                                                             info, alpha_out);
+  const std::size_t bytes = pinv_shared_bytes<T>(m);
+  pinv_iterate_kernel<T><<<count, pinv_threads, bytes, stream>>>(m_matrix, m, razavi, iterations, alpha,
+                                                                 shared_alpha, tolerance, z, workspace,
+                                                                 residuals, info, alpha_out, bytes > 0);
   check_launch("pinv_iterate");
 }
 
@@ -642,12 +769,24 @@ void svd_pseudoinverse(const double* u, const double* v, bool v_transposed, cons
   check_launch("svd_pseudoinverse");
 }
 
+Offset pooled_landmarks_scratch(int n, int d, int count, int m) {
+  const Offset landmarks = static_cast<Offset>(count) * m;
+  const int parts = landmark_parts(landmarks, n / m);
+  return parts > 1 ? parts * landmarks * d : 0;
+}
+
 template <class T>
 void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_rows, int window_cols,
-                      int grid_rows, int grid_cols, T* out, cudaStream_t stream) {
+                      int grid_rows, int grid_cols, double* scratch, T* out, cudaStream_t stream) {
   if (count == 0) return;
-  pooled_landmarks_kernel<T>
-      <<<count * m, 128, 0, stream>>>(x, n, d, m, window_rows, window_cols, grid_rows, grid_cols, out);
+  const Offset landmarks = static_cast<Offset>(count) * m;
+  const int parts = landmark_parts(landmarks, n / m);
+  pooled_sums_kernel<T><<<dim3(static_cast<unsigned>(landmarks), parts), pooled_threads, 0, stream>>>(
+      x, n, d, m, window_rows, window_cols, grid_rows, grid_cols, scratch, out);
+  check_launch("pooled_landmarks");
+  if (parts == 1) return;
+  pooled_parts_kernel<T><<<blocks_for(landmarks * d, block_threads), block_threads, 0, stream>>>(
+      scratch, parts, landmarks, n, d, m, window_rows, window_cols, grid_rows, grid_cols, out);
   check_launch("pooled_landmarks");
 }
 
@@ -660,6 +799,7 @@ void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_row
   template void exp_dot_lines<T>(const T*, Offset, int, int, const T*, T*, cudaStream_t);                  \
   template void divide_rows<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                           \
   template void divide_columns<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                        \
+  template void reciprocals<T>(T*, Offset, T, cudaStream_t);                                               \
   template void fill<T>(T*, Offset, T, cudaStream_t);                                                      \
   template void fill<T>(T*, Offset, Offset, Offset, Offset, Offset, T, cudaStream_t);                      \
   template void add_to_diagonal<T>(T*, Offset, int, T, int, Offset, cudaStream_t);                         \
@@ -668,7 +808,8 @@ void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_row
   template void batch_alpha<T>(const T*, int, int, double*, cudaStream_t);                                 \
   template void svd_pseudoinverse<T>(const double*, const double*, bool, const double*, int, int, double,  \
                                      const T*, T*, double*, Offset, int*, cudaStream_t);                   \
-  template void pooled_landmarks<T>(const T*, int, int, int, int, int, int, int, int, T*, cudaStream_t);
+  template void pooled_landmarks<T>(const T*, int, int, int, int, int, int, int, int, double*, T*,         \
+                                    cudaStream_t);
 NYSTROM_CUDA_INSTANTIATE(float)
 NYSTROM_CUDA_INSTANTIATE(double)
 #undef NYSTROM_CUDA_INSTANTIATE

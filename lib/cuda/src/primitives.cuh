@@ -69,6 +69,10 @@ template <class T>
 void divide_columns(T* data, Offset ld, int rows, int cols, const T* denominators, T offset,
                     cudaStream_t stream);
 
+/// data[i] ← 1 / (data[i] + offset) for i < count.
+template <class T>
+void reciprocals(T* data, Offset count, T offset, cudaStream_t stream);
+
 /// data[0 .. count) ← value.
 template <class T>
 void fill(T* data, Offset count, T value, cudaStream_t stream);
@@ -122,8 +126,11 @@ void svd_pseudoinverse(const double* u, const double* v, bool v_transposed, cons
 /// b·m·d), in double sums (docs/mathematics.md §5): segment means (s = ⌊N/m⌋, the first (s+1)m − N segments
 /// of s rows, the rest s+1), or with window_rows > 0 adaptive average pooling of the tokens t = r·window_cols
 /// + c to a grid_rows × grid_cols grid (bin I covers rows [⌊I·h/gh⌋, ⌈(I+1)h/gh⌉), likewise columns).
+/// A landmark's tokens are summed by several blocks where the heads have too few landmarks to fill the GPU;
+/// their partial sums go to `scratch`, pooled_landmarks_scratch(n, d, count, m) doubles (0: none needed).
 template <class T>
 void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_rows, int window_cols,
-                      int grid_rows, int grid_cols, T* out, cudaStream_t stream);
+                      int grid_rows, int grid_cols, double* scratch, T* out, cudaStream_t stream);
+Offset pooled_landmarks_scratch(int n, int d, int count, int m);
 
 }  // namespace nystrom::cuda::detail

@@ -199,6 +199,8 @@ class BatchedRunner {
   virtual void run(const T* q, const T* k, const T* v, T* out) = 0;
   /// Host memory in and out: copies in, run, copy out, each timed; waits.
   virtual TransferSeconds run_host(const T* q, const T* k, const T* v, T* out) = 0;
+  /// Returns when every queued run has finished.
+  virtual void wait() = 0;
   /// The diagnostics of the last run (waits for it).
   virtual BatchedDiagnostics diagnostics() = 0;
 };
@@ -232,6 +234,8 @@ class BatchedAttentionPlan {
   /// as batched_attention does): copies in, run, copy out; the seconds of each phase.
   TransferSeconds run(const BatchView<const T>& q, const BatchView<const T>& k, const BatchView<const T>& v,
                       const BatchView<T>& out);
+  /// Returns when every run queued on the device has finished (on the CPU a run returns when done).
+  void wait() const;
   /// Per-head diagnostics and the batch α of the last run (waits for it).
   BatchedDiagnostics diagnostics() const;
   const BatchShape& shape() const { return shape_; }
