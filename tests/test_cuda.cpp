@@ -93,8 +93,8 @@ ApproximationOptions batch_options(const Kernel& kernel, Index m) {
   return options;
 }
 
-/// Runs `plan` on copies of q, k and v in the memory of its device (DeviceArray) and returns the output
-/// copied back.
+/// Runs `plan` on copies of q, k and v in the memory of its device (DeviceArray), waits for it and returns
+/// the output copied back.
 template <class T>
 std::vector<T> run_on_device(BatchedAttentionPlan<T>& plan, const Tensor<T>& q, const Tensor<T>& k,
                              const Tensor<T>& v) {
@@ -104,6 +104,7 @@ std::vector<T> run_on_device(BatchedAttentionPlan<T>& plan, const Tensor<T>& q, 
   dk.copy_from(k.values.data());
   dv.copy_from(v.values.data());
   plan.run(dq.data(), dk.data(), dv.data(), dout.data());
+  plan.wait();
   std::vector<T> out(v.values.size());
   dout.copy_to(out.data());
   return out;
