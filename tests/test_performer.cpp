@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
 #include "attention_oracles.hpp"
 #include "nystrom/performer.hpp"
 #include "test_support.hpp"
@@ -50,6 +54,46 @@ TEST_CASE_TEMPLATE(
     CHECK(relative_difference(Matrix<T>(result.attention_operator().dense() * V), result.output) <
           10 * tolerance<T>(n));
   }
+}
+
+TEST_CASE_TEMPLATE("performer stays finite where every unshifted feature underflows (large token norms)", T,
+                   float, double) {
+  // Rows of equal norm R/s^{1/2}, so that ‖x‖²/2 = R²/2 exceeds the exponent range of T (e^{-128} underflows
+  // float, e^{-882} double): exp(ωᵀx − ‖x‖²/2 − max ωᵀx) was 0 for every feature, and Ô = 0/0. The oracle
+  // works in logs: w_ij = Σ_f exp(a_if + b_jf) with a, b the unshifted exponents of φ(q_i), φ(k_j), and
+  // Ô_i = Σ_j w_ij v_j / Σ_j w_ij as a softmax over j of log w_ij (a logsumexp over f).
+  const Index n = 40, d = 8, r = 20;
+  const double s = 1 / std::sqrt(double(d)), R = std::is_same_v<T, float> ? 16 : 42;
+  const auto rows_of_norm = [&](std::uint64_t seed) {
+    Matrix<double> X = random_matrix<double>(n, d, seed);
+    X.rowwise().normalize();
+    return Matrix<double>(X * (R / std::sqrt(s)));
+  };
+  const Matrix<double> Q = rows_of_norm(11), K = rows_of_norm(12), V = random_matrix<double>(n, 3, 13);
+  PerformerOptions options;
+  options.projection = performer_projection(r, d, 14);
+  const auto result =
+      performer_attention<T>(Q.template cast<T>(), K.template cast<T>(), V.template cast<T>(), s, options);
+  REQUIRE(all_finite(result.output));
+  const auto exponents = [&](const Matrix<double>& X) {
+    const Matrix<double> x = std::sqrt(s) * X;
+    Matrix<double> e = x * options.projection.transpose();
+    e.colwise() -= 0.5 * x.rowwise().squaredNorm();
+    return e;
+  };
+  const Matrix<double> a = exponents(Q), b = exponents(K);
+  Matrix<double> expected(n, V.cols());
+  for (Index i = 0; i < n; ++i) {
+    Vector<double> log_w(n);
+    for (Index j = 0; j < n; ++j) {
+      const Eigen::ArrayXd terms = a.row(i).transpose().array() + b.row(j).transpose().array();
+      log_w(j) = terms.maxCoeff() + std::log((terms - terms.maxCoeff()).exp().sum());
+    }
+    const Eigen::ArrayXd w = (log_w.array() - log_w.maxCoeff()).exp();
+    expected.row(i) = (w.matrix().transpose() * V) / w.sum();
+  }
+  // ωᵀx − ‖x‖²/2 is rounded at the size R²/2 of ‖x‖²/2, which moves each feature by about R²·eps/2.
+  CHECK(relative_difference(result.output, expected) < R * R * std::numeric_limits<T>::epsilon());
 }
 
 TEST_CASE("performer's feature epsilon is added after the package's max shifts") {

@@ -56,10 +56,12 @@ Matrix<double> performer_projection(Index features, Index d, std::uint64_t seed,
 
 namespace {
 
-/// φ(x) for the rows of X scaled by s^{1/2}: exp(ωᵀx − ‖x‖²/2 − shift) + ε, times 1/√r, where the shift is
-/// the max of ωᵀx over the row (queries) or over all rows (keys), subtracted after ‖x‖²/2 as
-/// performer-pytorch's softmax_kernel does, so that ε enters identically. Panel by panel: the exponents and
-/// their row maxima, then the exponentials.
+/// φ(x) for the rows of X scaled by s^{1/2}: exp(ωᵀx − ‖x‖²/2 − shift) + ε, times 1/√r, the shift taken over
+/// the row (queries) or over all rows (keys). With ε = 0 it is the max of the whole exponent ωᵀx − ‖x‖²/2, so
+/// that the largest feature of each query row, and of all keys, is 1: where ‖x‖²/2 is large (logits of a few
+/// hundred) the features cannot all underflow to 0, and the shifts still cancel in Ô exactly. With ε > 0 it
+/// is the max of ωᵀx alone, subtracted after ‖x‖²/2, as performer-pytorch's softmax_kernel shifts, so that ε
+/// enters identically. Panel by panel: the exponents and their row maxima, then the exponentials.
 template <class T>
 Matrix<T> random_features(const ConstMatrixRef<T>& X, const Matrix<T>& omega, double scale,
                           bool per_row_shift, double epsilon) {
@@ -67,6 +69,7 @@ Matrix<T> random_features(const ConstMatrixRef<T>& X, const Matrix<T>& omega, do
   const T root_scale = T(std::sqrt(scale)), half_scale = T(0.5 * scale);
   const T ratio = T(1 / std::sqrt(static_cast<double>(r)));
   const double work = double(n) * double(X.cols()) * double(r);
+  const bool package_shift = epsilon > 0;
   Matrix<T> features(n, r);
   Vector<T> shift(n);
   detail::for_each_panel(n, work, [&](const detail::Panel& panel) {
@@ -74,8 +77,9 @@ Matrix<T> random_features(const ConstMatrixRef<T>& X, const Matrix<T>& omega, do
     auto block = features.middleRows(panel.first, panel.rows);
     const Matrix<T> scaled = root_scale * rows;
     detail::gemm<T>(detail::Op::plain, detail::Op::transposed, T(1), scaled, omega, T(0), block);  // ωᵀx
-    shift.segment(panel.first, panel.rows) = block.rowwise().maxCoeff();
+    if (package_shift) shift.segment(panel.first, panel.rows) = block.rowwise().maxCoeff();
     block.colwise() -= half_scale * rows.rowwise().squaredNorm();
+    if (!package_shift) shift.segment(panel.first, panel.rows) = block.rowwise().maxCoeff();
   });
   if (!per_row_shift) shift.setConstant(shift.maxCoeff());
   detail::for_each_panel(n, work, [&](const detail::Panel& panel) {

@@ -5,10 +5,12 @@
 /// projection Ω (r×d), so that E[φ(q)ᵀφ(k)] = exp(s qᵀk); Ô = (Φ_Q(Φ_Kᵀ V)) ⊘ (Φ_Q(Φ_Kᵀ 1_N)). The implied
 /// attention matrix is Ŝ = D̂⁻¹ Φ_Q Φ_Kᵀ with D̂ = diag(Φ_Q Φ_Kᵀ 1_N). O(Nr(d + dv)).
 ///
-/// The exponentials are shifted like the PyPI package `performer-pytorch` (per-row max of ΩᵀX for queries,
-/// the global max for keys); without `feature_epsilon` the shifts cancel in Ô exactly. The package adds ε =
-/// 1e-4 to every shifted feature (set feature_epsilon = 1e-4 to reproduce it) and redraws Ω on its own
-/// schedule during training (not modelled: Ω is fixed by the seed, or given explicitly).
+/// The exponentials are shifted per query row and over all keys: by default by the max of the whole exponent
+/// ωᵀx − ‖x‖²/2, so that large token norms cannot underflow every feature, and the shifts cancel in Ô
+/// exactly; with `feature_epsilon` > 0 by the max of ΩᵀX alone, as the PyPI package `performer-pytorch` does
+/// (per-row for queries, global for keys), which adds ε = 1e-4 to every shifted feature (set feature_epsilon
+/// = 1e-4 to reproduce it). The package also redraws Ω on its own schedule during training (not modelled: Ω
+/// is fixed by the seed, or given explicitly).
 
 #include <cstdint>
 
