@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "attention_oracles.hpp"
 #include "nystrom/performer.hpp"
@@ -56,44 +57,65 @@ TEST_CASE_TEMPLATE(
   }
 }
 
-TEST_CASE_TEMPLATE("performer stays finite where every unshifted feature underflows (large token norms)", T,
+namespace {
+
+/// FAVOR+ in logs, in double: w_ij = Σ_f exp(a_if + b_jf) with a, b the unshifted exponents ωᵀx − ‖x‖²/2
+/// of φ(q_i), φ(k_j), and Ô_i = Σ_j w_ij v_j / Σ_j w_ij as a softmax over j of log w_ij (a logsumexp over
+/// f): no exponent range limits it.
+Matrix<double> favor_in_logs(const Matrix<double>& Q, const Matrix<double>& K, const Matrix<double>& V,
+                             const Matrix<double>& omega, double s) {
+  const auto exponents = [&](const Matrix<double>& X) {
+    const Matrix<double> x = std::sqrt(s) * X;
+    Matrix<double> e = x * omega.transpose();
+    e.colwise() -= 0.5 * x.rowwise().squaredNorm();
+    return e;
+  };
+  const Matrix<double> a = exponents(Q), b = exponents(K);
+  Matrix<double> out(Q.rows(), V.cols());
+  for (Index i = 0; i < Q.rows(); ++i) {
+    Vector<double> log_w(K.rows());
+    for (Index j = 0; j < K.rows(); ++j) {
+      const Eigen::ArrayXd terms = a.row(i).transpose().array() + b.row(j).transpose().array();
+      log_w(j) = terms.maxCoeff() + std::log((terms - terms.maxCoeff()).exp().sum());
+    }
+    const Eigen::ArrayXd w = (log_w.array() - log_w.maxCoeff()).exp();
+    out.row(i) = (w.matrix().transpose() * V) / w.sum();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("performer stays finite and accurate at any token norm (features beyond exp's range)", T,
                    float, double) {
-  // Rows of equal norm R/s^{1/2}, so that ‖x‖²/2 = R²/2 exceeds the exponent range of T (e^{-128} underflows
-  // float, e^{-882} double): exp(ωᵀx − ‖x‖²/2 − max ωᵀx) was 0 for every feature, and Ô = 0/0. The oracle
-  // works in logs: w_ij = Σ_f exp(a_if + b_jf) with a, b the unshifted exponents of φ(q_i), φ(k_j), and
-  // Ô_i = Σ_j w_ij v_j / Σ_j w_ij as a softmax over j of log w_ij (a logsumexp over f).
   const Index n = 40, d = 8, r = 20;
-  const double s = 1 / std::sqrt(double(d)), R = std::is_same_v<T, float> ? 16 : 42;
+  const double s = 1 / std::sqrt(double(d));
+  PerformerOptions options;
+  options.projection = performer_projection(r, d, 14);
+  const Matrix<double> V = random_matrix<double>(n, 3, 13);
+  // Rows of equal norm R/s^{1/2}, so that ‖x‖²/2 = R²/2 exceeds the exponent range of T (e^{-128} underflows
+  // float, e^{-882} double): with shifts by the max of ωᵀx alone every feature was 0, and Ô = 0/0. Gaussian
+  // rows times 300: ‖x‖²/2 up to about 3·10⁵, and the keys' features differ by far more than any exponent
+  // range, so that with one shift for all keys a query's features could meet only underflowed key sums.
+  const double R = std::is_same_v<T, float> ? 16 : 42;
   const auto rows_of_norm = [&](std::uint64_t seed) {
     Matrix<double> X = random_matrix<double>(n, d, seed);
     X.rowwise().normalize();
     return Matrix<double>(X * (R / std::sqrt(s)));
   };
-  const Matrix<double> Q = rows_of_norm(11), K = rows_of_norm(12), V = random_matrix<double>(n, 3, 13);
-  PerformerOptions options;
-  options.projection = performer_projection(r, d, 14);
-  const auto result =
-      performer_attention<T>(Q.template cast<T>(), K.template cast<T>(), V.template cast<T>(), s, options);
-  REQUIRE(all_finite(result.output));
-  const auto exponents = [&](const Matrix<double>& X) {
-    const Matrix<double> x = std::sqrt(s) * X;
-    Matrix<double> e = x * options.projection.transpose();
-    e.colwise() -= 0.5 * x.rowwise().squaredNorm();
-    return e;
-  };
-  const Matrix<double> a = exponents(Q), b = exponents(K);
-  Matrix<double> expected(n, V.cols());
-  for (Index i = 0; i < n; ++i) {
-    Vector<double> log_w(n);
-    for (Index j = 0; j < n; ++j) {
-      const Eigen::ArrayXd terms = a.row(i).transpose().array() + b.row(j).transpose().array();
-      log_w(j) = terms.maxCoeff() + std::log((terms - terms.maxCoeff()).exp().sum());
-    }
-    const Eigen::ArrayXd w = (log_w.array() - log_w.maxCoeff()).exp();
-    expected.row(i) = (w.matrix().transpose() * V) / w.sum();
+  const std::pair<Matrix<double>, Matrix<double>> inputs[] = {
+      {rows_of_norm(11), rows_of_norm(12)},
+      {random_matrix<double>(n, d, 15, 300), random_matrix<double>(n, d, 16, 300)}};
+  for (const auto& [Q, K] : inputs) {
+    const auto result =
+        performer_attention<T>(Q.template cast<T>(), K.template cast<T>(), V.template cast<T>(), s, options);
+    REQUIRE(all_finite(result.output));
+    // ωᵀx − ‖x‖²/2 is rounded at the size of ‖x‖²/2, which moves each feature by about ‖x‖²·eps/2.
+    const double largest =
+        s * std::max(Q.rowwise().squaredNorm().maxCoeff(), K.rowwise().squaredNorm().maxCoeff());
+    CHECK(relative_difference(result.output, favor_in_logs(Q, K, V, options.projection, s)) <
+          largest * std::numeric_limits<T>::epsilon());
   }
-  // ωᵀx − ‖x‖²/2 is rounded at the size R²/2 of ‖x‖²/2, which moves each feature by about R²·eps/2.
-  CHECK(relative_difference(result.output, expected) < R * R * std::numeric_limits<T>::epsilon());
 }
 
 TEST_CASE("performer's feature epsilon is added after the package's max shifts") {

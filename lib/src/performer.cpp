@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "attention_inputs.hpp"
 #include "blas_gemm.hpp"
@@ -56,38 +58,87 @@ Matrix<double> performer_projection(Index features, Index d, std::uint64_t seed,
 
 namespace {
 
-/// φ(x) for the rows of X scaled by s^{1/2}: exp(ωᵀx − ‖x‖²/2 − shift) + ε, times 1/√r, the shift taken over
-/// the row (queries) or over all rows (keys). With ε = 0 it is the max of the whole exponent ωᵀx − ‖x‖²/2, so
-/// that the largest feature of each query row, and of all keys, is 1: where ‖x‖²/2 is large (logits of a few
-/// hundred) the features cannot all underflow to 0, and the shifts still cancel in Ô exactly. With ε > 0 it
-/// is the max of ωᵀx alone, subtracted after ‖x‖²/2, as performer-pytorch's softmax_kernel shifts, so that ε
-/// enters identically. Panel by panel: the exponents and their row maxima, then the exponentials.
+/// What the exponent pass of feature_exponents also reduces.
+enum class Reduction {
+  projection_row_max,  ///< max_f ω_fᵀx per row: performer-pytorch's shifts
+  column_max,          ///< the max over all rows of each column of the exponents: the keys' balancing shifts
+  none
+};
+
+/// The multiply-adds of the exponents of X (n×d) with r features, which decide the threads of the panel loops
+/// over them (an exponential costs about as much as d of them).
+double feature_work(Index n, Index d, Index r) {
+  return double(n) * double(d) * double(r);
+}
+
+/// E = ωᵀx − ‖x‖²/2 for the rows x of s^{1/2}X (n×r), by row panels, with `reduction` of it in `reduced`.
 template <class T>
-Matrix<T> random_features(const ConstMatrixRef<T>& X, const Matrix<T>& omega, double scale,
-                          bool per_row_shift, double epsilon) {
+Matrix<T> feature_exponents(const ConstMatrixRef<T>& X, const Matrix<T>& omega, double scale,
+                            Reduction reduction, Vector<T>& reduced) {
   const Index n = X.rows(), r = omega.rows();
   const T root_scale = T(std::sqrt(scale)), half_scale = T(0.5 * scale);
-  const T ratio = T(1 / std::sqrt(static_cast<double>(r)));
-  const double work = double(n) * double(X.cols()) * double(r);
-  const bool package_shift = epsilon > 0;
-  Matrix<T> features(n, r);
-  Vector<T> shift(n);
-  detail::for_each_panel(n, work, [&](const detail::Panel& panel) {
+  Matrix<T> exponents(n, r);
+  Matrix<T> panel_column_max(reduction == Reduction::column_max ? r : 0, detail::panel_count(n));
+  if (reduction == Reduction::projection_row_max) reduced.resize(n);
+  detail::for_each_panel(n, feature_work(n, X.cols(), r), [&](const detail::Panel& panel) {
     const auto rows = X.middleRows(panel.first, panel.rows);
-    auto block = features.middleRows(panel.first, panel.rows);
+    auto block = exponents.middleRows(panel.first, panel.rows);
     const Matrix<T> scaled = root_scale * rows;
     detail::gemm<T>(detail::Op::plain, detail::Op::transposed, T(1), scaled, omega, T(0), block);  // ωᵀx
-    if (package_shift) shift.segment(panel.first, panel.rows) = block.rowwise().maxCoeff();
+    if (reduction == Reduction::projection_row_max)
+      reduced.segment(panel.first, panel.rows) = block.rowwise().maxCoeff();
     block.colwise() -= half_scale * rows.rowwise().squaredNorm();
-    if (!package_shift) shift.segment(panel.first, panel.rows) = block.rowwise().maxCoeff();
+    if (reduction == Reduction::column_max)
+      panel_column_max.col(panel.index) = block.colwise().maxCoeff().transpose();
   });
-  if (!per_row_shift) shift.setConstant(shift.maxCoeff());
-  detail::for_each_panel(n, work, [&](const detail::Panel& panel) {
-    auto block = features.middleRows(panel.first, panel.rows);
-    block.colwise() -= shift.segment(panel.first, panel.rows);
+  if (reduction == Reduction::column_max) reduced = panel_column_max.rowwise().maxCoeff();
+  return exponents;
+}
+
+/// φ = (exp(E + 1·offsetᵀ − shift) + ε)/√r in place of the exponents E (n×r), by row panels: `offset` (r
+/// values; none where empty) added to every row, then from each row its `shift` (n values; none where empty),
+/// or its max where `row_max`.
+template <class T>
+void exponentiate_features(Matrix<T>& exponents, const Vector<T>& offset, const Vector<T>& shift,
+                           bool row_max, double epsilon, double work) {
+  const T ratio = T(1 / std::sqrt(static_cast<double>(exponents.cols())));
+  detail::for_each_panel(exponents.rows(), work, [&](const detail::Panel& panel) {
+    auto block = exponents.middleRows(panel.first, panel.rows);
+    if (offset.size()) block.rowwise() += offset.transpose();
+    if (row_max)
+      block.colwise() -= Vector<T>(block.rowwise().maxCoeff());
+    else if (shift.size())
+      block.colwise() -= shift.segment(panel.first, panel.rows);
     block = (ratio * (block.array().exp() + T(epsilon))).matrix();
   });
-  return features;
+}
+
+/// Φ_Q and Φ_K. With ε = 0 (docs/mathematics.md §6) each key exponent column is shifted by its max over the
+/// keys, m_f, and each query exponent column by +m_f, then each query row by its max: every product
+/// φ(q_i)_f φ(k_j)_f keeps its value up to the row's factor, which cancels in Ô, while the largest feature of
+/// each query row is 1 and every feature's sum over the keys is at least 1, so Φ_Q Φ_Kᵀ 1 ≥ 1/r and no
+/// exponent range can make Ô divide by 0. With ε > 0, performer-pytorch's shifts: the max of ωᵀx per query
+/// row and over all keys, subtracted after ‖x‖²/2, so that ε enters identically.
+template <class T>
+std::pair<Matrix<T>, Matrix<T>> feature_maps(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
+                                             const Matrix<T>& omega, double scale, double epsilon) {
+  const bool package_shifts = epsilon > 0;
+  Vector<T> query_shift, key_max;
+  Matrix<T> queries = feature_exponents<T>(
+      Q, omega, scale, package_shifts ? Reduction::projection_row_max : Reduction::none, query_shift);
+  Matrix<T> keys = feature_exponents<T>(
+      K, omega, scale, package_shifts ? Reduction::projection_row_max : Reduction::column_max, key_max);
+  const double query_work = feature_work(Q.rows(), Q.cols(), omega.rows()),
+               key_work = feature_work(K.rows(), K.cols(), omega.rows());
+  if (package_shifts) {
+    exponentiate_features<T>(queries, Vector<T>(), query_shift, false, epsilon, query_work);
+    exponentiate_features<T>(keys, Vector<T>(), Vector<T>::Constant(K.rows(), key_max.maxCoeff()), false,
+                             epsilon, key_work);
+  } else {
+    exponentiate_features<T>(queries, key_max, Vector<T>(), true, 0, query_work);
+    exponentiate_features<T>(keys, Vector<T>(-key_max), Vector<T>(), false, 0, key_work);
+  }
+  return {std::move(queries), std::move(keys)};
 }
 
 }  // namespace
@@ -104,8 +155,8 @@ PerformerResult<T> performer_attention(const ConstMatrixRef<T>& Q, const ConstMa
           ? options.projection
           : performer_projection(options.feature_count(Q.cols()), Q.cols(), options.seed, options.orthogonal);
   const Matrix<T> omega = result.projection.template cast<T>();
-  result.q_features = random_features<T>(Q, omega, scale, true, options.feature_epsilon);
-  result.k_features = random_features<T>(K, omega, scale, false, options.feature_epsilon);
+  std::tie(result.q_features, result.k_features) =
+      feature_maps<T>(Q, K, omega, scale, options.feature_epsilon);
   // [Φ_Kᵀ V, Φ_Kᵀ 1] (r×(dv+1)) summed over the panels of keys in order, then each panel of queries: its
   // normalizers Φ_Q Φ_Kᵀ 1 and its rows of Ô = diag(1/normalizer) Φ_Q Φ_Kᵀ V.
   const Index n = Q.rows(), keys = K.rows(), r = omega.rows(), dv = V.cols();

@@ -5,12 +5,13 @@
 /// projection Ω (r×d), so that E[φ(q)ᵀφ(k)] = exp(s qᵀk); Ô = (Φ_Q(Φ_Kᵀ V)) ⊘ (Φ_Q(Φ_Kᵀ 1_N)). The implied
 /// attention matrix is Ŝ = D̂⁻¹ Φ_Q Φ_Kᵀ with D̂ = diag(Φ_Q Φ_Kᵀ 1_N). O(Nr(d + dv)).
 ///
-/// The exponentials are shifted per query row and over all keys: by default by the max of the whole exponent
-/// ωᵀx − ‖x‖²/2, so that large token norms cannot underflow every feature, and the shifts cancel in Ô
-/// exactly; with `feature_epsilon` > 0 by the max of ΩᵀX alone, as the PyPI package `performer-pytorch` does
-/// (per-row for queries, global for keys), which adds ε = 1e-4 to every shifted feature (set feature_epsilon
-/// = 1e-4 to reproduce it). The package also redraws Ω on its own schedule during training (not modelled: Ω
-/// is fixed by the seed, or given explicitly).
+/// The exponents are shifted so that no token norm makes Ô divide by 0, and the shifts cancel in Ô exactly:
+/// by default each feature's key exponents by their max over the keys m_f, the query exponents by +m_f and
+/// then per row by their max (docs/mathematics.md §6), so that Φ_Q Φ_Kᵀ 1 ≥ 1/r. With `feature_epsilon` > 0
+/// they are shifted as the PyPI package `performer-pytorch` does (the max of ΩᵀX per query row and over all
+/// keys), which adds ε = 1e-4 to every shifted feature (set feature_epsilon = 1e-4 to reproduce it). The
+/// package also redraws Ω on its own schedule during training (not modelled: Ω is fixed by the seed, or given
+/// explicitly).
 
 #include <cstdint>
 
@@ -46,8 +47,8 @@ Matrix<double> performer_projection(Index features, Index d, std::uint64_t seed,
 template <class T>
 struct PerformerResult {
   Matrix<T> output;           ///< Ô, N×dv
-  Matrix<T> q_features;       ///< Φ_Q (N×r), with the per-row shift
-  Matrix<T> k_features;       ///< Φ_K (N×r), with the global shift
+  Matrix<T> q_features;       ///< Φ_Q (N×r), with its shifts (see above)
+  Matrix<T> k_features;       ///< Φ_K (N×r), with its shifts
   Vector<T> normalizer;       ///< Φ_Q(Φ_Kᵀ1_N), N
   Matrix<double> projection;  ///< Ω used (r×d)
 
