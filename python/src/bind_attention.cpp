@@ -1,5 +1,6 @@
 // Attention outputs of every method (docs/mathematics.md §1, §2, §6), batched over leading dimensions, the
 // approximations with their implied attention matrices, and one sweep point's every column (§7).
+#include <Python.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -10,6 +11,7 @@
 #include <exception>
 #include <limits>
 #include <optional>
+#include <string>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -81,27 +83,81 @@ struct AttentionInputs {
   }
 };
 
+/// The rows of each head's Ô that are not finite, for the methods whose Ô divides by the approximation's row
+/// sums: PnP-Nystra and symmetric Nyström, Ô = (ĜV) ⊘ (Ĝ1) (Performer's normalization is at least 1/r).
+class UndefinedRows {
+ public:
+  UndefinedRows(Method method, Index heads)
+      : method_(method),
+        rows_(method == Method::pnp_nystra || method == Method::symmetric_nystrom ? heads : 0, 0) {}
+
+  /// Counts head `index`'s rows (any thread, the GIL released); a finite head costs one vectorized pass.
+  template <class Output>
+  void count(Index index, const Output& out) {
+    if (rows_.empty() || all_finite(out)) return;
+    rows_[std::size_t(index)] = out.rows() - out.array().isFinite().rowwise().all().count();
+  }
+
+  /// A RuntimeWarning naming the rows, as numpy warns of invalid values (the GIL held); raises where warnings
+  /// are errors.
+  void warn(Index rows_per_head) const {
+    Index rows = 0, heads = 0, first = -1;
+    for (std::size_t i = 0; i < rows_.size(); ++i)
+      if (rows_[i] > 0) {
+        rows += rows_[i];
+        heads += 1;
+        if (first < 0) first = Index(i);
+      }
+    if (rows == 0) return;
+    const std::string message = describe(
+        "attention: ", to_string(method_), " gave ", rows, " of ", Index(rows_.size()) * rows_per_head,
+        " output rows that are not finite, in ", heads, " of ", rows_.size(), " heads (the first: head ",
+        first,
+        " of the flattened leading dimensions): the approximation's row sums, which normalize the output, "
+        "vanish there, as when the core's entries underflow (logits far beyond exp's range); "
+        "stabilization='clamped' avoids an underflowed core");
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) < 0) throw nb::python_error();
+  }
+
+ private:
+  Method method_;
+  std::vector<Index> rows_;
+};
+
 template <class T>
 nb::object attention_output(const Array& q, const Array& k, const Array& v,
                             const KeywordArguments& arguments) {
   const AttentionInputs<T> inputs(q, k, v);
   const ApproximationOptions options = approximation_options(arguments, inputs.q.cols());
+  const Index count = inputs.q.count();
+  UndefinedRows undefined(arguments.method, count);
   if (inputs.row_major) {
     MatrixBatch<T> out(inputs.q.leading(), inputs.q.rows(), inputs.v.cols(), true);
-    computed([&] { inputs.run_row_major(arguments.method, out.view(), options); });
+    computed([&] {
+      inputs.run_row_major(arguments.method, out.view(), options);
+      for_each_matrix(count, [&](Index index) { undefined.count(index, out.view().head(index)); });
+    });
+    undefined.warn(inputs.q.rows());
     return out.release_to_numpy();
   }
   const auto head = [&](Index index) {
     const MatrixArgument<T> Q = inputs.q.matrix(index), K = inputs.k.matrix(index),
                             V = inputs.v.matrix(index);
-    return approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options).output;
+    Matrix<T> output = approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options).output;
+    undefined.count(index, output);
+    return output;
   };
-  if (inputs.q.leading().empty()) return to_numpy(computed([&] { return head(0); }));
+  if (inputs.q.leading().empty()) {
+    nb::object out = to_numpy(computed([&] { return head(0); }));
+    undefined.warn(inputs.q.rows());
+    return out;
+  }
   MatrixBatch<T> out(inputs.q.leading(), inputs.q.rows(), inputs.v.cols());
   computed([&] {
     options.validate(arguments.method, inputs.q.rows(), inputs.q.cols());
-    for_each_matrix(inputs.q.count(), [&](Index index) { out.set(index, head(index)); });
+    for_each_matrix(count, [&](Index index) { out.set(index, head(index)); });
   });
+  undefined.warn(inputs.q.rows());
   return out.release_to_numpy();
 }
 
@@ -260,7 +316,8 @@ void bind_attention(nb::module_& m) {
           "least as many heads as threads. C-contiguous q, k, v (numpy's and torch's default) are read in "
           "place and give a C-contiguous output; other layouts are converted to column-major and give "
           "column-major N×dv blocks. Returns an array [..., N, dv] of q's dtype. Inference only: no "
-          "gradients.",
+          "gradients. Where PnP-Nystra's or symmetric Nyström's row sums Ĝ1 vanish (an underflowed core: "
+          "logits far beyond exp's range), those rows are NaN and a RuntimeWarning counts them.",
           method_keywords));
 
   m.def(
