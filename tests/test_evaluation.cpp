@@ -272,6 +272,36 @@ TEST_CASE_TEMPLATE("every method: dense, Lanczos and matrix-free paths agree", T
   CHECK(free_evaluator.reference(Kernel::exponential(0.4)).g.size() == 0);
 }
 
+TEST_CASE_TEMPLATE(
+    "equal and zero tokens: every path recovers G exactly, matrix-free too (a zero error operator)", T, float,
+    double) {
+  // Equal tokens make G = e^{s‖q‖²}·11ᵀ (rank 1) and every landmark equal: Ĝ = G to rounding, and for zero
+  // tokens exactly, so E = G − Ĝ is the zero operator. Lanczos on it used to start from 0/0 (Spectra) and
+  // throw; the matrix-free path must give what the dense one gives.
+  for (const double value : {0.0, 0.5}) {
+    CAPTURE(value);
+    Head<T> head = random_head<T>(90, 6, 3, 13);
+    head.q.setConstant(T(value));
+    head.k.setConstant(T(value));
+    EvaluationOptions free;
+    free.force_matrix_free = true;
+    HeadEvaluator<T> dense_evaluator(head, {}), free_evaluator(head, free);
+    const ApproximationOptions options = method_options(Kernel::exponential(0.4), 4);
+    for (Method method : {Method::pnp_nystra, Method::nystromformer, Method::symmetric_nystrom}) {
+      CAPTURE(to_string(method));
+      const PointResult expected = dense_evaluator.evaluate(method, options);
+      const PointResult p = free_evaluator.evaluate(method, options);
+      CHECK(p.matrix_free);
+      CHECK(expected.relative_spectral_error <= tolerance<T>(90));
+      CHECK(p.relative_spectral_error <= tolerance<T>(90));
+      CHECK(p.output_relative_error <= tolerance<T>(90));
+      // σ_{m+1}(G̃) of the Lemma 2.1 terms: PnP-Nystra only, at G̃'s rounding floor (G̃ has rank 1).
+      CHECK(std::isnan(p.sigma_m1_ext) == (method != Method::pnp_nystra));
+      if (method == Method::pnp_nystra) CHECK(p.sigma_m1_ext <= tolerance<T>(90) * p.sigma1_ext);
+    }
+  }
+}
+
 namespace {
 
 using LongMatrix = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;

@@ -247,6 +247,42 @@ TEST_CASE("Lanczos ‖·‖₂ of kernel and difference operators equals the den
   }
 }
 
+TEST_CASE_TEMPLATE("zero operators: Lanczos returns 0, certified, where Spectra's start was 0/0", T, float,
+                   double) {
+  // Spectra starts from A·v0/‖A·v0‖; a zero operator made that NaN and its tridiagonal eigensolver throw. The
+  // Gram form, the augmented form and a rank-1 operator whose null space holds nothing random all run.
+  const Index rows = 60, cols = 45, k = 3;
+  const Matrix<T> zeros = Matrix<T>::Zero(rows, cols);
+  const VectorProductsOnly<T> zero{DenseOperator<T>(zeros)};
+  for (const SpectralResult& result :
+       {top_singular_values(zero, k), top_singular_values_augmented(zero, k), spectral_norm(zero)}) {
+    CHECK(result.converged);
+    CHECK(result.values == Vector<double>::Zero(result.values.size()));
+    CHECK(result.last_error_bound == 0);
+  }
+  const Matrix<T> rank_one = random_matrix<T>(rows, 1, 5) * random_matrix<T>(1, cols, 6);
+  const Vector<double> sigma = oracle_singular_values(rank_one.template cast<double>());
+  const SpectralResult top = top_singular_values(VectorProductsOnly<T>{DenseOperator<T>(rank_one)}, k);
+  CHECK(std::abs(top.values(0) - sigma(0)) <= tolerance<T>(rows * cols) * sigma(0));
+  CHECK(top.values.tail(k - 1).maxCoeff() <= tolerance<T>(rows * cols) * sigma(0));
+  // Equal tokens: G = e^{s c² d}·11ᵀ, rank 1 (Spectra returned 28926 for 33.9 here, as converged).
+  const Matrix<T> equal = Matrix<T>::Constant(33, 8, T(0.1));
+  const Kernel kernel = Kernel::exponential(1 / std::sqrt(8.0));
+  const double g = oracle_singular_values(
+      naive_kernel<double>(equal.template cast<double>(), equal.template cast<double>(), kernel))(0);
+  CHECK(std::abs(spectral_norm(KernelOperator<T, double>(equal, equal, kernel, 16)).values(0) - g) <=
+        tolerance<T>(33 * 33) * g);
+}
+
+TEST_CASE("an operator with a non-finite entry is refused naming it, not left to Spectra's NaN") {
+  Matrix<double> A = random_matrix<double>(60, 45, 7);
+  A(3, 4) = std::numeric_limits<double>::infinity();
+  const VectorProductsOnly<double> op{DenseOperator<double>(A)};
+  CHECK(throws_naming([&] { spectral_norm(op); }, "not finite"));
+  CHECK(throws_naming([&] { top_singular_values_augmented(op, 2); }, "not finite"));
+  CHECK(throws_naming([&] { spectral_norm(DenseOperator<double>(A)); }, "not finite"));  // block Lanczos
+}
+
 TEST_CASE_TEMPLATE("float operators are solved in double to the accuracy of their products", T, float,
                    double) {
   const Matrix<T> A = random_matrix<T>(200, 150, 21);

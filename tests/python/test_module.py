@@ -464,6 +464,28 @@ def test_error_norm_by_every_solver(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_spectral_norms_of_rank_one_zero_and_overflowing_operators(dtype):
+    # Equal tokens: G = e^{s‖q‖²}·11ᵀ has rank 1, and Ĝ = G (Corollary 2.2), so G − Ĝ is zero, exactly for
+    # zero tokens. Spectra's Lanczos returned ‖G‖₂ wrong on these, as converged (28926 for 33.9 at N = 33,
+    # c = 0.1), and failed on the zero operator; every solver now gives the SVD's values. Logits beyond exp's
+    # range give a ValueError, not NaN.
+    tolerance = 1e-6 if dtype == np.float32 else 1e-9
+    for n, c in ((33, 0.1), (33, 0.5), (33, 1.0), (64, 0.0), (200, 1.0)):
+        q = np.full((n, 8), c, dtype=dtype)
+        factors = nystrom.nystrom_factors(q, q, landmarks=4)
+        g = np.linalg.norm(kernel_ref(q, q), 2)
+        for solver in ("dense", "lanczos", "matrix-free"):
+            assert abs(nystrom.kernel_norm(q, q, solver=solver) - g) < tolerance * g, (n, c, solver)
+            assert nystrom.error_norm(q, q, factors, solver=solver) < tolerance * g, (n, c, solver)
+        np.testing.assert_allclose(nystrom.error_singular_values(q, q, factors, 3).values, 0, atol=tolerance * g)
+    huge = 20 * tokens(33, 8, dtype, seed=1)
+    huge_factors = nystrom.nystrom_factors(huge, huge, landmarks=8)
+    for solver in ("dense", "lanczos", "matrix-free"):
+        with pytest.raises(ValueError, match="not finite|non-finite"):
+            nystrom.error_norm(huge, huge, huge_factors, solver=solver)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_evaluate_against_dense_matrices(dtype):
     q, k, v = qkv(n=40, dtype=dtype)
     exact = nystrom.attention(q, k, v, method="exact").astype(float)

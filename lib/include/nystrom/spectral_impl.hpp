@@ -4,6 +4,7 @@
 /// the Lanczos driver. Included by spectral.hpp; not a public header of its own.
 
 #include <Spectra/SymEigsSolver.h>
+#include <Spectra/Util/SimpleRandom.h>
 
 #include <algorithm>
 #include <cmath>
@@ -146,26 +147,112 @@ class AugmentedOperator {
   mutable int products_ = 0;
 };
 
+/// Throws std::invalid_argument unless the product `y` of an n×n Lanczos operator is finite: an operator with
+/// an overflowed or NaN entry, which Lanczos would turn into NaN values or a failed tridiagonal solve.
+template <class Derived>
+void require_finite_product(const Eigen::MatrixBase<Derived>& y, Index n) {
+  require(all_finite(y), describe("Lanczos: a product of the ", n, "x", n,
+                                  " operator is not finite (an entry of the operator overflows or is NaN)"));
+}
+
+/// An operator of rank ≤ 1 as Spectra's start reveals it: the eigenvalue λ (0 for the zero operator) and a
+/// unit eigenvector of it.
+struct RankOne {
+  double value = 0;
+  Vector<double> direction;
+};
+
+/// `symmetric` as Spectra sees it: every product checked (require_finite_product), and the start watched.
+/// Spectra starts from v1 = A·v0/‖A·v0‖ for a random v0 and takes f = A·v1 − (v1ᵀA·v1)·v1 as its next
+/// direction unless |f| < eps entrywise (SymEigsBase::init, Arnoldi::init). That start fails on operators of
+/// rank ≤ 1: for a zero operator v1 is 0/0 (NaN throughout; its tridiagonal eigensolver throws); for a rank-1
+/// one (G = c·11ᵀ of equal tokens) f is rounding noise, not orthogonal to v1, and Spectra 1.0.1 returned
+/// wrong eigenvalues as converged (‖G‖₂ = 28926 for 33.9). So the first product stops the run with ZeroImage
+/// where A·v0 = 0, and the second with RankOne where A·v1 lies along v1 to the rounding of the product
+/// (16·√n·eps·‖A·v1‖): no product beyond Spectra's own.
+template <class Symmetric>
+class WatchedStart {
+ public:
+  using Scalar = double;
+  struct ZeroImage {};
+
+  explicit WatchedStart(const Symmetric& symmetric) : symmetric_(symmetric) {}
+  Index rows() const { return symmetric_.rows(); }
+  Index cols() const { return symmetric_.cols(); }
+
+  void perform_op(const double* x, double* y) const {
+    const Index n = rows();
+    symmetric_.perform_op(x, y);
+    const Eigen::Map<const Vector<double>> in(x, n), out(y, n);
+    require_finite_product(out, n);
+    if (++calls_ > 2) return;
+    if (calls_ == 1) {
+      if (out.norm() == 0) throw ZeroImage{};
+      return;
+    }
+    const double value = in.dot(out);
+    Vector<double> f = out - value * in;
+    f -= in.dot(f) * in;
+    if (f.norm() <= 16 * std::sqrt(double(n)) * std::numeric_limits<double>::epsilon() * out.norm())
+      throw RankOne{value, in};
+  }
+
+ private:
+  const Symmetric& symmetric_;
+  mutable int calls_ = 0;
+};
+
+/// The k largest eigenvalues λ, 0, …, 0 of an operator of rank ≤ 1 into `result`; returns the unit Ritz
+/// vector of the k-th: λ's eigenvector, or for 0 a unit vector orthogonal to it.
+inline Vector<double> rank_one_eigenvalues(const RankOne& rank_one, Index k, SpectralResult& result) {
+  result.converged = true;
+  result.values = Vector<double>::Zero(k);
+  result.values(0) = std::max(rank_one.value, 0.0);
+  const Vector<double>& u = rank_one.direction;
+  if (k == 1 && rank_one.value > 0) return u;
+  Index j = 0;
+  u.cwiseAbs().minCoeff(&j);
+  return (Vector<double>::Unit(u.size(), j) - u(j) * u).normalized();
+}
+
 /// Spectra's k largest eigenvalues of a symmetric operator with basis size `basis`, NaN-padded to k where
 /// Spectra did not converge (result.last_error_bound NaN then); counts the products in `result.matvecs`.
-/// Returns the unit Ritz vector of the k-th value (empty when Spectra returned fewer than k).
+/// Returns the unit Ritz vector of the k-th value (empty when Spectra returned fewer than k). Spectra starts
+/// from its own random v0; where the operator maps it to 0, from the next two of the same stream, and an
+/// operator that maps all three to 0 is taken as zero. An operator of rank ≤ 1 (WatchedStart) gets its
+/// eigenvalues from rank_one_eigenvalues. Throws as require_finite_product.
 template <class Symmetric>
 Vector<double> largest_eigenvalues(Symmetric& symmetric, Index k, Index basis, const SpectralOptions& options,
                                    SpectralResult& result) {
-  Spectra::SymEigsSolver<Symmetric> eigs(symmetric, k, basis);
-  eigs.init();
-  eigs.compute(Spectra::SortRule::LargestAlge, options.max_restarts, options.tolerance,
-               Spectra::SortRule::LargestAlge);
-  result.converged = eigs.info() == Spectra::CompInfo::Successful;
+  const Index n = symmetric.rows();
+  Spectra::SimpleRandom<double> random(0);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const Vector<double> start = random.random_vec(n);
+    WatchedStart<Symmetric> watched(symmetric);
+    Spectra::SymEigsSolver<WatchedStart<Symmetric>> eigs(watched, k, basis);
+    try {
+      eigs.init(start.data());
+      eigs.compute(Spectra::SortRule::LargestAlge, options.max_restarts, options.tolerance,
+                   Spectra::SortRule::LargestAlge);
+    } catch (const typename WatchedStart<Symmetric>::ZeroImage&) {
+      continue;
+    } catch (const RankOne& rank_one) {
+      result.matvecs = symmetric.products();
+      return rank_one_eigenvalues(rank_one, k, result);
+    }
+    result.converged = eigs.info() == Spectra::CompInfo::Successful;
+    result.matvecs = symmetric.products();
+    result.values = eigs.eigenvalues().cwiseMax(0.0);
+    if (result.values.size() == k) return eigs.eigenvectors().col(k - 1);
+    // Spectra returns only the converged pairs; report the rest as NaN so the caller sees what is missing.
+    Vector<double> padded = Vector<double>::Constant(k, std::numeric_limits<double>::quiet_NaN());
+    padded.head(result.values.size()) = result.values;
+    result.values = padded;
+    result.last_error_bound = std::numeric_limits<double>::quiet_NaN();
+    return Vector<double>();
+  }
   result.matvecs = symmetric.products();
-  result.values = eigs.eigenvalues().cwiseMax(0.0);
-  if (result.values.size() == k) return eigs.eigenvectors().col(k - 1);
-  // Spectra returns only the converged pairs; report the rest as NaN so the caller sees what is missing.
-  Vector<double> padded = Vector<double>::Constant(k, std::numeric_limits<double>::quiet_NaN());
-  padded.head(result.values.size()) = result.values;
-  result.values = padded;
-  result.last_error_bound = std::numeric_limits<double>::quiet_NaN();
-  return Vector<double>();
+  return rank_one_eigenvalues({0, Vector<double>::Unit(n, 0)}, k, result);
 }
 
 /// The k largest singular values of the formed operator by a full SVD (singular_values: LAPACK, when a
@@ -216,6 +303,7 @@ requires HasBlockGram<Operator> SpectralResult block_top_singular_values(const O
     else
       op.perform_inner_gram_block_op(in.data(), x.cols(), out.data());
     y = out.template cast<double>();
+    require_finite_product(y, n);
   };
   Vector<double> ritz;
   SpectralResult result = block_lanczos(n, k, product, ritz, options);
