@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "nystrom/matrix_free.hpp"
+#include "nystrom/threads.hpp"
 #include "test_support.hpp"
 
 namespace nystrom::test {
@@ -113,6 +114,37 @@ TEST_CASE(
     check_products<double>(kernel, 130, 97, 16);
     check_products<float>(kernel, 130, 97, 16);
   }
+}
+
+TEST_CASE("kernel passes and matrix-free norms give the same bits on 1 and 2 threads, run after run") {
+  // 25 row panels in 16 groups of 1 or 2, so that two threads split the groups between them differently from
+  // run to run; Gᵀu and the Gram product sum over all of them.
+  const Index n = 1000, d = 16;
+  const Matrix<float> X = random_matrix<float>(n, d, 41), Y = random_matrix<float>(n, d, 42);
+  const KernelPasses<float> passes(X, Y, kExponential16, ragged_tiling());
+  const Vector<double> x = random_matrix<double>(n, 1, 43), u = random_matrix<double>(n, 1, 44);
+  const auto one_pass = [&](bool gram) {
+    Matrix<double> out(n, 2);
+    passes.pass(x.data(), gram ? nullptr : u.data(), out.col(0).data(), out.col(1).data(), gram);
+    return out;
+  };
+  const NystromFactors<float> factors = factors_for(X, Y, kExponential16, 8);
+  const auto error_norm = [&] {
+    return matrix_free_error_norm<float>(X, Y, factors, kExponential16, {}, ragged_tiling()).values(0);
+  };
+  const int before = threads();
+  set_threads(1);
+  const Matrix<double> products = one_pass(false), gram = one_pass(true);
+  const double norm = error_norm();
+  set_threads(2);
+  for (int run = 0; run < 20; ++run) {
+    CAPTURE(run);
+    CHECK(one_pass(false) == products);
+    CHECK(one_pass(true) == gram);
+  }
+  CHECK(error_norm() == norm);
+  CHECK(error_norm() == norm);
+  set_threads(before);
 }
 
 TEST_CASE("matrix-free error products E = G - Ghat equal the dense E") {

@@ -168,42 +168,50 @@ void KernelPasses<T>::pass(const double* x, const double* u, double* product, do
   const Eigen::Map<const Vector<double>> u_in(u, u ? n_rows : 0);
   if (accumulate_transpose) Eigen::Map<Vector<double>>(transpose, n_cols).setZero();
 
+  // Gᵀu sums over the row panels: by detail::reduction_groups, the same bits on every run.
+  const Index groups = detail::reduction_groups(panel_count);
+  Matrix<double> group_transposes = Matrix<double>::Zero(accumulate_transpose ? n_cols : 0, groups);
+
   const SingleThreadedBlas single_threaded_blas;
 #pragma omp parallel
   {
     // Per thread: the exponent tile in T (plus room for the padded X panel of the distance kernels), the
-    // evaluated tile in double (a whole row panel for Gram passes) and the thread's share of Gᵀu.
+    // evaluated tile in double (a whole row panel for Gram passes).
     Matrix<T> exponent_buffer(padded_rows, tile_cols + x_.cols());
     Matrix<double> values(panel_rows, gram ? n_cols : tile_cols);
     Vector<double> row_sums(panel_rows);
-    Vector<double> local_transpose = Vector<double>::Zero(accumulate_transpose ? n_cols : 0);
 
 #pragma omp for schedule(dynamic, 1)
-    for (Index p = 0; p < panel_count; ++p) {
-      const Index r0 = p * panel_rows;
-      const Index nr = std::min(panel_rows, n_rows - r0);
-      auto sums = row_sums.head(nr);
-      sums.setZero();
-      for (Index c0 = 0; c0 < n_cols; c0 += tile_cols) {
-        const Index nc = std::min(tile_cols, n_cols - c0);
-        double* destination = values.data() + (gram ? c0 * panel_rows : 0);
-        evaluate_tile(r0, nr, c0, nc, exponent_buffer, destination, panel_rows);
-        const StridedMap tile(destination, nr, nc, Eigen::OuterStride<>(panel_rows));
-        if (x) sums.noalias() += tile * x_in.segment(c0, nc);
-        if (!gram && u) local_transpose.segment(c0, nc).noalias() += tile.transpose() * u_in.segment(r0, nr);
+    for (Index group = 0; group < groups; ++group) {
+      auto group_transpose = group_transposes.col(group);
+      const Index end = detail::group_start(group + 1, groups, panel_count);
+      for (Index p = detail::group_start(group, groups, panel_count); p < end; ++p) {
+        const Index r0 = p * panel_rows;
+        const Index nr = std::min(panel_rows, n_rows - r0);
+        auto sums = row_sums.head(nr);
+        sums.setZero();
+        for (Index c0 = 0; c0 < n_cols; c0 += tile_cols) {
+          const Index nc = std::min(tile_cols, n_cols - c0);
+          double* destination = values.data() + (gram ? c0 * panel_rows : 0);
+          evaluate_tile(r0, nr, c0, nc, exponent_buffer, destination, panel_rows);
+          const StridedMap tile(destination, nr, nc, Eigen::OuterStride<>(panel_rows));
+          if (x) sums.noalias() += tile * x_in.segment(c0, nc);
+          if (!gram && u)
+            group_transpose.segment(c0, nc).noalias() += tile.transpose() * u_in.segment(r0, nr);
+        }
+        if (gram) {
+          // Fused Gram product: r_P = G_P x − subtract_P, then Gᵀ r accumulates G_Pᵀ r_P from the kept panel.
+          if (subtract) sums -= Eigen::Map<const Vector<double>>(subtract + r0, nr);
+          const StridedMap panel(values.data(), nr, n_cols, Eigen::OuterStride<>(panel_rows));
+          group_transpose.noalias() += panel.transpose() * sums;
+        }
+        if (product) Eigen::Map<Vector<double>>(product + r0, nr) = sums;
       }
-      if (gram) {
-        // Fused Gram product: r_P = G_P x − subtract_P, then Gᵀ r accumulates G_Pᵀ r_P from the kept panel.
-        if (subtract) sums -= Eigen::Map<const Vector<double>>(subtract + r0, nr);
-        const StridedMap panel(values.data(), nr, n_cols, Eigen::OuterStride<>(panel_rows));
-        local_transpose.noalias() += panel.transpose() * sums;
-      }
-      if (product) Eigen::Map<Vector<double>>(product + r0, nr) = sums;
     }
-    if (accumulate_transpose) {
-#pragma omp critical(nystrom_matrix_free_reduce)
-      Eigen::Map<Vector<double>>(transpose, n_cols) += local_transpose;
-    }
+  }
+  if (accumulate_transpose) {
+    Eigen::Map<Vector<double>> out(transpose, n_cols);
+    for (Index group = 0; group < groups; ++group) out += group_transposes.col(group);
   }
 }
 

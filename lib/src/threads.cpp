@@ -45,6 +45,10 @@ int workers_for(std::ptrdiff_t panels, double work) {
       std::max<std::ptrdiff_t>(1, std::min<std::ptrdiff_t>(panels, omp_get_max_threads())));
 }
 
+std::ptrdiff_t reduction_groups(std::ptrdiff_t panels) {
+  return std::min<std::ptrdiff_t>(panels, std::max<std::ptrdiff_t>(kReductionGroups, threads()));
+}
+
 namespace {
 
 std::uint64_t pack_range(std::ptrdiff_t first, std::ptrdiff_t end) {

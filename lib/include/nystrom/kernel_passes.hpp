@@ -4,8 +4,8 @@
 /// tiles of G = κ(X, Y) (row panel × column tile) evaluated on the fly, threaded with OpenMP, every product
 /// accumulated in double (docs/mathematics.md §1, §7):
 ///   exponential  logits s·X_P Y_Cᵀ by a GEMM in T, then exp(· − c) in double
-///   Laplacian    ‖x − y‖₁ by a register-blocked, auto-vectorized tile loop in T, then exp(−·/λ − c) in
-///   double Gaussian     ‖x − y‖₂² by the same loop, then exp(−·/(2h²) − c) in double
+///   Laplacian    ‖x − y‖₁ by a register-blocked tile loop in T, then exp(−·/λ − c) in double
+///   Gaussian     ‖x − y‖₂² by the same loop, then exp(−·/(2h²) − c) in double
 /// with c the kernel's log_shift (kernels.hpp).
 ///
 /// Cost model: one *kernel pass* evaluates every entry of G once (O(rows·cols·d)). A pass can form G x, Gᵀu
@@ -50,7 +50,8 @@ class KernelPasses {
   ///   transpose = Gᵀ u                           (u: rows, transpose: cols)
   /// With `gram` true, u is not an input: the pass forms r = G x − subtract (subtract: rows, may be null)
   /// panel by panel, writes r to `product` and Gᵀ r to `transpose`, i.e. the fused Gram product Gᵀ(G x −
-  /// subtract).
+  /// subtract). Gᵀu and Gᵀr are summed over groups of row panels in a fixed order (detail::reduction_groups):
+  /// the same bits on every run and on 1 to 16 threads.
   void pass(const double* x, const double* u, double* product, double* transpose, bool gram = false,
             const double* subtract = nullptr) const;
 

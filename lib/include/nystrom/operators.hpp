@@ -32,23 +32,22 @@ namespace nystrom {
 namespace detail {
 
 /// Runs body(first, count, partial) over [0, n) split in panels of `panel` on up to all threads (one below
-/// `parallel_work`), each thread adding its contribution into its own double vector `partial` of length
-/// `length`; returns the sum of the partials, added in thread order (deterministic for a fixed thread count).
-/// BLAS is single-threaded inside.
+/// `parallel_work`), adding each panel's contribution into the double vector `partial` (of length `length`)
+/// of its reduction group; returns the sum of the partials in group order (detail::reduction_groups: the
+/// same bits on every run and thread count). BLAS is single-threaded inside.
 template <class Body>
 Vector<double> reduce_over_panels(Index n, Index panel, Index length, double work, const Body& body) {
   const Index panels = (n + panel - 1) / panel;
-  const int workers = workers_for(panels, work);
-  std::vector<Vector<double>> partials(workers, Vector<double>::Zero(length));
+  const Index groups = reduction_groups(panels);
+  const int workers = workers_for(groups, work);
+  std::vector<Vector<double>> partials(groups, Vector<double>::Zero(length));
   SingleThreadedBlas guard;
-#pragma omp parallel num_threads(workers)
-  {
-    Vector<double>& partial = partials[omp_get_thread_num()];
-#pragma omp for schedule(static)
-    for (Index p = 0; p < panels; ++p) body(p * panel, std::min(panel, n - p * panel), partial);
-  }
-  Vector<double> total = std::move(partials[0]);
-  for (int t = 1; t < workers; ++t) total += partials[t];
+#pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
+  for (Index g = 0; g < groups; ++g)
+    for (Index p = group_start(g, groups, panels); p < group_start(g + 1, groups, panels); ++p)
+      body(p * panel, std::min(panel, n - p * panel), partials[g]);
+  Vector<double> total = Vector<double>::Zero(length);
+  for (const Vector<double>& partial : partials) total += partial;
   return total;
 }
 

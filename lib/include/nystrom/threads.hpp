@@ -28,6 +28,21 @@ constexpr double parallel_work = 1 << 22;
 /// threads() but no more than the panels.
 int workers_for(std::ptrdiff_t panels, double work);
 
+/// Contiguous groups of panels for a sum over panels (a product Gᵀu over row panels): each group's panels are
+/// added in order into the group's own partial sum, a thread takes a whole group, and the partials are added
+/// in group order. The bits then do not depend on which thread ran what: a pass gives the same result on
+/// every run, and on any thread count up to kReductionGroups (a per-thread partial under a dynamic schedule
+/// varied in the last digits from run to run). Beyond that there is one group per thread.
+constexpr std::ptrdiff_t kReductionGroups = 16;
+
+/// The groups for `panels` panels: min(panels, max(kReductionGroups, threads())).
+std::ptrdiff_t reduction_groups(std::ptrdiff_t panels);
+
+/// First panel of group g of `groups` over `panels` panels (g = groups gives `panels`).
+inline std::ptrdiff_t group_start(std::ptrdiff_t g, std::ptrdiff_t groups, std::ptrdiff_t panels) {
+  return g * panels / groups;
+}
+
 /// Panels [0, count) handed out to the threads of an OpenMP parallel region. Thread t of T first takes, in
 /// order, the panels of its own contiguous range [t·count/T, (t+1)·count/T), then the last panels left in
 /// the other threads' ranges. Loops with the same count and team give each thread the same range, so what
