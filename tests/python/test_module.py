@@ -877,6 +877,28 @@ def test_set_threads():
     assert nystrom.blas_core()
 
 
+def test_results_are_the_same_bits_on_one_and_two_threads():
+    """Every sum over N is added in a fixed order: outputs and norms do not depend on the thread count or the run."""
+    before = nystrom.threads()
+    q, k, v = qkv(n=1024, d=32, dv=32)
+    factors = nystrom.nystrom_factors(q, k, landmarks=16)
+    calls = {
+        "attention": lambda: nystrom.attention(q, k, v, landmarks=16),
+        "kernel_norm matrix-free": lambda: nystrom.kernel_norm(q, k, solver="matrix-free"),
+        "error_norm matrix-free": lambda: nystrom.error_norm(q, k, factors, solver="matrix-free"),
+        "error_norm lanczos": lambda: nystrom.error_norm(q, k, factors),
+    }
+    try:
+        for name, call in calls.items():
+            nystrom.set_threads(1)
+            one = call()
+            nystrom.set_threads(2)
+            for _ in range(3):
+                assert np.array_equal(call(), one), name
+    finally:
+        nystrom.set_threads(before)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the module itself
 
