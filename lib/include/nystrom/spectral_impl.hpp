@@ -20,8 +20,40 @@ namespace nystrom {
 
 namespace detail {
 
+/// The power of four that Lanczos divides an operator's products by, fixed by the first nonzero product: 4^j
+/// with 4^j ≤ max|yᵢ| < 4^(j+1). Lanczos then works at unit scale whatever the operator's: its convergence
+/// tests have absolute floors (Spectra's eps^(2/3)) and its norms square the entries, so an operator scaled
+/// by 1e-10 gave singular values off by 13% (1e-50: by 66%) marked converged, and one scaled by 1e100 by 30%.
+/// Dividing by a power of two is exact, so operators of ordinary scale get the same bits as without it; the
+/// square root of the scale, for the singular values of a Gram operator, is exact too.
+class ProductScale {
+ public:
+  /// y ← y / scale(), fixing the scale at the first nonzero y.
+  template <class Derived>
+  void apply(Eigen::MatrixBase<Derived>& y) {
+    if (!fixed_) {
+      const double largest = y.cwiseAbs().maxCoeff();
+      if (!(largest > 0) || !std::isfinite(largest)) return;
+      exponent_ = std::ilogb(largest);
+      exponent_ -= exponent_ & 1;  // even, floor toward −∞ (two's complement)
+      fixed_ = true;
+    }
+    if (exponent_ != 0) y = y.unaryExpr([e = -exponent_](double v) { return std::ldexp(v, e); });
+  }
+
+  /// The scale 4^j (1 before the first nonzero product).
+  double value() const { return std::ldexp(1.0, exponent_); }
+  /// √value() = 2^j.
+  double root() const { return std::ldexp(1.0, exponent_ / 2); }
+
+ private:
+  int exponent_ = 0;
+  bool fixed_ = false;
+};
+
 /// The symmetric positive semidefinite Gram operator of `op` on its smaller side (AAᵀ when rows ≤ cols, else
-/// AᵀA), in double for Spectra whatever the operator's scalar; counts the operator products it spends.
+/// AᵀA), in double for Spectra whatever the operator's scalar, its products divided by a ProductScale
+/// (scale()); counts the operator products it spends.
 template <class Operator>
 class GramOperator {
  public:
@@ -39,8 +71,10 @@ class GramOperator {
   Index cols() const { return rows(); }
   Index size() const { return rows(); }
   int products() const { return products_; }
+  /// The scale the products are divided by.
+  const ProductScale& scale() const { return scale_; }
 
-  /// y = AAᵀx or AᵀAx.
+  /// y = AAᵀx / scale or AᵀAx / scale.
   void perform_op(const double* x, double* y) const {
     in_ = Eigen::Map<const Vector<double>>(x, size()).template cast<OpScalar>();
     if (outer_) {
@@ -59,13 +93,15 @@ class GramOperator {
       }
     }
     products_ += 2;
-    Eigen::Map<Vector<double>>(y, size()) = out_.template cast<double>();
+    Eigen::Map<Vector<double>> image(y, size());
+    image = out_.template cast<double>();
+    scale_.apply(image);
   }
 
   /// For σ from a unit Ritz vector x of this Gram operator, a bound on |σ − σ_j| for some singular value σ_j:
   /// x is taken as the left (AAᵀ) or right (AᵀA) singular vector u, its partner v = Aᵀu/s with s = ‖Aᵀu‖
   /// (A and Aᵀ swapped for AᵀA), and the Jordan–Wielandt residual bound gives |s − σ_j| ≤ ‖Av − s·u‖; hence
-  /// |σ − s| + ‖Av − s·u‖. Two operator products.
+  /// |σ − s| + ‖Av − s·u‖. Two operator products, unscaled (σ is a singular value of A itself).
   double singular_error_bound(const Vector<double>& x, double sigma) const {
     in_ = x.template cast<OpScalar>();
     if (outer_)
@@ -89,6 +125,7 @@ class GramOperator {
   bool outer_;
   mutable Vector<OpScalar> in_, out_, middle_;
   mutable int products_ = 0;
+  mutable ProductScale scale_;
 };
 
 /// The operator as a dense matrix in double, formed column by column from its products (small sizes only).
@@ -116,8 +153,8 @@ Matrix<double> materialize(const Operator& op, int& products) {
 }
 
 /// The symmetric augmented operator [[0, A], [Aᵀ, 0]] of `op` ((rows + cols)², eigenvalues ±σᵢ(A) and
-/// |rows − cols| zeros) in double for Spectra; one pass of A per product when the operator offers
-/// perform_augmented_op, else one A and one Aᵀ product.
+/// |rows − cols| zeros) in double for Spectra, its products divided by a ProductScale (scale()); one pass of
+/// A per product when the operator offers perform_augmented_op, else one A and one Aᵀ product.
 template <class Operator>
 class AugmentedOperator {
  public:
@@ -128,6 +165,7 @@ class AugmentedOperator {
   Index rows() const { return op_.rows() + op_.cols(); }
   Index cols() const { return rows(); }
   int products() const { return products_; }
+  const ProductScale& scale() const { return scale_; }
 
   void perform_op(const double* x, double* y) const {
     in_ = Eigen::Map<const Vector<double>>(x, rows()).template cast<OpScalar>();
@@ -138,13 +176,16 @@ class AugmentedOperator {
       op_.perform_transpose_op(in_.data(), out_.data() + op_.rows());
     }
     products_ += 2;
-    Eigen::Map<Vector<double>>(y, rows()) = out_.template cast<double>();
+    Eigen::Map<Vector<double>> image(y, rows());
+    image = out_.template cast<double>();
+    scale_.apply(image);
   }
 
  private:
   const Operator& op_;
   mutable Vector<OpScalar> in_, out_;
   mutable int products_ = 0;
+  mutable ProductScale scale_;
 };
 
 /// Throws std::invalid_argument unless the product `y` of an n×n Lanczos operator is finite: an operator with
@@ -295,6 +336,7 @@ requires HasBlockGram<Operator> SpectralResult block_top_singular_values(const O
   const bool outer = op.rows() <= op.cols();
   const Index n = outer ? op.rows() : op.cols();
   Matrix<OpScalar> in, out;
+  ProductScale scale;
   const BlockProduct product = [&](const ConstMatrixRef<double>& x, Matrix<double>& y) {
     in = x.template cast<OpScalar>();
     out.resize(n, x.cols());
@@ -304,9 +346,11 @@ requires HasBlockGram<Operator> SpectralResult block_top_singular_values(const O
       op.perform_inner_gram_block_op(in.data(), x.cols(), out.data());
     y = out.template cast<double>();
     require_finite_product(y, n);
+    scale.apply(y);
   };
   Vector<double> ritz;
   SpectralResult result = block_lanczos(n, k, product, ritz, options);
+  result.values *= scale.root();
   if (ritz.size() == 0 || !result.converged) return result;
   GramOperator<Operator> gram(op);
   result.last_error_bound = gram.singular_error_bound(ritz, result.values(k - 1));
@@ -339,8 +383,9 @@ SpectralResult top_singular_values_augmented(const Operator& op, Index k, const 
     Vector<double> image(size);
     augmented.perform_op(ritz.data(), image.data());
     result.matvecs = augmented.products();
-    result.last_error_bound = (image - result.values(k - 1) * ritz).norm();
+    result.last_error_bound = (image - result.values(k - 1) * ritz).norm() * augmented.scale().value();
   }
+  result.values *= augmented.scale().value();
   return result;
 }
 
@@ -368,7 +413,7 @@ SpectralResult top_singular_values(const Operator& op, Index k, const SpectralOp
   detail::GramOperator<Operator> gram(op);
   SpectralResult result;
   const Vector<double> ritz = detail::largest_eigenvalues(gram, k, basis, options, result);
-  result.values = result.values.cwiseSqrt();
+  result.values = result.values.cwiseSqrt() * gram.scale().root();
   if (ritz.size() > 0) {
     result.last_error_bound = gram.singular_error_bound(ritz, result.values(k - 1));
     result.matvecs = gram.products();
