@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include <cmath>
 
 #include "nystrom/attention.hpp"
@@ -108,6 +110,22 @@ TEST_CASE_TEMPLATE("output errors are the relative Frobenius, max and mean absol
   CHECK(errors.mean_abs == doctest::Approx(0.75));
   const Matrix<T> wrong(3, 2);
   CHECK(throws_naming([&] { output_errors<T>(exact, wrong); }, "3x2"));
+  // The relative error at any scale the type holds (sums of squares over- and underflowed: NaN), NaN wherever
+  // an entry is NaN (max_abs skipped it), 0 between two zero outputs.
+  for (const double scale :
+       {double(std::numeric_limits<T>::max()) / 8, double(std::numeric_limits<T>::min())}) {
+    CAPTURE(scale);
+    const OutputErrors scaled = output_errors<T>((exact * T(scale)).eval(), (approximate * T(scale)).eval());
+    CHECK(scaled.relative_frobenius == doctest::Approx(std::sqrt(5.0) / 5.0));
+  }
+  Matrix<T> undefined = approximate;
+  undefined(1, 0) = std::numeric_limits<T>::quiet_NaN();
+  const OutputErrors with_nan = output_errors<T>(exact, undefined);
+  CHECK(std::isnan(with_nan.relative_frobenius));
+  CHECK(std::isnan(with_nan.max_abs));
+  CHECK(std::isnan(with_nan.mean_abs));
+  const Matrix<T> zero = Matrix<T>::Zero(2, 2);
+  CHECK(output_errors<T>(zero, zero).relative_frobenius == 0);
 }
 
 TEST_CASE("exact attention rejects bad arguments naming the value") {

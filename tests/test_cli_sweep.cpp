@@ -782,7 +782,7 @@ namespace {
 void write_head_dump(const std::string& path, const Matrix<double>& q, const Matrix<double>& k,
                      const Matrix<double>& v, double scale, std::array<Index, 2> window = {},
                      Index prefix_tokens = 0) {
-  cli::AtomicFile file(path);
+  cli::AtomicFile file(path, test_dump);
   cli::write_dump_header(file.get(), "test");
   cli::DumpLayerData<double> data;
   data.tokens = q.rows();
@@ -958,6 +958,34 @@ TEST_CASE("sweep: a run killed (SIGKILL) right after it starts leaves a readable
   CHECK(rerun.status == 0);
   CHECK(rerun.err.find("discarding") == std::string::npos);
   CHECK(read_sweep(output).rows.size() == 2 * 2 * 3 * 2 * 5);
+}
+
+TEST_CASE("sweep: a core that overflows is a status row (non-finite), not an aborted sweep") {
+  // Under a Laplacian kernel of small λ (here 0.0005) a landmark pair lies far closer than any token pair:
+  // the core's entries κ(q̄_a, k̄_b)/max_j κ(q̄_a, k_j) reach e^hundreds and overflow even in double.
+  TempDir dir("core_overflow");
+  const auto input = make_dump(dir);
+  const auto output = dir / "out.h5";
+  const auto run = run_cli(sweep_args(input, output,
+                                      {"--kernel", "laplacian", "--lambda", "0.0005,4", "--strategy",
+                                       "segment-means", "--landmarks", "8", "--pinv", "exact", "-q"}));
+  CAPTURE(run.err);
+  REQUIRE(run.status == 0);
+  CHECK_FALSE(fs::exists(output + ".partial"));
+  const Table table = read_sweep(output);
+  REQUIRE(table.rows.size() == 4);  // 2 heads × 2 λ
+  for (std::size_t row = 0; row < table.rows.size(); ++row) {
+    CAPTURE(row);
+    if (table.number(row, "kernel_param") == 4) {
+      CHECK(table.text(row, "pinv_status") == "converged");
+      CHECK(std::isfinite(table.number(row, "spectral_error")));
+    } else {
+      CHECK(table.text(row, "pinv_status") == "non-finite");
+      CHECK(std::isnan(table.number(row, "spectral_error")));
+      CHECK(std::isnan(table.number(row, "output_relative_error")));
+      CHECK(std::isnan(table.number(row, "output_max_error")));
+    }
+  }
 }
 
 TEST_CASE("spectrum: logits of a few hundred give the singular values of G itself, dense and matrix-free") {

@@ -117,10 +117,14 @@ OutputErrors output_errors(const ConstMatrixRef<T>& exact, const ConstMatrixRef<
   OutputErrors errors;
   if (exact.size() == 0) return errors;
   const Eigen::ArrayXXd difference = exact.template cast<double>() - approximate.template cast<double>();
-  errors.relative_frobenius =
-      std::sqrt(difference.square().sum() / exact.template cast<double>().squaredNorm());
-  errors.max_abs = difference.abs().maxCoeff();
+  // Norms without squaring overflow or underflow (stableNorm), NaN wherever a NaN entry is (max_abs too), and
+  // 0 for two zero outputs.
+  const double difference_norm = difference.matrix().stableNorm(),
+               exact_norm = exact.template cast<double>().stableNorm();
+  errors.relative_frobenius = difference_norm == 0 ? 0.0 : difference_norm / exact_norm;
+  errors.max_abs = difference.abs().template maxCoeff<Eigen::PropagateNaN>();
   errors.mean_abs = difference.abs().mean();
+  if (std::isnan(errors.max_abs)) errors.relative_frobenius = errors.mean_abs = errors.max_abs;
   return errors;
 }
 
