@@ -690,6 +690,8 @@ void complete_settings(const po::variables_map& values, const BenchOptionTexts& 
     const Index default_threads = threads();  // the OpenMP default, before any set_threads
     settings.thread_counts.clear();
     for (auto count : parse_index_list(option_text(values, "threads", "threads-list"), "threads", 0)) {
+      require(count <= max_threads, describe("option --threads: ", count, " must lie in [0, ", max_threads,
+                                             "] (0: the OpenMP default)"));
       const Index resolved = count > 0 ? count : default_threads;
       if (std::find(settings.thread_counts.begin(), settings.thread_counts.end(), resolved) ==
           settings.thread_counts.end())
@@ -747,10 +749,10 @@ int run_bench(const Invocation& invocation) {
             << ", OPENBLAS_CORETYPE="
             << (std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)") << "\n"
             << "timing: " << timing_note(settings.device) << "\n";
-  AtomicFile file(settings.output);
-  int max_threads = 1;
-  for (auto t : settings.thread_counts) max_threads = std::max(max_threads, int(t));
-  Provenance provenance = make_provenance(invocation.command_line, max_threads, "synthetic:gaussian");
+  AtomicFile file(settings.output, {"bench", "nystrom-results", "bench"});
+  int most_threads = 1;
+  for (auto t : settings.thread_counts) most_threads = std::max(most_threads, int(t));
+  Provenance provenance = make_provenance(invocation.command_line, most_threads, "synthetic:gaussian");
   write_results_header(file.get(), provenance);
   write_attribute(file.get(), "blas_core", core);
   write_attribute(file.get(), "device", to_string(settings.device));

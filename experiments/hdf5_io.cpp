@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <limits>
 #include <ostream>
 #include <stdexcept>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include "nystrom/error.hpp"
@@ -230,14 +233,82 @@ template void write_array<double>(hid_t, const std::string&, const std::vector<h
 template void write_array<std::int64_t>(hid_t, const std::string&, const std::vector<hsize_t>&,
                                         const std::int64_t*);
 
-AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
+void require_replaceable(const std::string& target, const OutputKind& kind) {
+  require(!target.empty(), describe("nystrom ", kind.command, ": the output path is empty"));
+  std::error_code error;
+  const auto status = std::filesystem::status(target, error);
+  if (!std::filesystem::exists(status)) return;
+  require(!std::filesystem::is_directory(status), describe(target, ": is a directory, not an output file"));
+  const auto refuse = [&](const std::string& what) {
+    return std::invalid_argument(describe(target, ": exists and ", what, "; nystrom ", kind.command,
+                                          " replaces only its own output files (choose another --output)"));
+  };
+  if (H5Fis_hdf5(target.c_str()) <= 0) throw refuse("is not an HDF5 file");
+  Handle file = open_file(target, false);
+  const hid_t root = file.get();
+  if (std::string(kind.group) != "sweep" && H5Lexists(root, "sweep", H5P_DEFAULT) > 0)
+    throw refuse("holds a sweep's results");
+  const std::string format = has_attribute(root, "format") ? read_string_attribute(root, "format") : "";
+  if (format != kind.format || H5Lexists(root, kind.group, H5P_DEFAULT) <= 0)
+    throw refuse(describe("is not a file nystrom ", kind.command, " writes (format '", format, "', no /",
+                          kind.group, ")"));
+  const std::string source = has_attribute(root, "source") ? read_string_attribute(root, "source") : "";
+  if (source.rfind(kind.source_prefix, 0) != 0)
+    throw refuse(describe("is a dump from '", source, "', not one nystrom ", kind.command, " wrote"));
+}
+
+namespace {
+
+/// The temporary files of live AtomicFiles, removed by the handler of SIGINT and SIGTERM before the signal's
+/// default action ends the process (destructors do not run then). Fixed storage: the handler may only call
+/// async-signal-safe functions.
+constexpr int kTemporarySlots = 8;
+constexpr std::size_t kTemporaryPathBytes = 4096;
+char temporary_paths[kTemporarySlots][kTemporaryPathBytes];
+volatile std::sig_atomic_t temporary_used[kTemporarySlots];
+
+extern "C" void remove_temporaries_and_reraise(int signal) {
+  for (int slot = 0; slot < kTemporarySlots; ++slot)
+    if (temporary_used[slot]) ::unlink(temporary_paths[slot]);
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+/// Registers `path` for removal on SIGINT and SIGTERM (where nothing else handles them); returns its slot, or
+/// −1 when the path does not fit (the file is then only removed by the destructor).
+int register_temporary(const std::string& path) {
+  if (path.size() >= kTemporaryPathBytes) return -1;
+  for (int slot = 0; slot < kTemporarySlots; ++slot) {
+    if (temporary_used[slot]) continue;
+    std::memcpy(temporary_paths[slot], path.c_str(), path.size() + 1);
+    temporary_used[slot] = 1;
+    for (const int signal : {SIGINT, SIGTERM}) {
+      struct sigaction current = {};
+      ::sigaction(signal, nullptr, &current);
+      if (current.sa_handler == SIG_DFL) std::signal(signal, remove_temporaries_and_reraise);
+    }
+    return slot;
+  }
+  return -1;
+}
+
+void unregister_temporary(int slot) {
+  if (slot >= 0) temporary_used[slot] = 0;
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string target, const OutputKind& kind) : target_(std::move(target)) {
+  require_replaceable(target_, kind);
   const auto parent = std::filesystem::path(target_).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
   temporary_ = target_ + ".tmp-" + std::to_string(::getpid());
+  slot_ = register_temporary(temporary_);
   file_ = create_file(temporary_);
 }
 
 AtomicFile::~AtomicFile() {
+  unregister_temporary(slot_);
   if (!file_.valid()) return;
   file_.reset();
   std::error_code ignored;
@@ -247,7 +318,12 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::commit() {
   check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "H5Fflush " + temporary_);
   file_.reset();
-  std::filesystem::rename(temporary_, target_);
+  std::error_code error;
+  std::filesystem::rename(temporary_, target_, error);
+  if (error) {
+    std::filesystem::remove(temporary_);
+    throw std::invalid_argument(describe(target_, ": cannot write the output there (", error.message(), ")"));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

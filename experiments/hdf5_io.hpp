@@ -82,12 +82,28 @@ void write_attribute(hid_t object, const std::string& name, const std::vector<st
 template <class T>
 void write_array(hid_t location, const std::string& name, const std::vector<hsize_t>& dims, const T* data);
 
+/// The files one subcommand writes, which its AtomicFile may replace: a file with root attribute `format`,
+/// root group `group` and no /sweep unless `group` is (only a sweep replaces a sweep's results), and for
+/// dumps a `source` attribute starting with `source_prefix` (synth replaces its own synthetic dumps, never a
+/// model's).
+struct OutputKind {
+  const char* command;
+  const char* format;
+  const char* group;
+  const char* source_prefix = "";
+};
+
+/// Throws std::invalid_argument naming `target` when it is empty, a directory, or an existing file that is
+/// not of `kind` (not HDF5, another command's results, a model's dump): the files a run must not replace.
+void require_replaceable(const std::string& target, const OutputKind& kind);
+
 /// A new HDF5 file written under a temporary name in the target's directory and renamed onto the target only
 /// by commit(), so a failed run never leaves a truncated file in place of a good one. Without commit() the
-/// temporary file is removed. Missing parent directories are created.
+/// temporary file is removed, and so it is when SIGINT or SIGTERM ends the process first. Missing parent
+/// directories are created. The target must be replaceable by `kind` (require_replaceable).
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string target);
+  AtomicFile(std::string target, const OutputKind& kind);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -97,6 +113,7 @@ class AtomicFile {
 
  private:
   std::string target_, temporary_;
+  int slot_ = -1;
   Handle file_;
 };
 

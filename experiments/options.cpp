@@ -144,7 +144,9 @@ bool parse_options(const Invocation& invocation, const std::string& synopsis,
 
 int apply_threads(const po::variables_map& values) {
   const int requested = values.count("threads") ? values["threads"].as<int>() : 0;
-  require(requested >= 0, describe("option --threads: ", requested, " must be >= 0"));
+  require(requested >= 0 && requested <= max_threads,
+          describe("option --threads: ", requested, " must lie in [0, ", max_threads,
+                   "] (0: the OpenMP default)"));
   set_threads(requested > 0 ? requested : threads());  // also keeps OpenBLAS single-threaded (threads.hpp)
   return threads();
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <iostream>
 
 #include <unistd.h>
 
@@ -29,10 +28,11 @@ ResumeStore::ResumeStore(std::string output, std::string input, std::string refe
   try {
     for (const auto& row : stored_rows(partial_)) done_.insert(row_key(columns_, row));
   } catch (const std::invalid_argument& error) {
-    // Our own leftover that cannot be resumed: discard it; the finished output is untouched.
-    std::cerr << "nystrom: discarding unreadable " << partial_ << " (" << error.what() << ")\n";
-    fs::remove(partial_);
-    partial_exists_ = false;
+    // Never removed here: a partial file that cannot be opened may be locked by a sweep still writing it, and
+    // one of another input holds rows of its own.
+    throw std::invalid_argument(
+        describe(partial_, ": cannot be resumed (", error.what(),
+                 "); if no sweep is writing it, remove it, or choose another --output"));
   }
 }
 
@@ -67,7 +67,7 @@ void ResumeStore::open() {
     fs::copy_file(output_, temporary, fs::copy_options::overwrite_existing);
     fs::rename(temporary, partial_);
   } else if (!partial_exists_) {
-    AtomicFile created(partial_);
+    AtomicFile created(partial_, {"sweep", "nystrom-results", group_.c_str()});
     write_attributes_(created.get());
     ResultsTable::create(created.get(), group_, columns_);
     created.commit();
@@ -99,7 +99,7 @@ hsize_t ResumeStore::commit(const std::unordered_map<std::string, std::size_t>& 
     return found == position.end() ? -1 : std::ptrdiff_t(found->second);
   };
   std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return rank(a) < rank(b); });
-  AtomicFile sorted(output_);
+  AtomicFile sorted(output_, {"sweep", "nystrom-results", group_.c_str()});
   write_attributes_(sorted.get());
   auto table = ResultsTable::create(sorted.get(), group_, columns_);
   for (const auto& row : rows) table.append(row);

@@ -310,7 +310,7 @@ int run_spectrum(const Invocation& invocation) {
           "spectrum runs in one process (--threads evaluates heads at once): start it without "
           "an MPI launcher");
 
-  AtomicFile file(settings.output);
+  AtomicFile file(settings.output, {"spectrum", "nystrom-results", "spectra"});
   write_results_header(file.get(),
                        make_provenance(invocation.command_line, threads,
                                        std::filesystem::weakly_canonical(settings.input).string()));

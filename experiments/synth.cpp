@@ -244,7 +244,7 @@ int run_synth(const Invocation& invocation) {
   if (uses(SynthKind::window)) spec.window = parse_window(values["window"].as<std::string>(), spec.tokens);
   apply_threads(values);
 
-  AtomicFile file(values["output"].as<std::string>());
+  AtomicFile file(values["output"].as<std::string>(), {"synth", "nystrom-dump", "layers", "synthetic: "});
   write_dump_header(file.get(), "synthetic: " + invocation.command_line);
   for (Index layer = 0; layer < spec.layers; ++layer) {
     const std::string name = describe(layer < 10 ? "0" : "", layer);

@@ -27,6 +27,9 @@ struct CliRun {
   std::string err, out;
 };
 
+/// The dumps the tests write (AtomicFile): any earlier test dump at the same path is replaced.
+inline const cli::OutputKind test_dump{"test", "nystrom-dump", "layers"};
+
 inline CliRun run_cli(std::vector<std::string> args) {
   args.insert(args.begin(), "nystrom");
   std::vector<char*> argv;

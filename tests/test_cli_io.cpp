@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 
 #include "cli_test_support.hpp"
 #include "nystrom/attention.hpp"
@@ -57,6 +58,17 @@ TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message
   CHECK(kind.status == 2);
   CHECK(kind.err.find("--kind") != std::string::npos);
   CHECK(kind.err.find("cauchy") != std::string::npos);
+  CHECK_FALSE(fs::exists("x.h5"));
+  // A thread count OpenMP could not start ended a sweep in std::terminate (40,000 threads); it is refused.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"synth", "--output", "x.h5", "--threads", "100000"},
+        {"sweep", "--output", "x.h5", "--threads", "100000"},
+        {"bench", "--output", "x.h5", "--threads", "1,100000"}}) {
+    CAPTURE(args[0]);
+    const auto threads = run_cli(args);
+    CHECK(threads.status == 2);
+    CHECK(threads.err.find("--threads: 100000") != std::string::npos);
+  }
   CHECK_FALSE(fs::exists("x.h5"));
 }
 
@@ -191,16 +203,82 @@ void write_tensor(hid_t group, const char* name, std::vector<hsize_t> dims, cons
 }  // namespace
 
 TEST_CASE(
+    "spectrum, bench and synth replace only files they wrote: a sweep's results, a dump, other files stay") {
+  TempDir dir("replace");
+  const auto dump = dir / "dump.h5";
+  REQUIRE(run_cli({"synth", "-o", dump, "--tokens", "12", "--dim", "3", "--heads", "1", "--layers", "1"})
+              .status == 0);
+  const auto results = dir / "results.h5";
+  REQUIRE(run_cli({"sweep", "-i", dump, "-o", results, "--kernel", "exp", "--strategy", "step", "--landmarks",
+                   "2", "--pinv", "exact", "-q"})
+              .status == 0);
+  const auto text = dir / "notes.txt";
+  std::ofstream(text) << "not a results file\n";
+  const auto model_dump = dir / "model.h5";  // a dump from elsewhere: another `source`
+  fs::copy_file(dump, model_dump);
+  {
+    cli::Handle file = cli::open_file(model_dump, true);
+    H5Adelete(file.get(), "source");
+    cli::write_attribute(file.get(), "source", std::string("dump_attention.py: a model"));
+  }
+  const auto spectrum = [&](const std::string& output) {
+    return run_cli({"spectrum", "-i", dump, "-o", output, "--kernel", "exp", "-m", "2", "-k", "3", "-q"});
+  };
+  const auto bench = [&](const std::string& output) {
+    return run_cli({"bench", "-o", output, "--n", "16", "--method", "exact", "--threads", "1", "--gemm-n",
+                    "0", "--steps", "0", "--min-seconds", "0.001", "--blas-core", "default", "-q"});
+  };
+  const auto synth = [&](const std::string& output) {
+    return run_cli({"synth", "-o", output, "--tokens", "8", "--dim", "2", "--heads", "1", "--layers", "1"});
+  };
+  struct Refused {
+    std::string output, expect;
+    std::function<CliRun(const std::string&)> run;
+  };
+  const std::vector<Refused> refused = {{results, "holds a sweep's results", spectrum},
+                                        {results, "holds a sweep's results", bench},
+                                        {results, "holds a sweep's results", synth},
+                                        {dump, "is not a file nystrom spectrum writes", spectrum},
+                                        {text, "is not an HDF5 file", bench},
+                                        {model_dump, "is a dump from 'dump_attention.py", synth},
+                                        {dir.path().string(), "is a directory", synth},
+                                        {"", "output path is empty", synth}};
+  for (const Refused& r : refused) {
+    CAPTURE(r.output);
+    const std::string before = r.output.empty() || fs::is_directory(r.output) ? "" : file_bytes(r.output);
+    const CliRun result = r.run(r.output);
+    CAPTURE(result.err);
+    CHECK(result.status == 2);
+    CHECK(result.err.find(r.expect) != std::string::npos);
+    if (!before.empty()) CHECK(file_bytes(r.output) == before);
+  }
+  // A file of the command's own kind is replaced: a rerun.
+  const auto own = dir / "own.h5";
+  for (const std::function<CliRun(const std::string&)>& run :
+       std::vector<std::function<CliRun(const std::string&)>>{spectrum, bench, synth}) {
+    REQUIRE(run(own).status == 0);
+    CHECK(run(own).status == 0);
+    fs::remove(own);
+  }
+  for (const auto& entry : fs::directory_iterator(dir.path()))
+    CHECK(entry.path().string().find(".tmp-") == std::string::npos);
+}
+
+TEST_CASE(
     "malformed dumps: exit 2, a message naming file, group and dataset, no output, existing output intact") {
   TempDir dir("bad");
   const auto good = dir / "good.h5";
   REQUIRE(run_cli({"synth", "-o", good, "--tokens", "12", "--dim", "3", "--heads", "1", "--layers", "1"})
               .status == 0);
-  const auto existing = dir / "existing.h5";
-  REQUIRE(run_cli({"sweep", "-i", good, "-o", existing, "--kernel", "exp", "--strategy", "step",
-                   "--landmarks", "2", "--pinv", "exact", "-q"})
-              .status == 0);
-  const auto existing_bytes = file_bytes(existing);
+  // An existing output of each subcommand (each replaces only its own kind of file).
+  const std::map<std::string, std::string> existing = {{"sweep", dir / "existing_sweep.h5"},
+                                                       {"spectrum", dir / "existing_spectrum.h5"}};
+  for (const auto& [subcommand, path] : existing)
+    REQUIRE(run_cli({subcommand, "-i", good, "-o", path, "--kernel", "exp", "--strategy", "step",
+                     "--landmarks", "2", "-q"})
+                .status == 0);
+  const std::map<std::string, std::string> existing_bytes = {
+      {"sweep", file_bytes(existing.at("sweep"))}, {"spectrum", file_bytes(existing.at("spectrum"))}};
 
   const std::vector<std::int64_t> dims{1, 2, 6, 3};
   struct Case {
@@ -281,9 +359,10 @@ TEST_CASE(
     CAPTURE(c.name);
     const auto input = dir / (c.name + ".h5");
     c.make(input);
-    for (const auto& output : {dir / "new.h5", existing}) {
+    for (const bool replace : {false, true}) {
       for (const std::string subcommand : {"sweep", "spectrum"}) {
         CAPTURE(subcommand);
+        const std::string output = replace ? existing.at(subcommand) : dir / "new.h5";
         const auto run =
             run_cli({subcommand, "-i", input, "-o", output, "-q", "--landmarks", "2", "--strategy", "step"});
         CAPTURE(run.err);
@@ -293,7 +372,7 @@ TEST_CASE(
         CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
         CHECK_FALSE(fs::exists(dir / "new.h5"));
         CHECK_FALSE(fs::exists(output + ".partial"));
-        CHECK(file_bytes(existing) == existing_bytes);
+        for (const auto& [name, path] : existing) CHECK(file_bytes(path) == existing_bytes.at(name));
       }
     }
     {

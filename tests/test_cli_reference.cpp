@@ -57,7 +57,7 @@ std::vector<double> row_major(const std::vector<Matrix<double>>& matrices) {
 
 /// Writes the layer as /layers/00 (with its bias and mask unless `score_terms` is false).
 void write_dump(const std::string& path, const Layer& layer, bool score_terms = true) {
-  cli::AtomicFile file(path);
+  cli::AtomicFile file(path, test_dump);
   cli::write_dump_header(file.get(), "test");
   cli::DumpLayerData<double> data;
   data.batch = batch;

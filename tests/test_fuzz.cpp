@@ -209,7 +209,7 @@ void write_dump(const std::string& name, const std::vector<HeadData>& heads, std
     for (const auto& [source, target] : {std::pair{&head.q, &data.q}, {&head.k, &data.k}, {&head.v, &data.v}})
       for (Index i = 0; i < source->rows(); ++i)
         for (Index j = 0; j < source->cols(); ++j) target->push_back(T((*source)(i, j)));
-  cli::AtomicFile file(dump_path(name));
+  cli::AtomicFile file(dump_path(name), test_dump);
   cli::write_dump_header(file.get(), "nystrom fuzz suite: " + name);
   cli::write_dump_layer(file.get(), "00", data);
   if (prefix_tokens > 0) {

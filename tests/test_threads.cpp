@@ -36,12 +36,13 @@ TEST_CASE("set_threads stops OpenBLAS's worker pool, BlasThreads restarts it and
   set_threads(before);
 }
 
-TEST_CASE("set_threads sets the OpenMP count and rejects counts below one") {
+TEST_CASE("set_threads sets the OpenMP count and rejects counts below one or above max_threads") {
   const int before = threads();
   set_threads(1);
   CHECK(threads() == 1);
   CHECK(throws_naming([] { set_threads(0); }, "0"));
   CHECK(throws_naming([] { set_threads(-3); }, "-3"));
+  CHECK(throws_naming([] { set_threads(max_threads + 1); }, std::to_string(max_threads + 1)));
   CHECK(threads() == 1);
   set_threads(before);
   CHECK(threads() == before);

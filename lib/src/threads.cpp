@@ -89,7 +89,8 @@ std::ptrdiff_t PanelSchedule::take(int r, bool first) {
 }  // namespace detail
 
 void set_threads(int threads) {
-  require(threads >= 1, describe("set_threads: threads = ", threads, " must be >= 1"));
+  require(threads >= 1 && threads <= max_threads,
+          describe("set_threads: threads = ", threads, " must lie in [1, ", max_threads, "]"));
   omp_set_num_threads(threads);
   single_threaded_blas();
 }

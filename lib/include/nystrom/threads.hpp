@@ -90,9 +90,14 @@ class PanelSchedule {
 
 }  // namespace detail
 
+/// The most threads set_threads accepts. OpenMP aborts the process when it cannot start a thread (a sweep
+/// asked for 40,000 ended in std::terminate), so counts far beyond any machine's cores are refused up front.
+constexpr int max_threads = 1024;
+
 /// Sets the number of OpenMP threads and keeps OpenBLAS single-threaded, stopping the worker pool OpenBLAS
 /// starts when it loads (its idle workers busy-wait ~0.1 s first, beside our threads); throws
-/// std::invalid_argument naming `threads` when it is < 1 (callers map a CLI "0: the default" themselves).
+/// std::invalid_argument naming `threads` unless 1 ≤ threads ≤ max_threads (callers map a CLI "0: the
+/// default" themselves).
 void set_threads(int threads);
 
 /// Number of OpenMP threads the library's parallel loops use.
