@@ -170,4 +170,43 @@ TEST_CASE_TEMPLATE("theorem3_constant equals (1+‖G_L G_A⁻¹‖₂)(1+‖G_A�
   singular.row(4) = singular.row(3);
   CHECK(std::isinf(theorem3_constant<T>(left, singular, upper)));
   CHECK(throws_naming([&] { theorem3_constant<T>(left, Matrix<T>(m, m + 1), upper); }, "5x6"));
+  CHECK(throws_naming([&] { theorem3_constant<T>(left, core, Matrix<T>(upper.leftCols(n - 1))); }, "5x24"));
+  Matrix<T> infinite = left;
+  infinite(3, 2) = std::numeric_limits<T>::infinity();
+  CHECK(throws_naming([&] { theorem3_constant<T>(infinite, core, upper); }, "theorem3_constant: left"));
+  // K does not change when the three blocks share a scale: the Gram products under- and overflowed at the
+  // ends of the type's range (K off by a factor 170 at 1e-200 in double).
+  for (const double scale :
+       {double(std::numeric_limits<T>::min()) * 64, double(std::numeric_limits<T>::max()) / 64}) {
+    CAPTURE(scale);
+    const double scaled = theorem3_constant<T>((left.template cast<double>() * scale).template cast<T>(),
+                                               (core.template cast<double>() * scale).template cast<T>(),
+                                               (upper.template cast<double>() * scale).template cast<T>());
+    CHECK(std::abs(scaled - expected) <= 1e-4 * cond * cond * expected);
+  }
+}
+
+TEST_CASE("the bounds do not depend on the scale of the kernel: σ₁², a² and their ratios at 1e±200") {
+  const BoundInputs unit{.sigma1_ext = 3.0,
+                         .sigma_m1_ext = 1e-3,
+                         .sigma_m_core = 0.5,
+                         .spectral_error = 1e-4,
+                         .theorem3_k = 7.0};
+  const BoundReport reference = evaluate_bounds(unit);
+  for (const double scale : {1e-200, 1e200}) {
+    CAPTURE(scale);
+    const BoundReport r = evaluate_bounds({.sigma1_ext = 3.0 * scale,
+                                           .sigma_m1_ext = 1e-3 * scale,
+                                           .sigma_m_core = 0.5 * scale,
+                                           .spectral_error = 1e-4 * scale,
+                                           .theorem3_k = 7.0});
+    CHECK(r.theorem1_applies == reference.theorem1_applies);
+    CHECK(r.theorem1 / scale == doctest::Approx(reference.theorem1).epsilon(1e-14));
+    CHECK(r.theorem2 / scale == doctest::Approx(reference.theorem2).epsilon(1e-14));
+    CHECK(r.theorem3 / scale == doctest::Approx(reference.theorem3).epsilon(1e-14));
+    CHECK(r.c_emp / scale == doctest::Approx(reference.c_emp).epsilon(1e-14));
+    CHECK(r.c_emp_normalized * scale == doctest::Approx(reference.c_emp_normalized).epsilon(1e-14));
+    CHECK(r.holds() == reference.holds());
+  }
+  CHECK(throws_naming([&] { evaluate_bounds({.sigma1_ext = 1, .theorem3_k = -1}); }, "theorem3_k = -1"));
 }

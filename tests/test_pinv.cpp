@@ -272,6 +272,24 @@ TEST_CASE_TEMPLATE("safe alpha keeps alpha*sigma1^2 <= 1", T, float, double) {
   }
 }
 
+TEST_CASE_TEMPLATE("the automatic alpha at the ends of the type's range: formed in double, no overflow", T,
+                   float, double) {
+  // A core of 1e-20 in float needs α = 1e40, beyond float (its start Z₀ = αAᵀ was infinite: status
+  // non-finite); norms of 1e155 in double made ‖A‖₁‖A‖_∞ overflow (α = 0, Z = 0 "completed").
+  for (const double scale :
+       {std::is_same_v<T, float> ? 1e-20 : 1e-150, std::is_same_v<T, float> ? 1e15 : 1e155}) {
+    CAPTURE(scale);
+    const Matrix<T> A = (conditioned_matrix<double>(6, 1, 2, 9000) * scale).template cast<T>();
+    const double target = std::is_same_v<T, double> ? 1e-13 : 10 * tolerance<T>(6);
+    const PinvResult<T> result = pseudoinverse<T>(A, iterative(PinvMethod::razavi, 0, 60, target));
+    CHECK(result.status == PinvStatus::converged);
+    const Matrix<double> oracle = dense_pinv(A.template cast<double>(), 1e-12);
+    CHECK(relative_difference(result.z.template cast<double>(), oracle) <= 1e3 * tolerance<T>(6));
+  }
+  CHECK(
+      throws_naming([] { safe_alpha<double>(Matrix<double>::Constant(2, 2, std::nan(""))); }, "safe_alpha"));
+}
+
 TEST_CASE("bad pinv arguments throw naming the value") {
   const Matrix<double> A = random_matrix<double>(4, 4, 7001);
   const auto fails = [&](const PinvOptions& options, const std::string& needle) {

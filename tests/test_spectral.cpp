@@ -395,6 +395,16 @@ TEST_CASE_TEMPLATE("singular values, numerical rank, energy fraction and Frobeni
   CHECK(energy_fraction(Vector<double>::Zero(2), 1) == 1.0);
   CHECK(numerical_rank(s, 0.5) == 2);  // 0.5·σ_max = 2: values 3 and 4 exceed it
   CHECK(throws_naming([&] { energy_fraction(s, 4); }, "k = 4"));
+  // Singular values are finite and >= 0: a NaN or a negative value is refused, not counted (it gave rank 0,
+  // 2).
+  for (const double bad : {std::nan(""), -2.0, std::numeric_limits<double>::infinity()}) {
+    CAPTURE(bad);
+    Vector<double> with_bad = s;
+    with_bad(1) = bad;
+    CHECK(throws_naming([&] { numerical_rank(with_bad, 0); }, "singular value 1"));
+    CHECK(throws_naming([&] { energy_fraction(with_bad, 1); }, "singular value 1"));
+  }
+  CHECK(throws_naming([&] { numerical_rank(s, std::nan("")); }, "tol = nan"));
   CHECK(frobenius_norm<T>(L) ==
         doctest::Approx(L.template cast<double>().norm()).epsilon(tolerance<T>(60 * 40)));
 }

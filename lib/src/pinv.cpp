@@ -46,11 +46,13 @@ void PinvOptions::validate() const {
 
 template <class T>
 double safe_alpha(const ConstMatrixRef<T>& A) {
-  // Nyströmformer's init: ‖A‖₁‖A‖_∞ ≥ ‖A‖₂² = σ₁², so ασ₁² ≤ 1, inside both convergence ranges.
-  const double norm_1 = A.cwiseAbs().colwise().sum().maxCoeff();
-  const double norm_inf = A.cwiseAbs().rowwise().sum().maxCoeff();
-  const double product = norm_1 * norm_inf;
-  return product > 0 ? 1.0 / product : 1.0;  // the zero matrix: every α gives Z₀ = 0 = A⁺
+  require_finite(A, "safe_alpha: A");
+  // Nyströmformer's init: ‖A‖₁‖A‖_∞ ≥ ‖A‖₂² = σ₁², so ασ₁² ≤ 1, inside both convergence ranges. The norms in
+  // double, and α as (1/‖A‖₁)/‖A‖_∞: their product over- or underflowed for entries beyond 1e±154 (α 0 or ∞).
+  const Matrix<double> a = A.template cast<double>();
+  const double norm_1 = a.cwiseAbs().colwise().sum().maxCoeff();
+  const double norm_inf = a.cwiseAbs().rowwise().sum().maxCoeff();
+  return norm_1 > 0 ? 1.0 / norm_1 / norm_inf : 1.0;  // the zero matrix: every α gives Z₀ = 0 = A⁺
 }
 
 template <class T>
@@ -58,11 +60,11 @@ double batch_alpha(const std::vector<Matrix<T>>& matrices) {
   require(!matrices.empty(), "batch_alpha: no matrices given");
   double norm_1 = 0, norm_inf = 0;
   for (const auto& M : matrices) {
-    norm_1 = std::max<double>(norm_1, M.cwiseAbs().colwise().sum().maxCoeff());
-    norm_inf = std::max<double>(norm_inf, M.cwiseAbs().rowwise().sum().maxCoeff());
+    const Matrix<double> m = M.template cast<double>();
+    norm_1 = std::max(norm_1, m.cwiseAbs().colwise().sum().maxCoeff());
+    norm_inf = std::max(norm_inf, m.cwiseAbs().rowwise().sum().maxCoeff());
   }
-  const double product = norm_1 * norm_inf;
-  return product > 0 ? 1.0 / product : 1.0;  // all zero: every α gives Z₀ = 0 = M⁺
+  return norm_1 > 0 ? 1.0 / norm_1 / norm_inf : 1.0;  // all zero: every α gives Z₀ = 0 = M⁺
 }
 
 template <class T>
@@ -127,7 +129,8 @@ template <class T>
 void iterative_pseudoinverse(const Matrix<T>& M, const PinvOptions& options, PinvResult<T>& result) {
   const Index m = M.rows();
   result.alpha = options.alpha > 0 ? options.alpha : safe_alpha<T>(M);
-  result.z = (T(result.alpha) * M.transpose()).eval();
+  // Z₀ = αMᵀ formed in double: α itself may lie beyond float's range (1e40 for a core of 1e-20).
+  result.z = (result.alpha * M.template cast<double>().transpose()).template cast<T>();
   result.residuals.push_back(identity_residual(M, result.z));
   const double start = result.residuals.front();
   const double rounding =

@@ -208,7 +208,20 @@ SpectralResult block_lanczos(Index n, Index k, const BlockProduct& product, Vect
 
 }  // namespace detail
 
+namespace {
+
+/// Throws std::invalid_argument naming `where` unless every singular value is finite and ≥ 0.
+void require_singular_values(const Vector<double>& singular_values, const char* where) {
+  for (Index i = 0; i < singular_values.size(); ++i)
+    require(std::isfinite(singular_values(i)) && singular_values(i) >= 0,
+            describe(where, ": singular value ", i, " = ", singular_values(i), " must be finite and >= 0"));
+}
+
+}  // namespace
+
 Index numerical_rank(const Vector<double>& singular_values, double tol) {
+  require_singular_values(singular_values, "numerical_rank");
+  require(!std::isnan(tol), "numerical_rank: tol = nan (give a number; <= 0 for the default)");
   if (singular_values.size() == 0) return 0;
   if (tol <= 0) tol = static_cast<double>(singular_values.size()) * std::numeric_limits<double>::epsilon();
   const double cut = tol * singular_values.maxCoeff();
@@ -216,6 +229,7 @@ Index numerical_rank(const Vector<double>& singular_values, double tol) {
 }
 
 double energy_fraction(const Vector<double>& singular_values, Index k) {
+  require_singular_values(singular_values, "energy_fraction");
   require(k >= 0 && k <= singular_values.size(),
           describe("energy_fraction: k = ", k, " must be in [0, ", singular_values.size(), "]"));
   // Σσ² of values near the top of double's range (kernels of logits near 700) overflows: scale by σ_max.

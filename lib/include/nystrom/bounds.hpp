@@ -41,11 +41,13 @@ struct BoundReport {
   bool holds(double slack = 1e-10) const;
 };
 
-/// Evaluates the bounds from their inputs.
+/// Evaluates the bounds from their inputs, in units of σ₁(G̃) (any kernel scale double holds). NaN inputs
+/// are unknowns (NaN bounds); throws std::invalid_argument for a negative value or theorem3_k < 0.
 BoundReport evaluate_bounds(const BoundInputs& inputs);
 
 /// K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) for the unscaled blocks (N×m, m×m, m×N), via m×m Gram matrices in
-/// double; +Inf when G_A is numerically singular.
+/// double on the blocks divided by a common power of two (K is scale-invariant); +Inf when G_A is numerically
+/// singular. Throws std::invalid_argument naming the block for mismatched shapes or non-finite entries.
 template <class T>
 double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core,
                          const ConstMatrixRef<T>& upper);

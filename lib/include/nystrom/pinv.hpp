@@ -76,7 +76,8 @@ struct PinvResult {
   double residual() const { return residuals.empty() ? 0.0 : residuals.back(); }
 };
 
-/// The safe per-matrix starting scale α = 1/(‖A‖₁‖A‖_∞) (Nyströmformer's "exact" init); ασ₁² ≤ 1.
+/// The safe per-matrix starting scale α = 1/(‖A‖₁‖A‖_∞) (Nyströmformer's "exact" init); ασ₁² ≤ 1. In double
+/// whatever T; throws std::invalid_argument for a non-finite A.
 template <class T>
 double safe_alpha(const ConstMatrixRef<T>& A);
 

@@ -90,11 +90,12 @@ DenseSvd dense_svd(const ConstMatrixRef<T>& a, SvdVectors vectors = SvdVectors::
 template <class T>
 Vector<double> singular_values(const ConstMatrixRef<T>& a);
 
-/// Number of singular values > tol·σ₁ (tol ≤ 0: n·eps(double) for n values).
+/// Number of singular values > tol·σ₁ (tol ≤ 0: n·eps(double) for n values). Throws std::invalid_argument
+/// naming the value for a singular value that is not finite or is negative, or a NaN tol.
 Index numerical_rank(const Vector<double>& singular_values, double tol);
 
 /// Fraction of Σσᵢ² captured by the first k singular values (of those given); 0 ≤ k ≤ their count. Computed
-/// on σ/σ_max, so it does not overflow for values near the top of double's range.
+/// on σ/σ_max, so it does not overflow for values near the top of double's range. Throws as numerical_rank.
 double energy_fraction(const Vector<double>& singular_values, Index k);
 
 /// ‖A‖_F of a dense matrix accumulated in double.
