@@ -181,7 +181,7 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
     const auto item =
         trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     require(!item.empty(), describe("option --", option, ": empty item in list '", text, "'"));
-    items.push_back(item);
+    if (std::find(items.begin(), items.end(), item) == items.end()) items.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -234,7 +234,7 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
     }
     require(used == item.size() && std::isfinite(value),
             describe("option --", option, ": '", item, "' is not a finite number"));
-    values.push_back(value);
+    if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
   }
   return values;
 }

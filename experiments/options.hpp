@@ -6,6 +6,7 @@
 /// (`4:256:x2`) and arithmetic ranges (`8:64:+8`). Every parse error throws std::invalid_argument naming the
 /// option (exit status 2).
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <string>
@@ -92,7 +93,8 @@ bool parse_options(const Invocation& invocation, const std::string& synopsis,
 /// Applies `--threads` (0 or absent: keep the OpenMP default) and returns the thread count in effect.
 int apply_threads(const po::variables_map& values);
 
-/// Splits "a,b,c" into trimmed, non-empty items; throws naming `option` for an empty list or item.
+/// Splits "a,b,c" into trimmed, non-empty items, a repeated item dropped (order kept: a grid point is never
+/// computed twice); throws naming `option` for an empty list or item.
 std::vector<std::string> split_list(const std::string& text, const std::string& option);
 
 /// Integers from a list whose items are numbers or ranges `first:last:xF` (geometric, factor F ≥ 2) or
@@ -105,18 +107,21 @@ std::vector<Index> parse_index_list(const std::string& text, const std::string& 
 /// follow), e.g. "512M", "2G", "1.5e9". Throws naming `option` and the text otherwise.
 double parse_bytes(const std::string& text, const std::string& option);
 
-/// Finite doubles from a comma-separated list; throws naming `option` for a malformed or non-finite item.
+/// Finite doubles from a comma-separated list, repeated values dropped (order kept); throws naming `option`
+/// for a malformed or non-finite item.
 std::vector<double> parse_double_list(const std::string& text, const std::string& option);
 
-/// Enum values from a comma-separated list by the library's `from_string` (e.g. pinv_method_from_string);
-/// the library's message (naming the value) is prefixed by the option name.
+/// Enum values from a comma-separated list by the library's `from_string` (e.g. pinv_method_from_string),
+/// repeated values dropped (order kept); the library's message (naming the value) is prefixed by the option
+/// name.
 template <class Enum, class FromString>
 std::vector<Enum> parse_enum_list(const std::string& text, const std::string& option,
                                   FromString from_string) {
   std::vector<Enum> values;
   for (const auto& item : split_list(text, option)) {
     try {
-      values.push_back(from_string(item));
+      const Enum value = from_string(item);
+      if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
     } catch (const std::invalid_argument& error) {
       throw std::invalid_argument(describe("option --", option, ": ", error.what()));
     }

@@ -960,6 +960,25 @@ TEST_CASE("sweep: a run killed (SIGKILL) right after it starts leaves a readable
   CHECK(read_sweep(output).rows.size() == 2 * 2 * 3 * 2 * 5);
 }
 
+TEST_CASE("sweep: a repeated list item is one grid point, not a duplicate row") {
+  TempDir dir("repeated_items");
+  const auto input = make_dump(dir);
+  const auto once = dir / "once.h5", twice = dir / "twice.h5";
+  REQUIRE(
+      run_cli(sweep_args(input, once,
+                         {"--kernel", "exp,laplacian", "--lambda", "4", "--strategy", "step", "--landmarks",
+                          "4", "--pinv", "exact", "--method", "pnp-nystra", "--layers", "00", "-q"}))
+          .status == 0);
+  REQUIRE(run_cli(sweep_args(input, twice,
+                             {"--kernel", "exp,laplacian,exp", "--lambda", "4,4.0", "--strategy",
+                              "step, step", "--landmarks", "4,4", "--pinv", "exact,exact", "--method",
+                              "pnp-nystra,pnp-nystra", "--layers", "00,00", "-q"}))
+              .status == 0);
+  const Table a = read_sweep(once), b = read_sweep(twice);
+  REQUIRE(a.rows.size() == 4);  // 2 heads × 2 kernels
+  CHECK(b.rows.size() == a.rows.size());
+}
+
 TEST_CASE("sweep: a core that overflows is a status row (non-finite), not an aborted sweep") {
   // Under a Laplacian kernel of small λ (here 0.0005) a landmark pair lies far closer than any token pair:
   // the core's entries κ(q̄_a, k̄_b)/max_j κ(q̄_a, k_j) reach e^hundreds and overflow even in double.

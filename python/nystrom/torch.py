@@ -23,12 +23,23 @@ import torch
 from . import _nystrom
 
 
+_FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> torch.Tensor:
     """Ô of the library's method for q, k [..., N, d] and v [..., N, dv] (the same leading dimensions), as a
     tensor of q's dtype on q's device. `options` are nystrom.attention's keyword arguments (method, landmarks,
     strategy, pinv, iterations, stabilization, scale, ...)."""
     tensors = {"q": q, "k": k, "v": v}
     for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"nystrom.torch.attention: {name} is a {type(tensor).__name__}, expected a torch.Tensor")
+        if tensor.dtype not in _FLOATING:
+            raise TypeError(f"nystrom.torch.attention: {name} has dtype {tensor.dtype}; expected a real floating dtype "
+                            "(float16, bfloat16, float32 or float64)")
+        if tensor.dtype != q.dtype:
+            raise ValueError(f"nystrom.torch.attention: q is {q.dtype} but {name} is {tensor.dtype}; pass tensors of "
+                             "one dtype")
         if tensor.requires_grad and torch.is_grad_enabled():
             raise RuntimeError(f"nystrom.torch.attention: {name} requires grad; the library computes without autograd "
                                "(inference only): run under torch.no_grad() or torch.inference_mode()")
@@ -52,7 +63,13 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     if dropout_p != 0.0:
         raise ValueError(f"nystrom.torch.scaled_dot_product_attention: dropout_p = {dropout_p}; inference only "
                          "(dropout_p must be 0)")
+    if enable_gqa and min(query.dim(), key.dim(), value.dim()) < 3:
+        raise ValueError("nystrom.torch.scaled_dot_product_attention: enable_gqa needs [..., heads, N, d] tensors, got "
+                         f"query, key, value of {query.dim()}, {key.dim()} and {value.dim()} dimensions")
     if enable_gqa and key.shape[-3] != query.shape[-3]:
+        if query.shape[-3] % key.shape[-3] != 0:
+            raise ValueError(f"nystrom.torch.scaled_dot_product_attention: enable_gqa with {query.shape[-3]} query "
+                             f"heads and {key.shape[-3]} key heads; the query heads must be a multiple of the key heads")
         repeat = query.shape[-3] // key.shape[-3]
         key = key.repeat_interleave(repeat, dim=-3)
         value = value.repeat_interleave(repeat, dim=-3)
@@ -66,12 +83,14 @@ def approximate_attention(**options) -> Iterator[None]:
     """Within the block, torch.nn.functional.scaled_dot_product_attention is replaced by the library's
     approximation with `options` (nystrom.attention's keyword arguments); the original is restored on exit. Code
     that imported the function itself before (`from torch.nn.functional import scaled_dot_product_attention`)
-    keeps the original. The replacement is process-wide: do not run other torch code on other threads inside."""
+    keeps the original. The replacement is process-wide: do not run other torch code on other threads inside. A
+    `scale` among the options applies where the model's call gives none; the model's own scale wins."""
     original = torch.nn.functional.scaled_dot_product_attention
+    default_scale = options.pop("scale", None)
 
     def replacement(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        return scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                                            **options)
+        return scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                            default_scale if scale is None else scale, enable_gqa, **options)
 
     torch.nn.functional.scaled_dot_product_attention = replacement
     try:

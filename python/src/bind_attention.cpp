@@ -114,8 +114,8 @@ class UndefinedRows {
         " output rows that are not finite, in ", heads, " of ", rows_.size(), " heads (the first: head ",
         first,
         " of the flattened leading dimensions): the approximation's row sums, which normalize the output, "
-        "vanish there, as when the core's entries underflow (logits far beyond exp's range); "
-        "stabilization='clamped' avoids an underflowed core");
+        "vanish or are not finite there, as when the core's entries underflow or overflow (logits far beyond "
+        "exp's range; an overflowed core has pinv_status 'non-finite'); stabilization='clamped' avoids both");
     if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) < 0) throw nb::python_error();
   }
 
@@ -316,8 +316,10 @@ void bind_attention(nb::module_& m) {
           "least as many heads as threads. C-contiguous q, k, v (numpy's and torch's default) are read in "
           "place and give a C-contiguous output; other layouts are converted to column-major and give "
           "column-major N×dv blocks. Returns an array [..., N, dv] of q's dtype. Inference only: no "
-          "gradients. Where PnP-Nystra's or symmetric Nyström's row sums Ĝ1 vanish (an underflowed core: "
-          "logits far beyond exp's range), those rows are NaN and a RuntimeWarning counts them.",
+          "gradients. Where PnP-Nystra's or symmetric Nyström's row sums Ĝ1 vanish or are not finite (a core "
+          "that under- or overflowed: logits far beyond exp's range), those rows are NaN and a "
+          "RuntimeWarning "
+          "counts them.",
           method_keywords));
 
   m.def(

@@ -42,6 +42,9 @@ struct FactorInputs {
     require(q.rows() == factors.rows() && k.rows() == factors.cols(),
             describe("the factors approximate a ", factors.rows(), "x", factors.cols(), " kernel, but q has ",
                      q.rows(), " and k has ", k.rows(), " rows"));
+    const Index d = factors.landmarks.q.cols();
+    require(q.cols() == d && k.cols() == d, describe("the factors' landmarks have d = ", d, ", but q has ",
+                                                     q.cols(), " and k has ", k.cols(), " columns"));
   }
 };
 

@@ -463,6 +463,23 @@ def test_error_norm_by_every_solver(dtype):
     np.testing.assert_allclose(top.values, reference[:3], atol=tolerance)
 
 
+def test_spectral_values_of_tiny_kernels_and_mismatched_factors():
+    # G = e^-30·G0 (a constant logit -30 on an extra coordinate): Lanczos gave values 13-25% off, as converged.
+    rng = np.random.default_rng(0)
+    n, s = 60, 0.5
+    q0, k0 = 0.5 * rng.standard_normal((n, 4)), 0.5 * rng.standard_normal((n, 4))
+    q, k = np.hstack([q0, np.ones((n, 1))]), np.hstack([k0, np.full((n, 1), -30 / s)])
+    sv = np.linalg.svd(nystrom.kernel_matrix(q, k, scale=s), compute_uv=False)
+    top = nystrom.kernel_singular_values(q, k, 3, scale=s)
+    assert top.converged
+    np.testing.assert_allclose(top.values, sv[:3], rtol=1e-9)
+    for solver in ("dense", "lanczos", "matrix-free"):
+        assert abs(nystrom.kernel_norm(q, k, scale=s, solver=solver) / sv[0] - 1) < 1e-9, solver
+    factors = nystrom.nystrom_factors(q, k, landmarks=8)
+    with pytest.raises(ValueError, match="landmarks have d = 5, but q has 4"):
+        nystrom.error_norm(q[:, :4], k[:, :4], factors)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_spectral_norms_of_rank_one_zero_and_overflowing_operators(dtype):
     # Equal tokens: G = e^{s‖q‖²}·11ᵀ has rank 1, and Ĝ = G (Corollary 2.2), so G − Ĝ is zero, exactly for

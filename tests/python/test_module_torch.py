@@ -99,3 +99,32 @@ def test_inference_only_and_no_masks():
         nystrom.torch.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
     with torch.no_grad():
         assert nystrom.torch.attention(q.requires_grad_(), k, v, landmarks=4).shape == (2, 3, 64, 16)
+
+
+def test_dtypes_other_than_real_floating_are_refused():
+    q, k, v = heads()
+    for bad, name in ((q.long(), "torch.int64"), (q.to(torch.complex64), "torch.complex64"), (q > 0, "torch.bool")):
+        with pytest.raises(TypeError, match=name):
+            nystrom.torch.attention(bad, bad, bad, method="exact")
+    with pytest.raises(ValueError, match="one dtype"):
+        nystrom.torch.attention(q, k.double(), v, method="exact")
+
+
+def test_a_scale_option_is_the_default_the_model_call_overrides():
+    q, k, v = heads(torch.float64)
+    with torch.inference_mode():
+        with nystrom.torch.approximate_attention(method="exact", scale=0.05):
+            by_option = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            by_call = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.2)
+    torch.testing.assert_close(by_option, torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.05))
+    torch.testing.assert_close(by_call, torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.2))
+
+
+def test_grouped_query_attention_needs_heads_that_divide():
+    q, _, _ = heads(torch.float64, (1, 4, 32, 8))
+    _, k, v = heads(torch.float64, (1, 3, 32, 8), seed=1)
+    with pytest.raises(ValueError, match="multiple of the key heads"):
+        nystrom.torch.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    flat = q[0, 0]
+    with pytest.raises(ValueError, match="enable_gqa needs"):
+        nystrom.torch.scaled_dot_product_attention(flat, flat, flat, enable_gqa=True)
