@@ -200,14 +200,20 @@ void write_tensor(hid_t group, const char* name, std::vector<hsize_t> dims, cons
   cli::write_array(group, name, dims, data.data());
 }
 
+/// A synthetic dump of one head, N = 12, d = 3, written by synth into `dir`.
+std::string tiny_dump(const TempDir& dir, const std::string& name) {
+  const auto path = dir / name;
+  REQUIRE(run_cli({"synth", "-o", path, "--tokens", "12", "--dim", "3", "--heads", "1", "--layers", "1"})
+              .status == 0);
+  return path;
+}
+
 }  // namespace
 
 TEST_CASE(
     "spectrum, bench and synth replace only files they wrote: a sweep's results, a dump, other files stay") {
   TempDir dir("replace");
-  const auto dump = dir / "dump.h5";
-  REQUIRE(run_cli({"synth", "-o", dump, "--tokens", "12", "--dim", "3", "--heads", "1", "--layers", "1"})
-              .status == 0);
+  const auto dump = tiny_dump(dir, "dump.h5");
   const auto results = dir / "results.h5";
   REQUIRE(run_cli({"sweep", "-i", dump, "-o", results, "--kernel", "exp", "--strategy", "step", "--landmarks",
                    "2", "--pinv", "exact", "-q"})
@@ -267,9 +273,7 @@ TEST_CASE(
 TEST_CASE(
     "malformed dumps: exit 2, a message naming file, group and dataset, no output, existing output intact") {
   TempDir dir("bad");
-  const auto good = dir / "good.h5";
-  REQUIRE(run_cli({"synth", "-o", good, "--tokens", "12", "--dim", "3", "--heads", "1", "--layers", "1"})
-              .status == 0);
+  const auto good = tiny_dump(dir, "good.h5");
   // An existing output of each subcommand (each replaces only its own kind of file).
   const std::map<std::string, std::string> existing = {{"sweep", dir / "existing_sweep.h5"},
                                                        {"spectrum", dir / "existing_spectrum.h5"}};
