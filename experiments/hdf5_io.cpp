@@ -123,6 +123,11 @@ Handle open_group(hid_t location, const std::string& path) {
   return Handle(H5Gopen2(location, path.c_str(), H5P_DEFAULT), H5Gclose, "open group " + path);
 }
 
+H5I_type_t object_type(hid_t location, const std::string& path) {
+  const Handle object(H5Oopen(location, path.c_str(), H5P_DEFAULT), H5Oclose, "open object " + path);
+  return H5Iget_type(object.get());
+}
+
 Handle open_dataset(hid_t location, const std::string& path) {
   return Handle(H5Dopen2(location, path.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + path);
 }
@@ -339,6 +344,7 @@ std::string where(const std::string& path, const std::string& layer, const std::
 /// Shape [B, H, N, last] of a rank-3 or rank-4 float dataset, validated.
 std::array<Index, 4> float_tensor_shape(hid_t group, const std::string& path, const std::string& layer,
                                         const std::string& name, int& rank, std::string& dtype) {
+  require(object_type(group, name) == H5I_DATASET, describe(where(path, layer, name), ": is not a dataset"));
   Handle dataset = open_dataset(group, name);
   {
     Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
@@ -534,9 +540,13 @@ DumpInfo inspect_dump(const std::string& path) {
   }
   if (has_attribute(file.get(), "source")) dump.source = read_string_attribute(file.get(), "source");
   require(H5Lexists(file.get(), "layers", H5P_DEFAULT) > 0, describe(path, ": missing group /layers"));
+  require(object_type(file.get(), "layers") == H5I_GROUP, describe(path, ": /layers is not a group"));
   Handle layers = open_group(file.get(), "layers");
-  for (const auto& name : list_group(layers.get()))
+  for (const auto& name : list_group(layers.get())) {
+    require(object_type(layers.get(), name) == H5I_GROUP,
+            describe(where(path, name), ": is not a group (a layer is a group of datasets q, k, v)"));
     dump.layers.push_back(inspect_layer(file.get(), path, name));
+  }
   require(!dump.layers.empty(), describe(path, ": group /layers has no layers"));
   return dump;
 }

@@ -58,6 +58,8 @@ bool has_link(hid_t location, const std::string& path);
 /// Opens a group or dataset by path; throws std::runtime_error naming it on failure.
 Handle open_group(hid_t location, const std::string& path);
 Handle open_dataset(hid_t location, const std::string& path);
+/// The kind of the object at `path` (H5I_GROUP, H5I_DATASET, …), which must exist.
+H5I_type_t object_type(hid_t location, const std::string& path);
 /// Creates a group (and its missing parents).
 Handle create_group(hid_t location, const std::string& path);
 /// Names of the links directly in a group, in name order.

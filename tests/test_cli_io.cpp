@@ -296,6 +296,28 @@ TEST_CASE(
        [](const std::string& p) {
          write_bad_dump(p, [](hid_t g, auto& d) { write_tensor(g, "k", {1, 2, 6, 3}, d); });
        }},
+      {"q_group", "/layers/00/q: is not a dataset",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           cli::create_group(g, "q");
+           write_tensor(g, "k", {1, 2, 6, 3}, d);
+         });
+       }},
+      {"layers_dataset", "/layers is not a group",
+       [](const std::string& p) {
+         cli::Handle file = cli::create_file(p);
+         cli::write_dump_header(file.get(), "test");
+         write_tensor(file.get(), "layers", {1, 2, 6, 3}, std::vector<double>(36, 0.25));
+       }},
+      {"layer_dataset", "/layers/01: is not a group",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           write_tensor(g, "q", {1, 2, 6, 3}, d);
+           write_tensor(g, "k", {1, 2, 6, 3}, d);
+         });
+         cli::Handle file = cli::open_file(p, true);
+         write_tensor(file.get(), "layers/01", {1, 2, 6, 3}, std::vector<double>(36, 0.25));
+       }},
       {"no_k", "/layers/00: missing dataset 'k'",
        [](const std::string& p) {
          write_bad_dump(p, [](hid_t g, auto& d) { write_tensor(g, "q", {1, 2, 6, 3}, d); });
