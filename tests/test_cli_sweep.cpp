@@ -385,6 +385,9 @@ TEST_CASE(
       {{"--memory", "0"}, "--memory: '0'"},
       {{"--device", "tpu"}, "--device"},
       {{"--method", "cur", "--kernel", "exp", "--landmarks", "41"}, "m = 41 exceeds N = 40"},
+      // Checked before the first point (it failed there, leaving a partial file with the points before it).
+      {{"--method", "pnp-nystra,nystromformer", "--kernel", "exp", "--scale", "-1"}, "needs a scale s > 0"},
+      {{"--threads", "100000"}, "--threads: 100000"},
   };
   for (const auto& [extra, expect] : cases) {
     CAPTURE(expect);

@@ -75,6 +75,9 @@ void ApproximationOptions::validate(Method method, Index n, Index d) const {
   require(error_matrix(method) != ErrorMatrix::attention || kernel.type == KernelType::exponential,
           describe(to_string(method), " is a softmax method and needs the exponential kernel, not ",
                    kernel.label()));
+  require(
+      error_matrix(method) != ErrorMatrix::attention || kernel.param > 0,
+      describe(to_string(method), " is a softmax method and needs a scale s > 0, got s = ", kernel.param));
   switch (method) {
     case Method::pnp_nystra:
     case Method::symmetric_nystrom: {
