@@ -267,13 +267,13 @@ namespace {
 /// The temporary files of live AtomicFiles, removed by the handler of SIGINT and SIGTERM before the signal's
 /// default action ends the process (destructors do not run then). Fixed storage: the handler may only call
 /// async-signal-safe functions.
-constexpr int kTemporarySlots = 8;
-constexpr std::size_t kTemporaryPathBytes = 4096;
-char temporary_paths[kTemporarySlots][kTemporaryPathBytes];
-volatile std::sig_atomic_t temporary_used[kTemporarySlots];
+constexpr int temporary_slots = 8;
+constexpr std::size_t temporary_path_bytes = 4096;
+char temporary_paths[temporary_slots][temporary_path_bytes];
+volatile std::sig_atomic_t temporary_used[temporary_slots];
 
 extern "C" void remove_temporaries_and_reraise(int signal) {
-  for (int slot = 0; slot < kTemporarySlots; ++slot)
+  for (int slot = 0; slot < temporary_slots; ++slot)
     if (temporary_used[slot]) ::unlink(temporary_paths[slot]);
   std::signal(signal, SIG_DFL);
   std::raise(signal);
@@ -282,8 +282,8 @@ extern "C" void remove_temporaries_and_reraise(int signal) {
 /// Registers `path` for removal on SIGINT and SIGTERM (where nothing else handles them); returns its slot, or
 /// −1 when the path does not fit (the file is then only removed by the destructor).
 int register_temporary(const std::string& path) {
-  if (path.size() >= kTemporaryPathBytes) return -1;
-  for (int slot = 0; slot < kTemporarySlots; ++slot) {
+  if (path.size() >= temporary_path_bytes) return -1;
+  for (int slot = 0; slot < temporary_slots; ++slot) {
     if (temporary_used[slot]) continue;
     std::memcpy(temporary_paths[slot], path.c_str(), path.size() + 1);
     temporary_used[slot] = 1;

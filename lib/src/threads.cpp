@@ -46,7 +46,7 @@ int workers_for(std::ptrdiff_t panels, double work) {
 }
 
 std::ptrdiff_t reduction_groups(std::ptrdiff_t panels) {
-  return std::min<std::ptrdiff_t>(panels, std::max<std::ptrdiff_t>(kReductionGroups, threads()));
+  return std::min<std::ptrdiff_t>(panels, std::max<std::ptrdiff_t>(reduction_group_count, threads()));
 }
 
 namespace {

@@ -31,11 +31,11 @@ int workers_for(std::ptrdiff_t panels, double work);
 /// Contiguous groups of panels for a sum over panels (a product Gᵀu over row panels): each group's panels are
 /// added in order into the group's own partial sum, a thread takes a whole group, and the partials are added
 /// in group order. The bits then do not depend on which thread ran what: a pass gives the same result on
-/// every run, and on any thread count up to kReductionGroups (a per-thread partial under a dynamic schedule
-/// varied in the last digits from run to run). Beyond that there is one group per thread.
-constexpr std::ptrdiff_t kReductionGroups = 16;
+/// every run, and on any thread count up to reduction_group_count (a per-thread partial under a dynamic
+/// schedule varied in the last digits from run to run). Beyond that there is one group per thread.
+constexpr std::ptrdiff_t reduction_group_count = 16;
 
-/// The groups for `panels` panels: min(panels, max(kReductionGroups, threads())).
+/// The groups for `panels` panels: min(panels, max(reduction_group_count, threads())).
 std::ptrdiff_t reduction_groups(std::ptrdiff_t panels);
 
 /// First panel of group g of `groups` over `panels` panels (g = groups gives `panels`).
