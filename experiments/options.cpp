@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -132,10 +133,17 @@ bool parse_options(const Invocation& invocation, const std::string& synopsis,
     if (values.count("config")) {
       const auto path = values["config"].as<std::string>();
       std::ifstream file(path);
-      require(file.good(), describe("option --config: cannot read config file '", path, "'"));
+      require(file.good() && !std::filesystem::is_directory(path),
+              describe("option --config: cannot read config file '", path, "'"));
       po::store(po::parse_config_file(file, options), values);
     }
     po::notify(values);
+    // An option given an empty value (--layers '') is a slip, never a request for its default.
+    for (const auto& [name, value] : values) {
+      const auto* text = boost::any_cast<std::string>(&value.value());
+      require(value.defaulted() || text == nullptr || text->find_first_not_of(" \t") != std::string::npos,
+              describe("option --", name, ": empty value (leave the option out for its default)"));
+    }
   } catch (const po::error& error) {
     throw std::invalid_argument(error.what());
   }

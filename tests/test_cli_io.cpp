@@ -248,7 +248,7 @@ TEST_CASE(
                                         {text, "is not an HDF5 file", bench},
                                         {model_dump, "is a dump from 'dump_attention.py", synth},
                                         {dir.path().string(), "is a directory", synth},
-                                        {"", "output path is empty", synth}};
+                                        {"", "option --output: empty value", synth}};
   for (const Refused& r : refused) {
     CAPTURE(r.output);
     const std::string before = r.output.empty() || fs::is_directory(r.output) ? "" : file_bytes(r.output);

@@ -388,6 +388,10 @@ TEST_CASE(
       // Checked before the first point (it failed there, leaving a partial file with the points before it).
       {{"--method", "pnp-nystra,nystromformer", "--kernel", "exp", "--scale", "-1"}, "needs a scale s > 0"},
       {{"--threads", "100000"}, "--threads: 100000"},
+      // An empty value is a slip, not the default (it ran the default grid).
+      {{"--layers", ""}, "option --layers: empty value"},
+      {{"--kernel", "laplacian", "--lambda", " "}, "option --lambda: empty value"},
+      {{"--config", "/"}, "option --config: cannot read config file '/'"},
   };
   for (const auto& [extra, expect] : cases) {
     CAPTURE(expect);
