@@ -51,11 +51,15 @@ SpectrumSummary summarize(const Vector<double>& singular_values, Index k, double
   SpectrumSummary summary;
   summary.values.assign(k, nan);
   summary.energy.assign(k, nan);
+  // Lanczos pads the values it did not converge to with NaN: energy and rank are over the values computed.
+  Index computed = 0;
+  while (computed < singular_values.size() && std::isfinite(singular_values[computed])) ++computed;
+  const Vector<double> known = singular_values.head(computed);
   for (Index i = 0; i < std::min<Index>(k, singular_values.size()); ++i) {
     summary.values[i] = singular_values[i];
-    summary.energy[i] = energy_fraction(singular_values, i + 1);
+    if (i < computed) summary.energy[i] = energy_fraction(known, i + 1);
   }
-  summary.rank = numerical_rank(singular_values, rank_tol);
+  summary.rank = numerical_rank(known, rank_tol);
   summary.log_shift = log_shift;
   return summary;
 }
