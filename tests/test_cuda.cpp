@@ -663,6 +663,57 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE_TEMPLATE(
+      "GPU batched PnP-Nystra equals the CPU for every kernel and stabilization: odd sizes, segments of "
+      "unequal lengths, many and long heads, overlapping pooling bins",
+      T, float, double) {
+    skip_without_gpu();
+    // 8 heads of N = 300 (segments of s = 42 or 43 tokens); 2 heads of N = 3001; 2 × 7×9 windows pooled to a
+    // 2×2 grid, whose bins overlap (rows [0, 4) and [3, 7), columns [0, 5) and [4, 9)). d = 5, dv = 3.
+    struct Case {
+      BatchShape shape;
+      Index m;
+      LandmarkStrategy strategy;
+    };
+    const Case cases[] = {{{2, 4, 300, 5, 3}, 7, LandmarkStrategy::segment_means},
+                          {{1, 2, 3001, 5, 3}, 7, LandmarkStrategy::segment_means},
+                          {{1, 2, 63, 5, 3}, 4, LandmarkStrategy::window_pool}};
+    for (const Case& c : cases) {
+      const Tensor<T> q(c.shape, c.shape.dim, 141), k(c.shape, c.shape.dim, 142),
+          v(c.shape, c.shape.value_dim, 143);
+      for (const Kernel& kernel : tested_kernels) {
+        for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+          CAPTURE(c.shape.tokens);
+          CAPTURE(kernel.label());
+          CAPTURE(to_string(stabilization));
+          ApproximationOptions options = batch_options(kernel, c.m);
+          options.nystrom.landmarks.strategy = c.strategy;
+          if (c.strategy == LandmarkStrategy::window_pool) options.nystrom.landmarks.window = {7, 9};
+          options.nystrom.stabilization = stabilization;
+          options.nystrom.pinv.method = PinvMethod::exact;
+          Tensor<T> cpu(c.shape, c.shape.value_dim, 144), gpu(c.shape, c.shape.value_dim, 145);
+          batched_attention<T>(Method::pnp_nystra, q.view(), k.view(), v.view(), cpu.view(), options);
+          BatchedAttentionPlan<T>(Device::cuda, Method::pnp_nystra, c.shape, options)
+              .run(q.view(), k.view(), v.view(), gpu.view());
+          double worst = 0;  // the largest ratio of a head's difference to its tolerance
+          for (Index i = 0; i < c.shape.count(); ++i) {
+            NystromOptions nystrom = options.nystrom;
+            nystrom.kernel = kernel;
+            const NystromFactors<T> factors = generalized_nystrom<T>(q.head(i), k.head(i), nystrom);
+            const double amplification =
+                condition_number<T>(factors.core) * (1 + kernel.exponent_block<T>(q.head(i), k.head(i))
+                                                             .template cast<double>()
+                                                             .cwiseAbs()
+                                                             .maxCoeff());
+            worst = std::max(worst, relative_difference(gpu.head(i), cpu.head(i)) /
+                                        tolerance<T>(c.shape.tokens, amplification));
+          }
+          CHECK(worst <= 1);
+        }
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
       "GPU batched PnP-Nystra equals the CPU batched call: stabilizations, clamp thresholds, pseudoinverses, "
       "batch and per-matrix alpha, segment means and window pooling",
       T, float, double) {

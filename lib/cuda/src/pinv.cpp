@@ -115,8 +115,8 @@ void DevicePinv<T>::compute(const T* a, bool shared_alpha) {
     if (options_.shift > 0)
       add_to_diagonal<T>(inverted_.data(), m, m, T(options_.shift), count_, square, stream);
   }
-  fill<double>(alphas_.data(), count_, 0.0, stream);
   if (options_.method == PinvMethod::exact) {
+    fill<double>(alphas_.data(), count_, 0.0, stream);  // the iterations write theirs
     const double cut = options_.tolerance > 0 ? options_.tolerance : m * std::numeric_limits<T>::epsilon();
     solver_->decompose(inverted_.data());
     svd_pseudoinverse<T>(solver_->u.data(), solver_->v.data(), !solver_->batched(), solver_->sigma.data(), m,
