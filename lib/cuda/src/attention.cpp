@@ -28,15 +28,16 @@ struct OneHead {
   DeviceMatrix<T> q, k, q_bar, k_bar;
   DeviceFactors<T> factors;
 
+  /// The factors, or with `attention` those of Algorithm 1 (DeviceFactors::compute).
   OneHead(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Landmarks<T>& landmarks,
-          const NystromOptions& options)
+          const NystromOptions& options, AlgorithmBuffers<T>* attention = nullptr)
       : q(upload<T>(Q)),
         k(upload<T>(K)),
         q_bar(upload<T>(landmarks.q)),
         k_bar(upload<T>(landmarks.k)),
         factors(1, q.rows, q_bar.rows, options.pinv) {
     factors.compute(options, {q.data(), q.ld()}, {k.data(), k.ld()}, q.cols, q_bar.data(), k_bar.data(),
-                    false);
+                    false, attention);
   }
 };
 
@@ -59,7 +60,7 @@ Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K
     const int b = std::min(panel, n - r);
     // Logits of queries r .. r+b as columns (keys × b), so each query's row-max and sum run down a column.
     exponent(kernel, k.data(), k.ld(), keys, q.data() + r, q.ld(), b, d, logits.data(), logits.ld());
-    map_lines<T>(logits.data(), logits.ld(), keys, b, ExpMap{}, true, nullptr, sums.data(), stream);
+    map_lines<T>(logits.data(), logits.ld(), keys, b, ExpMap{}, true, nullptr, {sums.data()}, stream);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, b, dv, keys, T(1), logits.data(), logits.ld(), v.data(), v.ld(), T(0),
          out.data() + r, out.ld());
     divide_rows<T>(out.data() + r, out.ld(), b, dv, sums.data(), T(0), stream);
@@ -95,14 +96,12 @@ Matrix<T> nystrom_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>&
   check_landmarks<T>(Q, K, landmarks, "cuda::nystrom_attention");
   require(V.rows() == Q.rows(),
           describe("cuda::nystrom_attention: V has ", V.rows(), " rows, expected N = ", Q.rows()));
-  const OneHead<T> head(Q, K, landmarks, options);
   const DeviceMatrix<T> v = upload<T>(V);
   const int n = v.rows, dv = v.cols;
-  AlgorithmBuffers<T> work(1, n, head.factors.m, dv);
+  AlgorithmBuffers<T> work(1, int(landmarks.q.rows()), dv);
+  OneHead<T> head(Q, K, landmarks, options, &work);
   DeviceMatrix<T> out(n, dv);
-  // The clamped variant divides by (Ĝ1 + 1e-12) as the authors' code does.
-  const T offset = options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
-  nystrom_output<T>(head.factors, {v.data(), v.ld()}, dv, offset, work, out.data(), false);
+  nystrom_output<T>(head.factors, options, {v.data(), v.ld()}, dv, work, out.data(), false);
   return download(out.data(), out.ld(), n, dv);
 }
 

@@ -168,7 +168,7 @@ class ExactPlan final : public DevicePlan<T> {
         const Offset first = Offset(h0) * n + r0;  // the first query row of the pass
         exponent<T>(kernel_, {k + Offset(h0) * tokens, d, true, tokens}, n, {q + first * d, d, true, tokens},
                     b, d, logits_.data(), n, logits, heads);
-        map_lines<T>(logits_.data(), n, n, heads * b, ExpMap{}, true, nullptr, sums_.data(), stream);
+        map_lines<T>(logits_.data(), n, n, heads * b, ExpMap{}, true, nullptr, {sums_.data()}, stream);
         gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, dv, b, n, T(1), v + Offset(h0) * values, dv, values,
                      logits_.data(), n, logits, T(0), out + first * dv, dv, values, heads);
         divide_columns<T>(out + first * dv, dv, dv, heads * b, sums_.data(), T(0), stream);
@@ -203,7 +203,7 @@ class NystromPlan final : public DevicePlan<T> {
         k_bar_(q_bar_.size()),
         landmark_sums_(std::size_t(pooled_landmarks_scratch(this->n, this->d, this->count, m_))),
         factors_(this->count, this->n, m_, options.nystrom.pinv),
-        work_(this->count, this->n, m_, this->dv) {
+        work_(this->count, m_, this->dv) {
     options_.kernel = options.kernel;
   }
 
@@ -214,10 +214,8 @@ class NystromPlan final : public DevicePlan<T> {
       pooled_landmarks<T>(tokens, n, d, this->count, m_, pooling_.window_rows, pooling_.window_cols,
                           pooling_.grid_rows, pooling_.grid_cols, landmark_sums_.data(), landmarks, stream);
     factors_.compute(options_, {q, d, true, Offset(n) * d}, {k, d, true, Offset(n) * d}, d, q_bar_.data(),
-                     k_bar_.data(), shared_alpha_);
-    // The clamped variant divides by (Ĝ1 + 1e-12) as the authors' code does.
-    const T offset = options_.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
-    nystrom_output<T>(factors_, {v, dv, true, Offset(n) * dv}, dv, offset, work_, out, true);
+                     k_bar_.data(), shared_alpha_, &work_);
+    nystrom_output<T>(factors_, options_, {v, dv, true, Offset(n) * dv}, dv, work_, out, true);
   }
 
   BatchedDiagnostics diagnostics() override {

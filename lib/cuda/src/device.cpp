@@ -127,30 +127,6 @@ void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, 
                                                stride_b, &beta, c, static_cast<int>(ldc), stride_c, count));
 }
 
-void gemv_batched(cublasOperation_t op, int m, int n, float alpha, const float* a, Offset lda,
-                  Offset stride_a, const float* x, Offset stride_x, float beta, float* y, Offset stride_y,
-                  int count) {
-  NYSTROM_CUDA_CHECK(cublasSgemvStridedBatched(context().blas, op, m, n, &alpha, a, static_cast<int>(lda),
-                                               stride_a, x, 1, stride_x, &beta, y, 1, stride_y, count));
-}
-
-void gemv_batched(cublasOperation_t op, int m, int n, double alpha, const double* a, Offset lda,
-                  Offset stride_a, const double* x, Offset stride_x, double beta, double* y, Offset stride_y,
-                  int count) {
-  NYSTROM_CUDA_CHECK(cublasDgemvStridedBatched(context().blas, op, m, n, &alpha, a, static_cast<int>(lda),
-                                               stride_a, x, 1, stride_x, &beta, y, 1, stride_y, count));
-}
-
-void scale_columns(int m, int n, const float* a, Offset lda, const float* x, float* c, Offset ldc) {
-  NYSTROM_CUDA_CHECK(cublasSdgmm(context().blas, CUBLAS_SIDE_RIGHT, m, n, a, static_cast<int>(lda), x, 1, c,
-                                 static_cast<int>(ldc)));
-}
-
-void scale_columns(int m, int n, const double* a, Offset lda, const double* x, double* c, Offset ldc) {
-  NYSTROM_CUDA_CHECK(cublasDdgmm(context().blas, CUBLAS_SIDE_RIGHT, m, n, a, static_cast<int>(lda), x, 1, c,
-                                 static_cast<int>(ldc)));
-}
-
 void gemv(cublasOperation_t op, int m, int n, float alpha, const float* a, Offset lda, const float* x,
           float beta, float* y) {
   NYSTROM_CUDA_CHECK(

@@ -117,22 +117,11 @@ void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, 
 void gemm_batched(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, double alpha,
                   const double* a, Offset lda, Offset stride_a, const double* b, Offset ldb, Offset stride_b,
                   double beta, double* c, Offset ldc, Offset stride_c, int count);
-/// cuBLAS y_b = α·op(A_b)·x_b + β·y_b for `count` m×n matrices A_b (x_b at x + b·stride_x, y_b likewise; a
-/// stride of 0 shares one vector).
-void gemv_batched(cublasOperation_t op, int m, int n, float alpha, const float* a, Offset lda,
-                  Offset stride_a, const float* x, Offset stride_x, float beta, float* y, Offset stride_y,
-                  int count);
-void gemv_batched(cublasOperation_t op, int m, int n, double alpha, const double* a, Offset lda,
-                  Offset stride_a, const double* x, Offset stride_x, double beta, double* y, Offset stride_y,
-                  int count);
 /// cuBLAS y = α·op(A)·x + β·y for an m×n A.
 void gemv(cublasOperation_t op, int m, int n, float alpha, const float* a, Offset lda, const float* x,
           float beta, float* y);
 void gemv(cublasOperation_t op, int m, int n, double alpha, const double* a, Offset lda, const double* x,
           double beta, double* y);
-/// cuBLAS C = A·diag(x) for an m×n A: column j of A times x_j.
-void scale_columns(int m, int n, const float* a, Offset lda, const float* x, float* c, Offset ldc);
-void scale_columns(int m, int n, const double* a, Offset lda, const double* x, double* c, Offset ldc);
 /// cuBLAS C = α·op(A) + β·op(B) (used for transposes and copies).
 void geam(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, float alpha, const float* a,
           Offset lda, float beta, const float* b, Offset ldb, float* c, Offset ldc);

@@ -20,7 +20,8 @@ DeviceFactors<T>::DeviceFactors(int count_, int n_, int m_, const PinvOptions& p
 
 template <class T>
 void DeviceFactors<T>::compute(const NystromOptions& options, Operand<T> q, Operand<T> k, int d,
-                               const T* q_bar, const T* k_bar, bool shared_alpha) {
+                               const T* q_bar, const T* k_bar, bool shared_alpha,
+                               AlgorithmBuffers<T>* attention) {
   const cudaStream_t stream = context().stream;
   const Offset landmarks = Offset(m) * d, block = Offset(m) * n, square = Offset(m) * m;
   const Operand<T> q_landmarks{q_bar, m, false, landmarks}, k_landmarks{k_bar, m, false, landmarks};
@@ -36,61 +37,60 @@ void DeviceFactors<T>::compute(const NystromOptions& options, Operand<T> q, Oper
   }
   // PnP-Nystra eq. (8): G_Lⁿ = M_L⁻¹G_L, G_Uⁿ = M_U⁻¹G_U and G_Aⁿ = M_U⁻¹G_A, the shifts found by the fused
   // row-max / exp kernel on the columns of left_t and upper_t; the heads' blocks lie one after another, so
-  // one launch covers the columns of all of them.
-  map_lines<T>(left_t.data(), m, m, n * count, map, row_max, row_max ? left_shift.data() : nullptr, nullptr,
-               stream);
-  map_lines<T>(upper_t.data(), n, n, m * count, map, row_max, row_max ? upper_shift.data() : nullptr, nullptr,
-               stream);
+  // one launch covers the columns of all of them. For attention, left_t is mapped by nystrom_output.
+  if (!attention)
+    map_lines<T>(left_t.data(), m, m, n * count, map, row_max, row_max ? left_shift.data() : nullptr, {},
+                 stream);
+  LineSums<T> upper_sums;  // Algorithm 1's G_Uⁿ1: the last column of each head's [G_U V, G_U 1]
+  if (attention) {
+    const Offset wide = Offset(attention->reduced.size()) / count;  // m·(dv + 1)
+    upper_sums = {attention->reduced.data() + (wide - m), wide, nullptr, 0, m};
+  }
+  map_lines<T>(upper_t.data(), n, n, m * count, map, row_max, row_max ? upper_shift.data() : nullptr,
+               upper_sums, stream);
   map_rows_shifted<T>(core.data(), m, m, m, map, row_max ? upper_shift.data() : nullptr, count, square, m,
                       stream);
   pinv.compute(core.data(), shared_alpha);
 }
 
 template <class T>
-AlgorithmBuffers<T>::AlgorithmBuffers(int count, int n, int m, int dv)
-    : reduced(std::size_t(m) * (dv + 1) * count),
-      core_side(reduced.size()),
-      denominators(std::size_t(n) * count),
-      scaled_left(std::size_t(m) * n * count),
-      ones(denominators.size()) {
-  fill<T>(ones.data(), Offset(ones.size()), T(1), context().stream);
-}
+AlgorithmBuffers<T>::AlgorithmBuffers(int count, int m, int dv)
+    : reduced(std::size_t(m) * (dv + 1) * count), core_side(reduced.size()) {}
 
 template <class T>
-void nystrom_output(const DeviceFactors<T>& f, Operand<T> v, int dv, T offset, AlgorithmBuffers<T>& work,
-                    T* out, bool row_major_out) {
+void nystrom_output(DeviceFactors<T>& f, const NystromOptions& options, Operand<T> v, int dv,
+                    AlgorithmBuffers<T>& work, T* out, bool row_major_out) {
   const int count = f.count, n = f.n, m = f.m;
   const Offset block = Offset(m) * n, wide = Offset(m) * (dv + 1), square = Offset(m) * m;
-  const cudaStream_t stream = context().stream;
-  // PnP-Nystra Algorithm 1: [G_U V, G_U 1] = upper_tᵀ [V, 1_N] (a GEMM and a GEMV), W = Z [G_U V, G_U 1].
+  // PnP-Nystra Algorithm 1: [G_U V, G_U 1] = upper_tᵀ [V, 1_N] (the GEMM here, the sums by compute()), then
+  // W = Z [G_U V, G_U 1].
   gemm_batched(CUBLAS_OP_T, v.row_major ? CUBLAS_OP_T : CUBLAS_OP_N, m, dv, n, T(1), f.upper_t.data(), n,
                block, v.data, v.ld, v.stride, T(0), work.reduced.data(), m, wide, count);
-  gemv_batched(CUBLAS_OP_T, n, m, T(1), f.upper_t.data(), n, block, work.ones.data(), n, T(0),
-               work.reduced.data() + Offset(m) * dv, wide, count);
   gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, m, dv + 1, m, T(1), f.pinv.z(), m, square, work.reduced.data(), m,
                wide, T(0), work.core_side.data(), m, wide, count);
-  // Ĝ1 = G_L W_1 = left_tᵀ W_1 (the row scale M_L cancels in the ratio); column i of left_t (query i's row of
-  // G_L) times 1/(Ĝ1_i + offset), all heads' columns at once; then Ô = (scaled G_L) W_V.
-  gemv_batched(CUBLAS_OP_T, m, n, T(1), f.left_t.data(), m, block, work.core_side.data() + Offset(m) * dv,
-               wide, T(0), work.denominators.data(), n, count);
-  reciprocals<T>(work.denominators.data(), Offset(n) * count, offset, stream);
-  scale_columns(m, n * count, f.left_t.data(), m, work.denominators.data(), work.scaled_left.data(), m);
+  // Each query's column of left_t (its row of G_L): row max (cancelling in the ratio), map, and the product
+  // with 1/(G_L W_1 + offset), W_1 the last column of its head's W; then Ô = (scaled G_L) W_V. The clamped
+  // variant divides by (Ĝ1 + 1e-12) as the authors' code does.
+  const T offset = options.stabilization == Stabilization::clamped ? T(1e-12) : T(0);
+  map_lines<T>(f.left_t.data(), m, m, n * count, exp_map(options),
+               options.stabilization == Stabilization::row_max, nullptr,
+               {nullptr, 0, work.core_side.data() + Offset(m) * dv, wide, n, true, offset}, context().stream);
   if (row_major_out)
     // Ô_bᵀ = W_Vᵀ G_Lᵀ, dv×N column-major: the row-major N×dv head.
-    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, dv, n, m, T(1), work.core_side.data(), m, wide,
-                 work.scaled_left.data(), m, block, T(0), out, dv, Offset(n) * dv, count);
+    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, dv, n, m, T(1), work.core_side.data(), m, wide, f.left_t.data(), m,
+                 block, T(0), out, dv, Offset(n) * dv, count);
   else
-    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, n, dv, m, T(1), work.scaled_left.data(), m, block,
-                 work.core_side.data(), m, wide, T(0), out, n, Offset(n) * dv, 1);
+    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, n, dv, m, T(1), f.left_t.data(), m, block, work.core_side.data(),
+                 m, wide, T(0), out, n, Offset(n) * dv, 1);
 }
 
 template struct DeviceFactors<float>;
 template struct DeviceFactors<double>;
 template struct AlgorithmBuffers<float>;
 template struct AlgorithmBuffers<double>;
-template void nystrom_output<float>(const DeviceFactors<float>&, Operand<float>, int, float,
+template void nystrom_output<float>(DeviceFactors<float>&, const NystromOptions&, Operand<float>, int,
                                     AlgorithmBuffers<float>&, float*, bool);
-template void nystrom_output<double>(const DeviceFactors<double>&, Operand<double>, int, double,
+template void nystrom_output<double>(DeviceFactors<double>&, const NystromOptions&, Operand<double>, int,
                                      AlgorithmBuffers<double>&, double*, bool);
 
 }  // namespace nystrom::cuda::detail

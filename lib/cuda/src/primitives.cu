@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -160,7 +161,7 @@ __global__ void distance_kernel(const T* x, Strides xs, int n, const T* y, Strid
 
 template <int Group, class T>
 __global__ void map_lines_kernel(T* data, Offset ld, int length, int lines, ExpMap map, bool stabilize,
-                                 T* shift_out, T* sum_out) {
+                                 T* shift_out, LineSums<T> sums) {
   __shared__ T shared[block_threads / 32];
   const int lane = threadIdx.x % Group;
   const Offset line = static_cast<Offset>(blockIdx.x) * (block_threads / Group) + threadIdx.x / Group;
@@ -174,16 +175,22 @@ __global__ void map_lines_kernel(T* data, Offset ld, int length, int lines, ExpM
     for (int k = lane; k < end; k += Group) largest = max_of(largest, column[k]);
     shift = group_reduce<Group>(largest, MaxOp{}, shared);
   }
+  const Offset head = line / sums.group;
+  const T* weights = sums.weights ? sums.weights + head * sums.weight_stride : nullptr;
   T sum = 0;
   for (int k = lane; k < end; k += Group) {
     const T value = apply_map(map, column[k] - shift);
     column[k] = value;
-    sum += value;
+    sum += weights ? value * weights[k] : value;
   }
   sum = group_reduce<Group>(sum, SumOp{}, shared);
+  if (sums.normalize) {
+    const T inverse = T(1) / (sum + sums.offset);
+    for (int k = lane; k < end; k += Group) column[k] *= inverse;
+  }
   if (lane == 0 && line < lines) {
     if (shift_out) shift_out[line] = shift;
-    if (sum_out) sum_out[line] = sum;
+    if (sums.out) sums.out[head * sums.out_stride + line % sums.group] = sum;
   }
 }
 
@@ -234,13 +241,6 @@ __global__ void divide_columns_kernel(T* data, Offset ld, int rows, int cols, co
 }
 
 template <class T>
-__global__ void reciprocals_kernel(T* data, Offset count, T offset) {
-  for (Offset e = blockIdx.x * static_cast<Offset>(blockDim.x) + threadIdx.x; e < count;
-       e += static_cast<Offset>(gridDim.x) * blockDim.x)
-    data[e] = T(1) / (data[e] + offset);
-}
-
-template <class T>
 __global__ void fill_kernel(T* data, Offset rows, Offset cols, Offset ld, Offset stride, Offset count,
                             T value) {
   const Offset total = rows * cols * count;
@@ -274,6 +274,7 @@ __device__ void block_matmul(const T* a, const T* b, T* c, int m, T diagonal = 0
   for (int e = threadIdx.x; e < m * m; e += blockDim.x) {
     const int i = e % m, j = e / m;
     T sum = 0;
+#pragma unroll 8
     for (int k = 0; k < m; ++k) sum += a[i + k * m] * b[k + j * m];
     c[e] = (i == j ? diagonal : T(0)) + scale * sum;
   }
@@ -565,38 +566,53 @@ int landmark_parts(Offset landmarks, Offset tokens) {
       std::clamp<Offset>((264 + landmarks - 1) / landmarks, 1, std::max<Offset>(1, tokens / 16)));
 }
 
-template <class T>
+/// `Lanes` consecutive entries, read by one load (16 bytes when Lanes · sizeof(T) = 16).
+template <class T, int Lanes>
+struct alignas(Lanes * sizeof(T)) Packed {
+  T v[Lanes];
+};
+
+template <class T, int Lanes>
 __global__ void pooled_sums_kernel(const T* x, int n, int d, int m, int window_rows, int window_cols,
                                    int grid_rows, int grid_cols, double* partial, T* out) {
-  // Block (landmark ℓ of head h, part p of gridDim.y): thread (g, c) sums column c over the tokens g, g +
-  // groups, … of the part (each pass of the groups reads consecutive tokens: coalesced rows), then group 0
-  // adds the groups' sums in order, so the result never depends on scheduling.
-  __shared__ double sums[pooled_threads];
+  // Block (landmark ℓ of head h, part p of gridDim.y): thread (g, q) sums the Lanes columns of load q over
+  // the tokens g, g + groups, … of the part (each pass of the groups reads consecutive tokens: coalesced
+  // rows), then group 0 adds the groups' sums in order, so the result never depends on scheduling.
+  __shared__ double sums[pooled_threads * Lanes];
   const int landmark = blockIdx.x % m;
   const Offset head = blockIdx.x / m;
   const LandmarkTokens set = landmark_tokens(landmark, n, m, window_rows, window_cols, grid_rows, grid_cols);
-  const int tokens = set.count(), parts = gridDim.y;
+  const int tokens = set.count(), parts = gridDim.y, loads = d / Lanes;
   const int begin = static_cast<int>(static_cast<Offset>(tokens) * blockIdx.y / parts);
   const int end = static_cast<int>(static_cast<Offset>(tokens) * (blockIdx.y + 1) / parts);
-  const int width = min(d, static_cast<int>(blockDim.x)), groups = static_cast<int>(blockDim.x) / width;
+  const int width = min(loads, static_cast<int>(blockDim.x)), groups = static_cast<int>(blockDim.x) / width;
   const int group = threadIdx.x / width, lane = threadIdx.x % width;
   x += head * n * static_cast<Offset>(d);
-  for (int c0 = 0; c0 < d; c0 += width) {
-    const int c = c0 + lane;
-    double sum = 0;
-    if (c < d && group < groups)
-      for (int t = begin + group; t < end; t += groups) sum += static_cast<double>(x[set.token(t) * d + c]);
-    sums[threadIdx.x] = sum;
+  for (int q0 = 0; q0 < loads; q0 += width) {
+    const int q = q0 + lane;
+    double sum[Lanes] = {};
+    if (q < loads && group < groups)
+#pragma unroll 4
+      for (int t = begin + group; t < end; t += groups) {
+        const Packed<T, Lanes> value =
+            *reinterpret_cast<const Packed<T, Lanes>*>(x + set.token(t) * d + q * Lanes);
+#pragma unroll
+        for (int u = 0; u < Lanes; ++u) sum[u] += static_cast<double>(value.v[u]);
+      }
+#pragma unroll
+    for (int u = 0; u < Lanes; ++u) sums[threadIdx.x * Lanes + u] = sum[u];
     __syncthreads();
-    if (group == 0 && c < d) {
-      double total = 0;
-      for (int g = 0; g < groups; ++g) total += sums[g * width + lane];
-      if (parts == 1)
-        out[head * m * static_cast<Offset>(d) + landmark + c * static_cast<Offset>(m)] =
-            static_cast<T>(total / tokens);
-      else
-        partial[(static_cast<Offset>(blockIdx.y) * gridDim.x + blockIdx.x) * d + c] = total;
-    }
+    if (group == 0 && q < loads)
+      for (int u = 0; u < Lanes; ++u) {
+        double total = 0;
+        for (int g = 0; g < groups; ++g) total += sums[(g * width + lane) * Lanes + u];
+        const int c = q * Lanes + u;
+        if (parts == 1)
+          out[head * m * static_cast<Offset>(d) + landmark + c * static_cast<Offset>(m)] =
+              static_cast<T>(total / tokens);
+        else
+          partial[(static_cast<Offset>(blockIdx.y) * gridDim.x + blockIdx.x) * d + c] = total;
+      }
     __syncthreads();
   }
 }
@@ -642,13 +658,13 @@ void distance_exponent(const T* x, Strides xs, int n, const T* y, Strides ys, in
 
 template <class T>
 void map_lines(T* data, Offset ld, int length, int lines, ExpMap map, bool stabilize, T* shift_out,
-               T* sum_out, cudaStream_t stream) {
+               const LineSums<T>& sums, cudaStream_t stream) {
   if (lines == 0) return;
   // Long lines get a whole block each; short ones (m landmarks) a warp, or 16 or 8 of its lanes, each.
   const auto launch = [&](auto kernel, int group) {
     const int per_block = block_threads / group;
     kernel<<<(lines + per_block - 1) / per_block, block_threads, 0, stream>>>(data, ld, length, lines, map,
-                                                                              stabilize, shift_out, sum_out);
+                                                                              stabilize, shift_out, sums);
   };
   if (length >= 1024)
     launch(map_lines_kernel<block_threads, T>, block_threads);
@@ -714,13 +730,6 @@ void fill(T* data, Offset rows, Offset cols, Offset ld, Offset stride, Offset co
 }
 
 template <class T>
-void reciprocals(T* data, Offset count, T offset, cudaStream_t stream) {
-  if (count == 0) return;
-  reciprocals_kernel<T><<<blocks_for(count, block_threads), block_threads, 0, stream>>>(data, count, offset);
-  check_launch("reciprocals");
-}
-
-template <class T>
 void fill(T* data, Offset count, T value, cudaStream_t stream) {
   fill(data, count, 1, count, count, 1, value, stream);
 }
@@ -781,8 +790,15 @@ void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_row
   if (count == 0) return;
   const Offset landmarks = static_cast<Offset>(count) * m;
   const int parts = landmark_parts(landmarks, n / m);
-  pooled_sums_kernel<T><<<dim3(static_cast<unsigned>(landmarks), parts), pooled_threads, 0, stream>>>(
-      x, n, d, m, window_rows, window_cols, grid_rows, grid_cols, scratch, out);
+  // 16-byte loads where every token's row is 16-byte aligned, else one entry per load.
+  constexpr int lanes = 16 / sizeof(T);
+  const dim3 grid(static_cast<unsigned>(landmarks), parts);
+  if (d % lanes == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0)
+    pooled_sums_kernel<T, lanes><<<grid, pooled_threads, 0, stream>>>(x, n, d, m, window_rows, window_cols,
+                                                                      grid_rows, grid_cols, scratch, out);
+  else
+    pooled_sums_kernel<T, 1><<<grid, pooled_threads, 0, stream>>>(x, n, d, m, window_rows, window_cols,
+                                                                  grid_rows, grid_cols, scratch, out);
   check_launch("pooled_landmarks");
   if (parts == 1) return;
   pooled_parts_kernel<T><<<blocks_for(landmarks * d, block_threads), block_threads, 0, stream>>>(
@@ -793,13 +809,12 @@ void pooled_landmarks(const T* x, int n, int d, int count, int m, int window_row
 #define NYSTROM_CUDA_INSTANTIATE(T)                                                                        \
   template void distance_exponent<T>(const T*, Strides, int, const T*, Strides, int, int, Distance, T, T*, \
                                      Offset, Offset, int, cudaStream_t);                                   \
-  template void map_lines<T>(T*, Offset, int, int, ExpMap, bool, T*, T*, cudaStream_t);                    \
+  template void map_lines<T>(T*, Offset, int, int, ExpMap, bool, T*, const LineSums<T>&, cudaStream_t);    \
   template void map_rows_shifted<T>(T*, Offset, int, int, ExpMap, const T*, int, Offset, Offset,           \
                                     cudaStream_t);                                                         \
   template void exp_dot_lines<T>(const T*, Offset, int, int, const T*, T*, cudaStream_t);                  \
   template void divide_rows<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                           \
   template void divide_columns<T>(T*, Offset, int, int, const T*, T, cudaStream_t);                        \
-  template void reciprocals<T>(T*, Offset, T, cudaStream_t);                                               \
   template void fill<T>(T*, Offset, T, cudaStream_t);                                                      \
   template void fill<T>(T*, Offset, Offset, Offset, Offset, Offset, T, cudaStream_t);                      \
   template void add_to_diagonal<T>(T*, Offset, int, T, int, Offset, cudaStream_t);                         \

@@ -39,13 +39,28 @@ template <class T>
 void distance_exponent(const T* x, Strides xs, int n, const T* y, Strides ys, int p, int d, Distance distance,
                        T factor, T* out, Offset ldo, Offset out_stride, int batch, cudaStream_t stream);
 
+/// What map_lines does with each line's sum s_l = Σ_k x_k (or Σ_k x_k w_k with `weights`), the lines taken
+/// in groups of `group` (a head's lines): written to out[(l / group)·out_stride + l % group] when `out` is
+/// non-null; with `normalize`, every entry of the line multiplied by 1/(s_l + offset) afterwards. The
+/// weights of line l are the `length` entries at weights + (l / group)·weight_stride.
+template <class T>
+struct LineSums {
+  T* out = nullptr;
+  Offset out_stride = 0;
+  const T* weights = nullptr;
+  Offset weight_stride = 0;
+  Offset group = Offset(1) << 62;
+  bool normalize = false;
+  T offset = 0;
+};
+
 /// The fused row-max / exp / row-sum kernel on the columns ("lines") of a column-major block: for each of
 /// `lines` columns of `length` entries, shift = max (when `stabilize`, PnP-Nystra eq. (8)) or 0, x ← map(x −
-/// shift) in place, and the column's shift and sum written to `shift_out` / `sum_out` when non-null. One pass
-/// to find the max, one to map, store and sum.
+/// shift) in place, the column's shift written to `shift_out` when non-null, and its sum used as `sums`
+/// says. One pass to find the max, one to map, store and sum (and one to normalize).
 template <class T>
 void map_lines(T* data, Offset ld, int length, int lines, ExpMap map, bool stabilize, T* shift_out,
-               T* sum_out, cudaStream_t stream);
+               const LineSums<T>& sums, cudaStream_t stream);
 
 /// data_b(i, j) ← map(data_b(i, j) − row_shift_b[i]) for `batch` rows×cols blocks, data_b at data + b·stride
 /// and row_shift_b at row_shift + b·shift_stride (row_shift may be null: no shift).
@@ -68,10 +83,6 @@ void divide_rows(T* data, Offset ld, int rows, int cols, const T* denominators, 
 template <class T>
 void divide_columns(T* data, Offset ld, int rows, int cols, const T* denominators, T offset,
                     cudaStream_t stream);
-
-/// data[i] ← 1 / (data[i] + offset) for i < count.
-template <class T>
-void reciprocals(T* data, Offset count, T offset, cudaStream_t stream);
 
 /// data[0 .. count) ← value.
 template <class T>
