@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -314,4 +315,51 @@ TEST_CASE("batched attention rejects bad shapes, overlapping outputs and non-fin
         batched_attention<double>(Method::pnp_nystra, Q.view(), K.view(), V.view(), out.view(), too_many);
       },
       "11"));
+}
+
+TEST_CASE_TEMPLATE(
+    "a head whose core overflows is reported non-finite with a NaN output, and leaves the other heads and "
+    "the "
+    "batch alpha as they are without it",
+    T, float, double) {
+  // Head 1's tokens shifted by 30: logits near s·d·30² = 1,800 overflow the unstabilized core in float and
+  // double; heads 0 and 2 are those of a two-head batch without it, bit for bit, with the α of each matrix
+  // and with the batch α (taken over the finite cores: the overflowed one would make it 0 for all).
+  const Index n = 40, d = 4, m = 5, dv = 3;
+  Tensor<T> Q(1, 3, n, d, 71), K(1, 3, n, d, 72);
+  const Tensor<T> V(1, 3, n, dv, 73);
+  for (Index e = n * d; e < 2 * n * d; ++e) {
+    Q.values[std::size_t(e)] += T(30);
+    K.values[std::size_t(e)] += T(30);
+  }
+  const auto without_head_1 = [&](const Tensor<T>& X) {
+    Tensor<T> two(1, 2, n, X.dim, 0);
+    std::copy_n(X.values.begin(), n * X.dim, two.values.begin());
+    std::copy_n(X.values.begin() + 2 * n * X.dim, n * X.dim, two.values.begin() + n * X.dim);
+    return two;
+  };
+  for (auto method : {PinvMethod::exact, PinvMethod::razavi}) {
+    for (auto scope : {AlphaScope::matrix, AlphaScope::batch}) {
+      CAPTURE(to_string(method));
+      CAPTURE(to_string(scope));
+      ApproximationOptions options = small_options(m);
+      options.kernel = Kernel::exponential(0.5);
+      options.nystrom.stabilization = Stabilization::none;
+      options.nystrom.pinv.method = method;
+      Tensor<T> out(1, 3, n, dv, 74), two_out(1, 2, n, dv, 75);
+      const BatchedDiagnostics all =
+          batched_attention<T>(Method::pnp_nystra, Q.view(), K.view(), V.view(), out.view(), options, scope);
+      const BatchedDiagnostics two =
+          batched_attention<T>(Method::pnp_nystra, without_head_1(Q).view(), without_head_1(K).view(),
+                               without_head_1(V).view(), two_out.view(), options, scope);
+      CHECK(all.heads[1].pinv_status == PinvStatus::non_finite);
+      CHECK(out.head(1).array().isNaN().all());
+      CHECK(all.alpha == two.alpha);
+      CHECK(all.heads[0].pinv_status == two.heads[0].pinv_status);
+      CHECK(all.heads[2].pinv_status == two.heads[1].pinv_status);
+      CHECK(out.head(0) == two_out.head(0));
+      CHECK(out.head(2) == two_out.head(1));
+      CHECK(std::all_of(two_out.values.begin(), two_out.values.end(), [](T x) { return std::isfinite(x); }));
+    }
+  }
 }

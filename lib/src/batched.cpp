@@ -212,7 +212,7 @@ HeadDiagnostics run_head(Method method, const Batch<T>& batch, Index i, HeadScra
     if (kept) {
       factors = std::move(*kept);
       kept.reset();
-      factors.pinv = pseudoinverse<T>(factors.core, nystrom_options(method, options).pinv);
+      factors.pinv = core_pseudoinverse<T>(factors.core, nystrom_options(method, options).pinv);
       nystrom_attention<T>(factors, batch.v.head(i), batch.out.head(i));
     } else if (method == Method::pnp_nystra) {
       generalized_nystrom_attention<T>(head_tokens(batch.q, i), head_tokens(batch.k, i), batch.v.head(i),

@@ -115,22 +115,6 @@ void scales_relative_to_shift(NystromFactors<T>& f) {
   }
 }
 
-/// The core's pseudoinverse (pseudoinverse with options), or, where the core has overflowed, Z = NaN with
-/// status non_finite: a numerical outcome of the approximation, not bad input. Its entries
-/// κ(q̄_a, k̄_b)/max_j κ(q̄_a, k_j) are not bounded by 1 for kernels other than the exponential (a landmark pair
-/// may lie far closer than any token pair: e^750 under a Laplacian kernel of λ = 0.002), and no entry is
-/// bounded without row-max scaling.
-template <class T>
-PinvResult<T> core_pseudoinverse(const Matrix<T>& core, const PinvOptions& options) {
-  if (all_finite(core)) return pseudoinverse<T>(core, options);
-  PinvResult<T> result;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  result.z = Matrix<T>::Constant(core.rows(), core.cols(), T(nan));
-  result.status = PinvStatus::non_finite;
-  result.residuals.push_back(nan);
-  return result;
-}
-
 /// Throws std::invalid_argument naming `where` unless the landmarks are m×d with m ≥ 1 for tokens of
 /// dimension d.
 template <class T>

@@ -60,6 +60,7 @@ double batch_alpha(const std::vector<Matrix<T>>& matrices) {
   require(!matrices.empty(), "batch_alpha: no matrices given");
   double norm_1 = 0, norm_inf = 0;
   for (const auto& M : matrices) {
+    if (!all_finite(M)) continue;  // an overflowed core: its pseudoinverse is NaN whatever α
     const Matrix<double> m = M.template cast<double>();
     norm_1 = std::max(norm_1, m.cwiseAbs().colwise().sum().maxCoeff());
     norm_inf = std::max(norm_inf, m.cwiseAbs().rowwise().sum().maxCoeff());
@@ -191,6 +192,19 @@ PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& optio
   return result;
 }
 
+template <class T>
+PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOptions& options) {
+  if (all_finite(core)) return pseudoinverse<T>(core, options);
+  PinvResult<T> result;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  result.z = Matrix<T>::Constant(core.rows(), core.cols(), T(nan));
+  result.status = PinvStatus::non_finite;
+  result.residuals.push_back(nan);
+  return result;
+}
+
+template PinvResult<float> core_pseudoinverse<float>(const ConstMatrixRef<float>&, const PinvOptions&);
+template PinvResult<double> core_pseudoinverse<double>(const ConstMatrixRef<double>&, const PinvOptions&);
 template double batch_alpha<float>(const std::vector<Matrix<float>>&);
 template double batch_alpha<double>(const std::vector<Matrix<double>>&);
 template Matrix<float> inverted_matrix<float>(const ConstMatrixRef<float>&, const PinvOptions&);

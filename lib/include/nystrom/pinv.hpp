@@ -83,9 +83,19 @@ double safe_alpha(const ConstMatrixRef<T>& A);
 
 /// The start α = 1/(max_i ‖M_i‖₁ · max_i ‖M_i‖_∞) shared by several matrices (the authors' code and the
 /// nystrom-attention package take it over every window and head of a batch); ≤ safe_alpha of each M_i, so
-/// ασ₁(M_i)² ≤ 1 for all of them. Throws std::invalid_argument for an empty list.
+/// ασ₁(M_i)² ≤ 1 for all of them. A matrix with a non-finite entry (an overflowed core, whose
+/// core_pseudoinverse is NaN whatever α) takes no part: it would make α = 0 for every other matrix. Throws
+/// std::invalid_argument for an empty list.
 template <class T>
 double batch_alpha(const std::vector<Matrix<T>>& matrices);
+
+/// The pseudoinverse of a Nyström core (pseudoinverse with options), or, where the core has overflowed, Z =
+/// NaN with status non_finite: a numerical outcome of the approximation, not bad input. Its entries
+/// κ(q̄_a, k̄_b)/max_j κ(q̄_a, k_j) are not bounded by 1 for kernels other than the exponential (a landmark pair
+/// may lie far closer than any token pair: e^750 under a Laplacian kernel of λ = 0.002), and no entry is
+/// bounded without row-max scaling.
+template <class T>
+PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOptions& options);
 
 /// The matrix M that pseudoinverse inverts for `options` (docs/mathematics.md §4): A, A + εI (shift) or AᵀA +
 /// εI (Tikhonov); the iterations start from Z₀ = αMᵀ.
