@@ -562,8 +562,8 @@ void validate(const BenchSettings& settings) {
   require(settings.landmarks >= 1 && settings.features >= 1 && settings.projected >= 1,
           describe("options --landmarks = ", settings.landmarks, ", --features = ", settings.features,
                    ", --projected = ", settings.projected, " must be >= 1"));
-  require(settings.min_seconds >= 0,
-          describe("option --min-seconds = ", settings.min_seconds, " must be >= 0"));
+  require(settings.min_seconds >= 0 && std::isfinite(settings.min_seconds),
+          describe("option --min-seconds = ", settings.min_seconds, " must be a finite number >= 0"));
   require(settings.gemm_size >= 0, describe("option --gemm-n = ", settings.gemm_size, " must be >= 0"));
   if (settings.device == Device::cuda) {
     std::vector<std::string> cpu_only;

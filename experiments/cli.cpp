@@ -3,6 +3,7 @@
 #include <array>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string_view>
 
 #include "hdf5_io.hpp"
@@ -75,6 +76,12 @@ int run(int argc, char** argv) {
       return subcommand.run(invocation);
     } catch (const std::invalid_argument& error) {
       std::cerr << "nystrom " << first << ": " << error.what() << "\n";
+      return 2;
+    } catch (const std::bad_alloc&) {
+      // Sizes beyond this machine's memory are a request that cannot be met, like bad input.
+      std::cerr << "nystrom " << first
+                << ": out of memory: the sizes asked for need more memory than this machine can allocate "
+                   "(nothing was written)\n";
       return 2;
     } catch (const std::exception& error) {
       std::cerr << "nystrom " << first << ": error: " << error.what() << "\n";

@@ -135,7 +135,13 @@ bool parse_options(const Invocation& invocation, const std::string& synopsis,
       std::ifstream file(path);
       require(file.good() && !std::filesystem::is_directory(path),
               describe("option --config: cannot read config file '", path, "'"));
-      po::store(po::parse_config_file(file, options), values);
+      const po::parsed_options parsed = po::parse_config_file(file, options);
+      // help and config act on the command line only: in a file they would be silently ignored.
+      for (const auto& option : parsed.options)
+        require(option.string_key != "help" && option.string_key != "config",
+                describe("config file '", path, "': '", option.string_key,
+                         "' is a command-line option only (remove the line)"));
+      po::store(parsed, values);
     }
     po::notify(values);
     // An option given an empty value (--layers '') is a slip, never a request for its default.

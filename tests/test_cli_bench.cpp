@@ -415,6 +415,11 @@ TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave a
     CHECK_FALSE(fs::exists(dir / "new.h5"));
     CHECK(file_bytes(existing) == before);
   }
+  // A time limit of inf never ended the repeats of a point.
+  const auto endless = run_cli({"bench", "--output", dir / "new.h5", "--n", "16", "--min-seconds", "inf"});
+  CHECK(endless.status == 2);
+  CHECK_MESSAGE(endless.err.find("--min-seconds = inf") != std::string::npos, endless.err);
+  CHECK_FALSE(fs::exists(dir / "new.h5"));
 }
 
 TEST_CASE(

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 
 #include "cli_test_support.hpp"
@@ -69,6 +70,21 @@ TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message
     CHECK(threads.status == 2);
     CHECK(threads.err.find("--threads: 100000") != std::string::npos);
   }
+  // help and config are command-line options only: in a config file they were silently ignored.
+  for (const char* line : {"help = 1", "config = other.ini"}) {
+    CAPTURE(line);
+    { std::ofstream("bad.ini") << "layers = 1\n" << line << "\n"; }
+    const auto config = run_cli({"synth", "--output", "x.h5", "--config", "bad.ini"});
+    CHECK(config.status == 2);
+    CHECK(config.err.find("config file 'bad.ini'") != std::string::npos);
+    CHECK(config.err.find("command-line option only") != std::string::npos);
+  }
+  fs::remove("bad.ini");
+  // Sizes beyond memory: a clear message and exit 2 (was std::bad_alloc, exit 1), nothing written.
+  const auto huge = run_cli({"synth", "--output", "x.h5", "--tokens", "100000000", "--dim", "100000",
+                             "--heads", "1000", "--layers", "1"});
+  CHECK(huge.status == 2);
+  CHECK(huge.err.find("out of memory") != std::string::npos);
   CHECK_FALSE(fs::exists("x.h5"));
 }
 
