@@ -757,14 +757,21 @@ ResultsTable ResultsTable::open(hid_t file, const std::string& group_name, std::
     Handle dataset = open_dataset(group.get(), column.name);
     Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
     const auto dims = dataset_dims(dataset.get());
-    require(H5Tget_class(type.get()) == column_class(column.type) && dims.size() == 1,
+    // Text columns are variable-length strings (a fixed-length one cannot be read as such).
+    require(H5Tget_class(type.get()) == column_class(column.type) && dims.size() == 1 &&
+                (column.type != ColumnType::text || H5Tis_variable_str(type.get()) > 0),
             describe(where_text, ": /", group_name, "/", column.name, ": unexpected type or rank"));
     rows = std::min(rows, dims[0]);
     table.datasets_.push_back(std::move(dataset));
   }
-  // A crash between two columns leaves the later ones one row short: cut every column to the shortest.
-  for (auto& dataset : table.datasets_)
-    if (dataset_dims(dataset.get())[0] != rows) check(H5Dset_extent(dataset.get(), &rows), "H5Dset_extent");
+  // A crash between two columns leaves the later ones one row short: the table has the rows every column
+  // holds, and a writer cuts the longer columns to them before it appends (a reader leaves the file as it
+  // is).
+  unsigned intent = 0;
+  check(H5Fget_intent(file, &intent), "H5Fget_intent");
+  if (intent & H5F_ACC_RDWR)
+    for (auto& dataset : table.datasets_)
+      if (dataset_dims(dataset.get())[0] != rows) check(H5Dset_extent(dataset.get(), &rows), "H5Dset_extent");
   table.columns_ = std::move(columns);
   table.rows_ = rows;
   table.transfer_ = one_cell_transfer();
@@ -774,29 +781,35 @@ ResultsTable ResultsTable::open(hid_t file, const std::string& group_name, std::
 std::vector<Row> ResultsTable::read_rows() const {
   std::vector<Row> rows(rows_, Row(columns_.size()));
   if (rows_ == 0) return rows;
+  const hsize_t first = 0;
+  Handle memory = simple_space({rows_});
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     const hid_t dataset = datasets_[c].get();
     Handle type = column_memory_type(columns_[c].type);
+    // The first rows_ entries (a longer column of a file opened read-only keeps its extra rows).
+    Handle selected(H5Dget_space(dataset), H5Sclose, "H5Dget_space");
+    check(H5Sselect_hyperslab(selected.get(), H5S_SELECT_SET, &first, nullptr, &rows_, nullptr),
+          "select rows");
+    const hid_t space = selected.get();
     switch (columns_[c].type) {
       case ColumnType::text: {
         std::vector<char*> texts(rows_, nullptr);
-        check(H5Dread(dataset, type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, texts.data()),
+        check(H5Dread(dataset, type.get(), memory.get(), space, H5P_DEFAULT, texts.data()),
               "read " + columns_[c].name);
         for (hsize_t r = 0; r < rows_; ++r) rows[r][c] = std::string(texts[r] ? texts[r] : "");
-        Handle space(H5Dget_space(dataset), H5Sclose, "H5Dget_space");
-        H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, texts.data());
+        H5Dvlen_reclaim(type.get(), memory.get(), H5P_DEFAULT, texts.data());
         break;
       }
       case ColumnType::int64: {
         std::vector<std::int64_t> values(rows_);
-        check(H5Dread(dataset, type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+        check(H5Dread(dataset, type.get(), memory.get(), space, H5P_DEFAULT, values.data()),
               "read " + columns_[c].name);
         for (hsize_t r = 0; r < rows_; ++r) rows[r][c] = values[r];
         break;
       }
       case ColumnType::float64: {
         std::vector<double> values(rows_);
-        check(H5Dread(dataset, type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+        check(H5Dread(dataset, type.get(), memory.get(), space, H5P_DEFAULT, values.data()),
               "read " + columns_[c].name);
         for (hsize_t r = 0; r < rows_; ++r) rows[r][c] = values[r];
         break;

@@ -453,4 +453,32 @@ TEST_CASE("info describes dumps and results files, --config supplies options") {
   CHECK(info_results.out.find("format = nystrom-results") != std::string::npos);
   CHECK(run_cli({"sweep", "-i", dump, "-o", results, "--config", dir / "missing.ini"}).status == 2);
   CHECK(run_cli({"info"}).status == 2);
+  // A column one row short (a crash between two columns): info shows the rows every column holds and leaves
+  // the file as it is (it failed trying to cut the longer columns of a file opened read-only).
+  {
+    cli::Handle file = cli::open_file(results, true);
+    cli::Handle column = cli::open_dataset(file.get(), "sweep/kernel");
+    const hsize_t three = 3;
+    REQUIRE(H5Dset_extent(column.get(), &three) >= 0);
+  }
+  const auto short_bytes = file_bytes(results);
+  const auto info_short = run_cli({"info", results});
+  CHECK(info_short.status == 0);
+  CHECK(info_short.out.find("/sweep: 3 rows") != std::string::npos);
+  CHECK(file_bytes(results) == short_bytes);
+  // A text column stored as fixed-length strings is refused, naming it (exit 1 and "read kernel failed").
+  {
+    cli::Handle file = cli::open_file(results, true);
+    REQUIRE(H5Ldelete(file.get(), "sweep/kernel", H5P_DEFAULT) >= 0);
+    cli::Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
+    REQUIRE(H5Tset_size(type.get(), 9) >= 0);
+    const hsize_t rows = 4;
+    cli::Handle space(H5Screate_simple(1, &rows, nullptr), H5Sclose, "H5Screate_simple");
+    cli::Handle column(H5Dcreate2(file.get(), "sweep/kernel", type.get(), space.get(), H5P_DEFAULT,
+                                  H5P_DEFAULT, H5P_DEFAULT),
+                       H5Dclose, "H5Dcreate2");
+  }
+  const auto info_fixed = run_cli({"info", results});
+  CHECK(info_fixed.status == 2);
+  CHECK(info_fixed.err.find("/sweep/kernel: unexpected type") != std::string::npos);
 }
