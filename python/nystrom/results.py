@@ -133,6 +133,9 @@ def read_table(file: h5py.File, path: Path | str, name: str, required: tuple[str
     missing = [c for c in required if c not in group]
     if missing:
         raise ValueError(f"{path}: /{name} lacks required columns {missing}")
+    malformed = [c for c in required if not isinstance(group[c], h5py.Dataset) or group[c].ndim != 1]
+    if malformed:
+        raise ValueError(f"{path}: /{name} columns {malformed} are not 1-D datasets")
     table = Table()
     for column, dataset in group.items():
         if not isinstance(dataset, h5py.Dataset) or dataset.ndim != 1:

@@ -175,6 +175,7 @@ void bind_kernels(nb::module_& m) {
                 require(columns.rows() == f.cols(),
                         describe("apply: x has ", columns.rows(), " rows, expected N = ", f.cols()));
                 const auto in = columns.ref();
+                require_finite(in, "apply: x");
                 Matrix<T> y(f.rows(), in.cols());
                 for (Index c = 0; c < in.cols(); ++c) f.apply(in.col(c).data(), y.col(c).data());
                 return y;

@@ -270,6 +270,11 @@ def test_generalized_nystrom_factors_and_output(dtype, kernel):
     assert factors.apply(x).dtype == dtype and factors.apply(x).shape == (48,)
     assert relative(factors.apply(x), g_hat @ x) < 30 * TOLERANCE[dtype]
     assert relative(factors.apply(v), g_hat @ v) < 30 * TOLERANCE[dtype]
+    # A NaN in x is refused, as attention refuses one in v (apply returned NaN).
+    bad = x.copy()
+    bad[7] = np.nan
+    with pytest.raises(ValueError, match="apply: x"):
+        factors.apply(bad)
     out = nystrom.attention(q, k, v, kernel=kernel, landmarks=6, stabilization="none")
     assert out.dtype == dtype and out.shape == (48, 6)
     assert relative(out, normalized_output(g_hat, v)) < 30 * TOLERANCE[dtype]

@@ -67,6 +67,18 @@ def test_bench_batch_is_optional_and_checked_when_present(fake, minimal, tmp_pat
         results.read_bench(incomplete)
 
 
+def test_a_required_column_stored_as_2d_is_refused_naming_it(fake, tmp_path):
+    # It was dropped silently, the table then lacking a required column.
+    two_d = tmp_path / "bench.h5"
+    shutil.copy(fake / "bench.h5", two_d)
+    with h5py.File(two_d, "r+") as file:
+        values = file["bench_batch/best_seconds"][()]
+        del file["bench_batch/best_seconds"]
+        file["bench_batch/best_seconds"] = values.reshape(-1, 1)
+    with pytest.raises(ValueError, match=r"/bench_batch columns \['best_seconds'\] are not 1-D datasets"):
+        results.read_bench(two_d)
+
+
 def test_vision_tables_of_version_2_are_read_with_their_precision(fake):
     vision, windows = results.read_vision(fake / "vision.h5")
     assert set(results.VISION_COLUMNS) <= set(vision) and set(results.VISION_WINDOW_COLUMNS) <= set(windows)
