@@ -348,7 +348,8 @@ std::array<Index, 4> float_tensor_shape(hid_t group, const std::string& path, co
   Handle dataset = open_dataset(group, name);
   {
     Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
-    require(H5Tget_class(type.get()) == H5T_FLOAT,
+    const std::size_t size = H5Tget_size(type.get());
+    require(H5Tget_class(type.get()) == H5T_FLOAT && (size == 4 || size == 8),
             describe(where(path, layer, name), ": type ", describe_type(dataset.get()),
                      ", expected float32 or float64"));
   }

@@ -386,6 +386,22 @@ TEST_CASE(
            write_tensor(g, "v", {1, 2, 6, 3}, bad);
          });
        }},
+      {"float16", "/layers/00/q: type float16, expected float32 or float64",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           // IEEE half precision: 1 sign, 5 exponent (bias 15) and 10 mantissa bits.
+           cli::Handle half(H5Tcopy(H5T_IEEE_F32LE), H5Tclose, "H5Tcopy");
+           REQUIRE(H5Tset_fields(half.get(), 15, 10, 5, 0, 10) >= 0);
+           REQUIRE(H5Tset_size(half.get(), 2) >= 0);
+           REQUIRE(H5Tset_ebias(half.get(), 15) >= 0);
+           const hsize_t dims[4] = {1, 2, 6, 3};
+           cli::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose, "H5Screate_simple");
+           cli::Handle q(H5Dcreate2(g, "q", half.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                         H5Dclose, "H5Dcreate2");
+           REQUIRE(H5Dwrite(q.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.data()) >= 0);
+           write_tensor(g, "k", {1, 2, 6, 3}, d);
+         });
+       }},
       {"version", "unknown format_version 2",
        [](const std::string& p) {
          write_bad_dump(
