@@ -257,6 +257,36 @@ TEST_CASE_TEMPLATE(
   set_threads(before);
 }
 
+TEST_CASE_TEMPLATE(
+    "with a kernel log-shift c and no row-max scaling, the batch scope inverts the heads' own κ_c cores: a "
+    "one-head batch gives its own α and output in both scopes",
+    T, float, double) {
+  // The shift ε and Tikhonov ε are relative to κ's core: a head inverts κ_c's core with e^{−c}ε (e^{−2c}ε),
+  // and a batch of one head has that core's α. With ε as large as the core's entries, inverting the κ_c
+  // core with ε itself would change the output by O(1).
+  const Index n = 29, d = 6, dv = 4, m = 5;
+  const Tensor<T> Q(1, 1, n, d, 51, 0.8), K(1, 1, n, d, 52, 0.8), V(1, 1, n, dv, 53);
+  ApproximationOptions options = small_options(m);
+  options.kernel = Kernel::exponential(0.5).shifted(3.0);
+  options.nystrom.stabilization = Stabilization::none;
+  options.nystrom.pinv = {PinvMethod::razavi, 6, 0, 0, 0.05, 0};           // Tikhonov ε = 0.05
+  options.symmetric.pinv = {PinvMethod::newton_schulz, 12, 0, 0, 0, 0.5};  // shift ε = 0.5
+  for (auto method : {Method::pnp_nystra, Method::symmetric_nystrom}) {
+    CAPTURE(to_string(method));
+    Tensor<T> own(1, 1, n, dv, 54), batch(1, 1, n, dv, 55);
+    batched_attention<T>(method, Q.view(), K.view(), V.view(), own.view(), options, AlphaScope::matrix);
+    const BatchedDiagnostics diagnostics =
+        batched_attention<T>(method, Q.view(), K.view(), V.view(), batch.view(), options, AlphaScope::batch);
+    NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+    nystrom.kernel = options.kernel;
+    const NystromFactors<T> factors = method == Method::pnp_nystra
+                                          ? generalized_nystrom<T>(Q.head(0), K.head(0), nystrom)
+                                          : symmetric_nystrom<T>(Q.head(0), K.head(0), nystrom);
+    CHECK(diagnostics.alpha == doctest::Approx(factors.pinv.alpha).epsilon(tolerance<T>(m * m)));
+    CHECK(batch.values == own.values);  // the same α and options: the same arithmetic
+  }
+}
+
 TEST_CASE_TEMPLATE("batched PnP-Nystra with the clamped kernel at thresholds 0 and 5 equals the naive oracle",
                    T, float, double) {
   const Index batch = 2, heads = 2, n = 40, d = 4, dv = 3, m = 5;

@@ -122,6 +122,43 @@ std::vector<T> run_on_device(BatchedAttentionPlan<T>& plan, const Tensor<T>& q, 
   return out;
 }
 
+/// GPU batched PnP-Nystra against the CPU batched call on the same heads: the batch α, each head's
+/// pseudoinverse status, and each head's output within rounding amplified by its core's condition number and
+/// its largest logit; a head the CPU reports non-finite (an overflowed core) is NaN on the GPU too. Returns
+/// the CPU's diagnostics.
+template <class T>
+BatchedDiagnostics check_batched_nystra(const BatchShape& shape, const Tensor<T>& q, const Tensor<T>& k,
+                                        const Tensor<T>& v, const ApproximationOptions& options,
+                                        AlphaScope scope = AlphaScope::matrix) {
+  const Index m = options.nystrom.landmarks.count;
+  Tensor<T> cpu(shape, shape.value_dim, 134), gpu(shape, shape.value_dim, 135);
+  const BatchedDiagnostics expected =
+      batched_attention<T>(Method::pnp_nystra, q.view(), k.view(), v.view(), cpu.view(), options, scope);
+  BatchedAttentionPlan<T> plan(Device::cuda, Method::pnp_nystra, shape, options, scope);
+  plan.run(q.view(), k.view(), v.view(), gpu.view());
+  const BatchedDiagnostics diagnostics = plan.diagnostics();
+  CHECK(diagnostics.alpha == doctest::Approx(expected.alpha).epsilon(tolerance<T>(m * m)));
+  NystromOptions nystrom = options.nystrom;
+  nystrom.kernel = options.kernel;
+  for (Index i = 0; i < shape.count(); ++i) {
+    CAPTURE(i);
+    const auto status = expected.heads[std::size_t(i)].pinv_status;
+    CHECK(diagnostics.heads[std::size_t(i)].pinv_status == status);
+    if (status == PinvStatus::non_finite) {
+      CHECK(gpu.head(i).array().isNaN().all());
+      continue;
+    }
+    const NystromFactors<T> factors = generalized_nystrom<T>(q.head(i), k.head(i), nystrom);
+    const double amplification =
+        condition_number<T>(factors.core) * (1 + options.kernel.exponent_block<T>(q.head(i), k.head(i))
+                                                     .template cast<double>()
+                                                     .cwiseAbs()
+                                                     .maxCoeff());
+    CHECK(relative_difference(gpu.head(i), cpu.head(i)) <= tolerance<T>(shape.tokens, amplification));
+  }
+  return expected;
+}
+
 }  // namespace
 
 TEST_SUITE("backend") {
@@ -690,24 +727,7 @@ TEST_SUITE("gpu") {
           if (c.strategy == LandmarkStrategy::window_pool) options.nystrom.landmarks.window = {7, 9};
           options.nystrom.stabilization = stabilization;
           options.nystrom.pinv.method = PinvMethod::exact;
-          Tensor<T> cpu(c.shape, c.shape.value_dim, 144), gpu(c.shape, c.shape.value_dim, 145);
-          batched_attention<T>(Method::pnp_nystra, q.view(), k.view(), v.view(), cpu.view(), options);
-          BatchedAttentionPlan<T>(Device::cuda, Method::pnp_nystra, c.shape, options)
-              .run(q.view(), k.view(), v.view(), gpu.view());
-          double worst = 0;  // the largest ratio of a head's difference to its tolerance
-          for (Index i = 0; i < c.shape.count(); ++i) {
-            NystromOptions nystrom = options.nystrom;
-            nystrom.kernel = kernel;
-            const NystromFactors<T> factors = generalized_nystrom<T>(q.head(i), k.head(i), nystrom);
-            const double amplification =
-                condition_number<T>(factors.core) * (1 + kernel.exponent_block<T>(q.head(i), k.head(i))
-                                                             .template cast<double>()
-                                                             .cwiseAbs()
-                                                             .maxCoeff());
-            worst = std::max(worst, relative_difference(gpu.head(i), cpu.head(i)) /
-                                        tolerance<T>(c.shape.tokens, amplification));
-          }
-          CHECK(worst <= 1);
+          check_batched_nystra<T>(c.shape, q, k, v, options);
         }
       }
     }
@@ -747,32 +767,55 @@ TEST_SUITE("gpu") {
               options.nystrom.clamp_threshold = c.clamp_threshold;
               options.nystrom.pinv.method = method;
               options.nystrom.pinv.iterations = method == PinvMethod::razavi ? 6 : 12;
-              Tensor<T> cpu(shape, 8, 134), gpu(shape, 8, 135);
-              const BatchedDiagnostics expected = batched_attention<T>(Method::pnp_nystra, q.view(), k.view(),
-                                                                       v.view(), cpu.view(), options, scope);
-              BatchedAttentionPlan<T> plan(Device::cuda, Method::pnp_nystra, shape, options, scope);
-              plan.run(q.view(), k.view(), v.view(), gpu.view());
-              const BatchedDiagnostics diagnostics = plan.diagnostics();
-              CHECK(diagnostics.alpha == doctest::Approx(expected.alpha).epsilon(tolerance<T>(m * m)));
-              for (Index i = 0; i < shape.count(); ++i) {
-                CAPTURE(i);
-                NystromOptions nystrom = options.nystrom;
-                nystrom.kernel = options.kernel;
-                const NystromFactors<T> factors = generalized_nystrom<T>(q.head(i), k.head(i), nystrom);
-                const double amplification = condition_number<T>(factors.core) *
-                                             (1 + options.kernel.exponent_block<T>(q.head(i), k.head(i))
-                                                      .template cast<double>()
-                                                      .cwiseAbs()
-                                                      .maxCoeff());
-                CHECK(relative_difference(gpu.head(i), cpu.head(i)) <=
-                      tolerance<T>(shape.tokens, amplification));
-                CHECK(diagnostics.heads[std::size_t(i)].pinv_status ==
-                      expected.heads[std::size_t(i)].pinv_status);
-              }
+              check_batched_nystra<T>(shape, q, k, v, options, scope);
             }
           }
         }
       }
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "GPU batched PnP-Nystra with a kernel log-shift equals the CPU: blocks of κ_c with a Tikhonov ε, and "
+      "the "
+      "clamped map of the logits themselves, with batch and per-matrix alpha",
+      T, float, double) {
+    skip_without_gpu();
+    const BatchShape shape{2, 2, 64, 16, 8};
+    const Tensor<T> q(shape, 16, 151), k(shape, 16, 152), v(shape, 8, 153);
+    for (auto stabilization : {Stabilization::none, Stabilization::clamped}) {
+      for (auto scope : {AlphaScope::matrix, AlphaScope::batch}) {
+        CAPTURE(to_string(stabilization));
+        CAPTURE(to_string(scope));
+        ApproximationOptions options = batch_options(Kernel::exponential(0.25).shifted(3), 16);
+        options.nystrom.stabilization = stabilization;
+        options.nystrom.pinv = {PinvMethod::razavi, 6, 0, 0, 0.05, 0};  // Tikhonov ε = 0.05
+        check_batched_nystra<T>(shape, q, k, v, options, scope);
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "GPU batched PnP-Nystra: a head whose core overflows is NaN and non-finite and takes no part in the "
+      "batch "
+      "alpha, as on the CPU",
+      T, float, double) {
+    skip_without_gpu();
+    // Head 1's tokens shifted by 30: logits near s·d·30² overflow the unstabilized core in float and double.
+    const BatchShape shape{1, 3, 40, 4, 3};
+    Tensor<T> q(shape, 4, 161), k(shape, 4, 162);
+    const Tensor<T> v(shape, 3, 163);
+    for (Index e = 40 * 4; e < 2 * 40 * 4; ++e) {
+      q.values[std::size_t(e)] += T(30);
+      k.values[std::size_t(e)] += T(30);
+    }
+    for (auto scope : {AlphaScope::matrix, AlphaScope::batch}) {
+      CAPTURE(to_string(scope));
+      ApproximationOptions options = batch_options(Kernel::exponential(0.5), 5);
+      options.nystrom.stabilization = Stabilization::none;
+      options.nystrom.pinv.method = PinvMethod::razavi;
+      CHECK(check_batched_nystra<T>(shape, q, k, v, options, scope).heads[1].pinv_status ==
+            PinvStatus::non_finite);
     }
   }
 }

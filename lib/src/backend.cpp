@@ -459,7 +459,15 @@ BatchedAttentionPlan<T>::BatchedAttentionPlan(Device device, Method method, cons
         pooling = {int(h), int(w), int(grid_rows), int(grid_cols)};
       }
     }
-    runner_ = gpu<T>().batched_plan(method, shape, options, alpha_scope, pooling);
+    // PnP-Nystra's options as the device runs them (device_nystrom_options), as for one head.
+    ApproximationOptions device_options = options;
+    if (method == Method::pnp_nystra) {
+      NystromOptions nystrom = options.nystrom;
+      nystrom.kernel = options.kernel;
+      device_options.nystrom = device_nystrom_options(nystrom);
+      device_options.kernel = device_options.nystrom.kernel;
+    }
+    runner_ = gpu<T>().batched_plan(method, shape, device_options, alpha_scope, pooling);
     return;
   }
 #endif

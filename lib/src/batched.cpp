@@ -153,6 +153,16 @@ bool is_nystrom(Method method) {
   return method == Method::pnp_nystra || method == Method::symmetric_nystrom;
 }
 
+/// The pseudoinverse options of a Nyström method's core in a batch: the shift and Tikhonov ε relative to the
+/// core the head actually inverts, κ_c's without row-max stabilization (core_pinv_options), and α as given:
+/// the batch α is taken over those very cores.
+PinvOptions batch_core_pinv_options(Method method, const ApproximationOptions& options) {
+  const NystromOptions nystrom = nystrom_options(method, options);
+  PinvOptions pinv = core_pinv_options(nystrom);
+  pinv.alpha = nystrom.pinv.alpha;
+  return pinv;
+}
+
 /// Head i of a batch as a row-major N×dim matrix over the batch's memory.
 template <class T>
 ConstRowMajorMap<T> head_tokens(const BatchView<const T>& X, Index i) {
@@ -187,7 +197,7 @@ CoreOfHead<T> core_of_head(Method method, const Batch<T>& batch, Index i, HeadSc
   CoreOfHead<T> out;
   if (is_nystrom(method)) {
     nystrom_factors<T>(method, batch, i, options, out.factors.emplace());
-    out.inverted = inverted_matrix<T>(out.factors->core, pinv);
+    out.inverted = inverted_matrix<T>(out.factors->core, batch_core_pinv_options(method, options));
   } else if (method == Method::nystromformer) {
     head.load_tokens(batch, i);
     out.inverted = inverted_matrix<T>(
@@ -212,7 +222,7 @@ HeadDiagnostics run_head(Method method, const Batch<T>& batch, Index i, HeadScra
     if (kept) {
       factors = std::move(*kept);
       kept.reset();
-      factors.pinv = core_pseudoinverse<T>(factors.core, nystrom_options(method, options).pinv);
+      factors.pinv = core_pseudoinverse<T>(factors.core, batch_core_pinv_options(method, options));
       nystrom_attention<T>(factors, batch.v.head(i), batch.out.head(i));
     } else if (method == Method::pnp_nystra) {
       generalized_nystrom_attention<T>(head_tokens(batch.q, i), head_tokens(batch.k, i), batch.v.head(i),

@@ -344,20 +344,16 @@ __device__ double frobenius_or_nan(const T* a, int m) {
   return bad > 0 ? NAN : sqrt(sum);
 }
 
-/// The largest absolute column sum ‖M_b‖₁ and row sum ‖M_b‖_∞ over `count` m×m blocks stored one after
-/// another, by the whole block (every thread receives both).
+/// The largest absolute column sum ‖M‖₁ and row sum ‖M‖_∞ of one m×m matrix, by the whole block (every
+/// thread receives both).
 template <class T>
-__device__ void absolute_sums(const T* M, int m, int count, double& norm_1, double& norm_inf) {
-  // Line b·m + j is column j and row j of block b; the threads share the lines of all blocks.
+__device__ void absolute_sums(const T* M, int m, double& norm_1, double& norm_inf) {
   double col = 0, row = 0;
-  const Offset lines = static_cast<Offset>(count) * m;
-  for (Offset line = threadIdx.x; line < lines; line += blockDim.x) {
-    const T* a = M + (line / m) * m * m;
-    const Offset j = line % m;
+  for (int j = threadIdx.x; j < m; j += blockDim.x) {
     double c = 0, r = 0;
     for (int i = 0; i < m; ++i) {
-      c += fabs(static_cast<double>(a[i + j * m]));
-      r += fabs(static_cast<double>(a[j + i * m]));
+      c += fabs(static_cast<double>(M[i + j * m]));
+      r += fabs(static_cast<double>(M[j + i * m]));
     }
     col = fmax(col, c);
     row = fmax(row, r);
@@ -404,7 +400,7 @@ __global__ void pinv_iterate_kernel(const T* matrices, int m, bool razavi, int i
   } else if (!(alpha > 0)) {
     // Nyströmformer's per-matrix safe start α = 1/(‖M‖₁‖M‖_∞), so that ασ₁² ≤ 1 (docs/mathematics.md §4).
     double norm_1 = 0, norm_inf = 0;
-    absolute_sums(M, m, 1, norm_1, norm_inf);
+    absolute_sums(M, m, norm_1, norm_inf);
     const double product = norm_1 * norm_inf;
     alpha = product > 0 ? 1.0 / product : 1.0;
   }
@@ -470,12 +466,40 @@ __global__ void pinv_iterate_kernel(const T* matrices, int m, bool razavi, int i
   }
 }
 
+/// The batch α = 1/(max_b ‖M_b‖₁ · max_b ‖M_b‖_∞) over the `count` m×m matrices M_b with finite entries, as
+/// batch_alpha on the CPU: an overflowed core's pseudoinverse is NaN whatever α, and its infinite sums would
+/// make α 0 for every head. 1 when no such matrix has a nonzero entry. One block; a warp per matrix, its
+/// lanes on the lines j (column j and row j).
 template <class T>
 __global__ void batch_alpha_kernel(const T* M, int m, int count, double* alpha_out) {
-  double norm_1 = 0, norm_inf = 0;
-  absolute_sums(M, m, count, norm_1, norm_inf);
-  const double product = norm_1 * norm_inf;
-  if (threadIdx.x == 0) *alpha_out = product > 0 ? 1.0 / product : 1.0;
+  const int lane = threadIdx.x % 32, warps = static_cast<int>(blockDim.x / 32);
+  double col = 0, row = 0;  // the maxima over this warp's finite matrices (meaningful in lane 0)
+  for (int b = static_cast<int>(threadIdx.x / 32); b < count; b += warps) {
+    const T* a = M + static_cast<Offset>(b) * m * m;
+    double c = 0, r = 0;
+    bool finite = true;
+    for (int j = lane; j < m; j += 32) {
+      double column = 0, line = 0;
+      for (int i = 0; i < m; ++i) {
+        const double x = static_cast<double>(a[i + j * m]);
+        finite = finite && isfinite(x);
+        column += fabs(x);
+        line += fabs(static_cast<double>(a[j + i * m]));
+      }
+      c = fmax(c, column);
+      r = fmax(r, line);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      c = fmax(c, __shfl_xor_sync(0xffffffffu, c, offset));
+      r = fmax(r, __shfl_xor_sync(0xffffffffu, r, offset));
+    }
+    if (__all_sync(0xffffffffu, finite)) {
+      col = fmax(col, c);
+      row = fmax(row, r);
+    }
+  }
+  const double norm_1 = block_max(col), norm_inf = block_max(row);
+  if (threadIdx.x == 0) *alpha_out = norm_1 > 0 ? 1.0 / norm_1 / norm_inf : 1.0;
 }
 
 template <class T>

@@ -119,8 +119,9 @@ void pinv_iterate(const T* m_matrix, int m, int count, bool razavi, int iteratio
                   const double* shared_alpha, double tolerance, T* z, T* workspace, double* residuals,
                   int* info, double* alpha_out, cudaStream_t stream);
 
-/// alpha_out = 1/(max_b ‖M_b‖₁ · max_b ‖M_b‖_∞) over `count` m×m matrices (at m_matrix + b·m²): the batch α
-/// of the authors' code (1 when every M_b is zero). One block.
+/// alpha_out = 1/(max_b ‖M_b‖₁ · max_b ‖M_b‖_∞) over the `count` m×m matrices (at m_matrix + b·m²) whose
+/// entries are all finite: the batch α of the authors' code, without overflowed cores (1 when no such M_b
+/// has a nonzero entry). One block.
 template <class T>
 void batch_alpha(const T* m_matrix, int m, int count, double* alpha_out, cudaStream_t stream);
 

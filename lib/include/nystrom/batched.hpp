@@ -84,7 +84,10 @@ struct HeadDiagnostics {
 /// What a batched call reports besides the outputs.
 struct BatchedDiagnostics {
   std::vector<HeadDiagnostics> heads;  ///< head b·H + h
-  double alpha = 0;  ///< the batch α used (AlphaScope::batch and an iterative pseudoinverse), else 0
+  /// The batch α used (AlphaScope::batch and an iterative pseudoinverse), else 0: that of the matrices the
+  /// heads invert, for pnp-nystra without row-max scaling and symmetric-nystrom with a kernel log-shift c
+  /// the cores of κ_c (e^{2c} times the α of κ's cores; core_pinv_options).
+  double alpha = 0;
 };
 
 /// The pseudoinverse options `method` reads from `options` (pnp-nystra, symmetric-nystrom, nystromformer,
