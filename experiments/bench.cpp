@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -107,6 +108,23 @@ void ensure_blas_core(const std::string& core, const Invocation& invocation) {
   std::cout.flush();
   execv("/proc/self/exe", argv.data());
   std::cerr << "nystrom bench: warning: could not re-execute with OPENBLAS_CORETYPE=" << core << "\n";
+}
+
+/// Throws std::invalid_argument naming --blas-core when OpenBLAS runs another core than the one asked for (an
+/// unknown name, or a core this CPU or this OpenBLAS build lacks; OpenBLAS then falls back silently); for the
+/// default value a warning only, so that `nystrom bench` still runs on machines without that core.
+void check_blas_core(const std::string& requested, const std::string& running, bool defaulted) {
+  if (requested.empty() || requested == "default") return;
+  const auto lower = [](std::string text) {
+    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+    return text;
+  };
+  if (lower(requested) == lower(running)) return;
+  const std::string message = describe("--blas-core ", requested, ": OpenBLAS runs its core ", running,
+                                       " instead (an unknown core name, or one this CPU or OpenBLAS build "
+                                       "lacks); name the core it runs, or 'default'");
+  require(defaulted, message);
+  std::cerr << "nystrom bench: warning: " << message << "\n";
 }
 
 /// The wall times of repeated runs of one piece of work: the minimum over every run (the warm-up included)
@@ -742,8 +760,9 @@ int run_bench(const Invocation& invocation) {
   complete_settings(values, texts, settings);
   validate(settings);
   ensure_blas_core(settings.blas_core, invocation);
-
   const std::string core = blas_core();
+  check_blas_core(settings.blas_core, core, values["blas-core"].defaulted());
+
   const std::string device_description = describe_device(settings.device);
   std::cout << "nystrom bench: device " << device_description << ", BLAS core " << core
             << ", OPENBLAS_CORETYPE="
