@@ -421,9 +421,8 @@ TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave a
   CHECK_MESSAGE(endless.err.find("--min-seconds = inf") != std::string::npos, endless.err);
   CHECK_FALSE(fs::exists(dir / "new.h5"));
   // OpenBLAS falls back to another core for a name it does not know; the bench was then timed on it.
-  const auto unknown_core =
-      run_cli({"bench", "--output", dir / "new.h5", "--n", "16", "--method", "exact", "--quiet", "--blas-core",
-               "NoSuchCore"});
+  const auto unknown_core = run_cli({"bench", "--output", dir / "new.h5", "--n", "16", "--method", "exact",
+                                     "--quiet", "--blas-core", "NoSuchCore"});
   CHECK(unknown_core.status == 2);
   CHECK_MESSAGE(unknown_core.err.find("--blas-core NoSuchCore") != std::string::npos, unknown_core.err);
   CHECK_FALSE(fs::exists(dir / "new.h5"));

@@ -130,13 +130,10 @@ TEST_CASE_TEMPLATE(
                            point.theorem1_bound, point.theorem2_bound, point.theorem3_bound, point.theorem3_k,
                            point.pinv_residual, point.output_relative_error})
         CHECK(std::isfinite(value));
-      // In double every applicable bound holds (bounds_hold's slack is 1e-10·(B + σ₁)); in float the measured
-      // error is the rounding of G and Ĝ in float, which exceeds that slack, so compare with the float floor.
-      if (std::is_same_v<T, double>)
-        CHECK(point.bounds_hold);
-      else
-        for (double bound : {point.theorem1_bound, point.theorem2_bound, point.theorem3_bound})
-          CHECK(point.spectral_error <= bound + double(n) * eps * point.sigma1_ext);
+      // Every applicable bound holds within bounds_hold's slack, max(1e-10, (N + m)·eps(T))·(B + σ₁): in
+      // float the measured error is the rounding of G and Ĝ in float, far above 1e-10·σ₁.
+      CHECK(point.bounds_hold);
+      if (std::is_same_v<T, float>) CHECK(point.spectral_error > 1e-10 * point.sigma1_ext);
     }
   }
 }

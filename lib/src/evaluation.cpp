@@ -98,8 +98,8 @@ void set_output_errors(const Matrix<T>& exact, const Matrix<T>& approximate, Poi
 }
 
 /// Completes a pnp-nystra point (its errors still of κ_c) with its landmark terms: σ₁(G̃), σ_{m+1}(G̃),
-/// σ_m(G_A), K, the theorem bounds, c_emp and bounds_hold (bounds.hpp).
-void apply_landmark_terms(const LandmarkTerms& terms, PointResult& point) {
+/// σ_m(G_A), K, the theorem bounds, c_emp and bounds_hold within `slack` (bounds.hpp, bound_slack).
+void apply_landmark_terms(const LandmarkTerms& terms, double slack, PointResult& point) {
   point.sigma1_ext = terms.sigma1_ext;
   point.sigma_m1_ext = terms.sigma_m1_ext;
   point.sigma_m_core = terms.sigma_m_core;
@@ -114,7 +114,7 @@ void apply_landmark_terms(const LandmarkTerms& terms, PointResult& point) {
   point.theorem3_bound = bounds.theorem3;
   point.c_emp = bounds.c_emp;
   point.c_emp_normalized = bounds.c_emp_normalized;
-  point.bounds_hold = bounds.holds();
+  point.bounds_hold = bounds.holds(slack);
 }
 
 /// Multiplies the absolute kernel quantities of a point of κ_c back to κ: every σ, norm and bound by e^{c}
@@ -434,7 +434,7 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
   }
   if (generalized) {
     const auto& [terms, seconds] = set.terms.at(terms_key);
-    apply_landmark_terms(terms, point);
+    apply_landmark_terms(terms, bound_slack<T>(head_.tokens(), set.landmarks.q.rows()), point);
     point.landmark_seconds = seconds;
   }
   scale_to_kernel(point, shifted.log_shift);

@@ -105,7 +105,8 @@ void bind_spectral(nb::module_& m) {
       .def_ro("theorem2_applies", &BoundReport::theorem2_applies, "a > 0.")
       .def_ro("theorem3_applies", &BoundReport::theorem3_applies, "K σ_{m+1} < a.")
       .def("holds", &BoundReport::holds, "slack"_a = 1e-10,
-           "True when every applicable bound B satisfies ‖E‖₂ ≤ B + slack·(B + σ₁(G̃)).")
+           "True when every applicable bound B satisfies ‖E‖₂ ≤ B + slack·(B + σ₁(G̃)) (sweeps take slack = "
+           "max(1e-10, (N + m)·eps) of their precision).")
       .def("__repr__", [](const BoundReport& b) {
         return describe("BoundReport(ratio=", b.ratio, ", theorem1=", b.theorem1, ", theorem2=", b.theorem2,
                         ", theorem3=", b.theorem3, ", c_emp=", b.c_emp, ")");

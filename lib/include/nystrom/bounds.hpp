@@ -9,6 +9,9 @@
 ///   C_emp = ‖E‖₂ · a / σ_{m+1}, and C_emp / σ₁²
 /// A bound that does not apply is NaN with its flag false.
 
+#include <algorithm>
+#include <limits>
+
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -37,9 +40,18 @@ struct BoundReport {
   bool theorem2_applies = false;  ///< false only when σ_m(G_A) = 0
   bool theorem3_applies = false;
   /// True when every applicable bound B satisfies ‖E‖₂ ≤ B + slack·(B + σ₁(G̃)) (rounding in E is relative to
-  /// σ₁).
+  /// σ₁; bound_slack for an E computed in a given precision).
   bool holds(double slack = 1e-10) const;
 };
+
+/// The slack of BoundReport::holds for an error of an approximation computed in T from N tokens and m
+/// landmarks: max(10⁻¹⁰, (N + m)·eps(T)), the larger of a fixed margin and the rounding floor of E relative
+/// to σ₁ (the floor a full SVD has too). In double it is 10⁻¹⁰ below N + m ≈ 450,000; in float an exactly
+/// recovered kernel (Corollary 2.2) leaves E at float rounding, about eps(float)·σ₁, far above 10⁻¹⁰σ₁.
+template <class T>
+double bound_slack(Index n, Index m) {
+  return std::max(1e-10, double(n + m) * double(std::numeric_limits<T>::epsilon()));
+}
 
 /// Evaluates the bounds from their inputs, in units of σ₁(G̃) (any kernel scale double holds). NaN inputs
 /// are unknowns (NaN bounds); throws std::invalid_argument for a negative value or theorem3_k < 0.
