@@ -116,6 +116,51 @@ void add_quiet_option(po::options_description& options, const std::string& silen
   options.add_options()("quiet,q", po::bool_switch(), silences.c_str());
 }
 
+namespace {
+
+std::string trim(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return {};
+  const auto last = text.find_last_not_of(" \t");
+  return text.substr(first, last - first + 1);
+}
+
+/// "config file 'PATH', line L" for the first line of the INI file that sets `name` (or is `name` alone),
+/// leading dashes ignored; without the line where none does.
+std::string config_location(const std::string& path, std::string name) {
+  name.erase(0, name.find_first_not_of('-'));
+  std::ifstream file(path);
+  std::string line;
+  for (int number = 1; !name.empty() && std::getline(file, line); ++number)
+    if (trim(line.substr(0, line.find('='))) == name)
+      return describe("config file '", path, "', line ", number);
+  return describe("config file '", path, "'");
+}
+
+/// Parses the INI file at `path` into `values`; throws std::invalid_argument naming the file and the line of
+/// an unknown option, a line that is not `name = value`, a bad value or a command-line-only option.
+void store_config_file(const std::string& path, const po::options_description& options,
+                       po::variables_map& values) {
+  std::ifstream file(path);
+  require(file.good() && !std::filesystem::is_directory(path),
+          describe("option --config: cannot read config file '", path, "'"));
+  try {
+    const po::parsed_options parsed = po::parse_config_file(file, options);
+    // help and config act on the command line only: in a file they would be silently ignored.
+    for (const auto& option : parsed.options)
+      require(option.string_key != "help" && option.string_key != "config",
+              describe(config_location(path, option.string_key), ": '", option.string_key,
+                       "' is a command-line option only (remove the line)"));
+    po::store(parsed, values);
+  } catch (const po::error_with_option_name& error) {
+    throw std::invalid_argument(describe(config_location(path, error.get_option_name()), ": ", error.what()));
+  } catch (const po::error& error) {
+    throw std::invalid_argument(describe(config_location(path, ""), ": ", error.what()));
+  }
+}
+
+}  // namespace
+
 bool parse_options(const Invocation& invocation, const std::string& synopsis,
                    const po::options_description& options,
                    const po::positional_options_description& positional, po::variables_map& values) {
@@ -130,19 +175,7 @@ bool parse_options(const Invocation& invocation, const std::string& synopsis,
       std::cout << "usage: nystrom " << invocation.subcommand << " " << synopsis << "\n\n" << options << "\n";
       return false;
     }
-    if (values.count("config")) {
-      const auto path = values["config"].as<std::string>();
-      std::ifstream file(path);
-      require(file.good() && !std::filesystem::is_directory(path),
-              describe("option --config: cannot read config file '", path, "'"));
-      const po::parsed_options parsed = po::parse_config_file(file, options);
-      // help and config act on the command line only: in a file they would be silently ignored.
-      for (const auto& option : parsed.options)
-        require(option.string_key != "help" && option.string_key != "config",
-                describe("config file '", path, "': '", option.string_key,
-                         "' is a command-line option only (remove the line)"));
-      po::store(parsed, values);
-    }
+    if (values.count("config")) store_config_file(values["config"].as<std::string>(), options, values);
     po::notify(values);
     // An option given an empty value (--layers '') is a slip, never a request for its default.
     for (const auto& [name, value] : values) {
@@ -166,13 +199,6 @@ int apply_threads(const po::variables_map& values) {
 }
 
 namespace {
-
-std::string trim(const std::string& text) {
-  const auto first = text.find_first_not_of(" \t");
-  if (first == std::string::npos) return {};
-  const auto last = text.find_last_not_of(" \t");
-  return text.substr(first, last - first + 1);
-}
 
 /// A whole-string integer; throws naming the option and item otherwise.
 long long parse_integer(const std::string& text, const std::string& option, const std::string& item) {

@@ -70,14 +70,20 @@ TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message
     CHECK(threads.status == 2);
     CHECK(threads.err.find("--threads: 100000") != std::string::npos);
   }
-  // help and config are command-line options only: in a config file they were silently ignored.
-  for (const char* line : {"help = 1", "config = other.ini"}) {
+  // A bad line of a config file is named with the file and its line: help and config (command-line options
+  // only: in a config file they were silently ignored), an unknown option, a value of the wrong type.
+  const std::pair<const char*, const char*> bad_lines[] = {{"help = 1", "command-line option only"},
+                                                           {"config = other.ini", "command-line option only"},
+                                                           {"bogus = 3", "unrecognised option 'bogus'"},
+                                                           {"seed = abc", "'abc'"}};
+  for (const auto& [line, named] : bad_lines) {
     CAPTURE(line);
-    { std::ofstream("bad.ini") << "layers = 1\n" << line << "\n"; }
+    { std::ofstream("bad.ini") << "# synthetic\nlayers = 1\n" << line << "\n"; }
     const auto config = run_cli({"synth", "--output", "x.h5", "--config", "bad.ini"});
     CHECK(config.status == 2);
-    CHECK(config.err.find("config file 'bad.ini'") != std::string::npos);
-    CHECK(config.err.find("command-line option only") != std::string::npos);
+    CHECK_MESSAGE(config.err.find("config file 'bad.ini', line 3: ") != std::string::npos, config.err);
+    CHECK_MESSAGE(config.err.find(named) != std::string::npos, config.err);
+    CHECK_FALSE(fs::exists("x.h5"));
   }
   fs::remove("bad.ini");
   // Sizes beyond memory: a clear message and exit 2 (was std::bad_alloc, exit 1), nothing written.
