@@ -172,9 +172,9 @@ void iterative_pseudoinverse(const Matrix<T>& M, const PinvOptions& options, Pin
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options) {
   options.validate();
-  require(A.rows() == A.cols(), describe("pinv: the core must be square, got ", A.rows(), "x", A.cols()));
-  require(A.rows() >= 1, describe("pinv: the core is empty (", A.rows(), "x", A.cols(), ")"));
-  require_finite(A, "pinv: the core");
+  require(A.rows() == A.cols(), describe("pinv: A must be square, got ", A.rows(), "x", A.cols()));
+  require(A.rows() >= 1, describe("pinv: A is empty (", A.rows(), "x", A.cols(), ")"));
+  require_finite(A, "pinv: A");
 
   // The matrix actually inverted: A, A + εI (shift), or AᵀA + εI (Tikhonov; then Z = M⁻¹Aᵀ).
   const Index m = A.rows();
