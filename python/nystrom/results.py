@@ -51,12 +51,15 @@ PRECISION_OF_DTYPE = {"float32": "float", "float64": "double"}
 
 
 def open_results(path: Path | str) -> h5py.File:
-    """Opens a results file for reading; raises FileNotFoundError when it is missing and ValueError unless its
-    `format` attribute is nystrom-results at a known format_version."""
+    """Opens a results file for reading; raises FileNotFoundError when it is missing and ValueError when it is not
+    an HDF5 file it can read or its `format` attribute is not nystrom-results at a known format_version."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such results file (written by `nystrom sweep`, `spectrum` or `bench`)")
-    file = h5py.File(path, "r")
+    try:
+        file = h5py.File(path, "r")
+    except OSError as error:
+        raise ValueError(f"{path}: not a readable HDF5 file ({error})") from error
     kind = file.attrs.get("format")
     kind = kind.decode() if isinstance(kind, bytes) else kind
     version = file.attrs.get("format_version")

@@ -956,5 +956,8 @@ def test_read_results_returns_the_sweep_as_a_dataframe(tmp_path):
     assert frame.attrs["format"] == "nystrom-results" and frame.attrs["format_version"] == 3
     with pytest.raises(FileNotFoundError, match="no such results file"):
         nystrom.read_results(tmp_path / "absent.h5")
+    (tmp_path / "text.h5").write_text("not HDF5\n")
+    with pytest.raises(ValueError, match="text.h5: not a readable HDF5 file"):
+        nystrom.read_results(tmp_path / "text.h5")
     with pytest.raises(ValueError, match="expected 'nystrom-results'"):
         nystrom.read_results(REPOSITORY / "data/minilm-gettysburg.h5")
