@@ -314,7 +314,8 @@ TEST_CASE("bad pinv arguments throw naming the value") {
   // A non-square core and non-finite entries are input errors, not numerical outcomes.
   CHECK(throws_naming([] { pseudoinverse<double>(Matrix<double>::Ones(3, 4), PinvOptions{}); },
                       "pinv: A must be square, got 3x4"));
-  CHECK(throws_naming([] { pseudoinverse<double>(Matrix<double>(0, 0), PinvOptions{}); }, "pinv: A is empty"));
+  CHECK(
+      throws_naming([] { pseudoinverse<double>(Matrix<double>(0, 0), PinvOptions{}); }, "pinv: A is empty"));
   Matrix<double> bad = A;
   bad(1, 2) = std::numeric_limits<double>::infinity();
   CHECK(throws_naming([&] { pseudoinverse<double>(bad, PinvOptions{}); }, "non-finite"));

@@ -31,7 +31,7 @@ void DeviceFactors<T>::compute(const NystromOptions& options, Operand<T> q, Oper
   exponent<T>(options.kernel, q_landmarks, m, k_landmarks, m, d, core.data(), m, square, count);
   const bool row_max = options.stabilization == Stabilization::row_max;
   const ExpMap map = exp_map(options);
-  if (!row_max) {
+  if (!row_max && !attention) {  // the factors' log scales; Algorithm 1 reads neither
     fill<T>(left_shift.data(), Offset(n) * count, T(0), stream);
     fill<T>(upper_shift.data(), Offset(m) * count, T(0), stream);
   }

@@ -24,7 +24,8 @@ struct AlgorithmBuffers {
 /// The blocks of docs/mathematics.md §2 for `count` heads, stored so that every row max runs down a
 /// contiguous column: left_t = G_Lᵀ (m×N per head, column i is query i), upper_t = G_Uᵀ (N×m, column j is
 /// landmark j), core = G_A (m×m), heads one after another; the shifts log diag(M_L) (N per head) and log
-/// diag(M_U) (m per head) are zero unless row-max stabilized. The buffers are allocated once and reused by
+/// diag(M_U) (m per head) are zero unless row-max stabilized (left unset in attention mode, where only the
+/// row-max M_U is read). The buffers are allocated once and reused by
 /// every compute().
 template <class T>
 struct DeviceFactors {
