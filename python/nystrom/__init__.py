@@ -12,11 +12,16 @@ matrix-free), the Lemma 2.1 terms and bounds, and the reader of `nystrom sweep` 
     print(nystrom.output_errors(exact, out).relative_frobenius)
 
 Arrays: float32 or float64 (results keep the dtype), any layout (Fortran-ordered arrays are read without a copy),
-numpy arrays or CPU torch tensors. Keyword arguments are named as on the command line (`nystrom sweep --help`;
-`lambda_` for --lambda). Bad input raises ValueError naming the value; numerical outcomes (a diverged
-pseudoinverse) are statuses. Every computation releases the GIL; `set_threads` sets its OpenMP threads.
+numpy arrays (big-endian ones copied to native order) or CPU torch tensors. Keyword arguments are named as on the
+command line (`nystrom sweep --help`; `lambda_` for --lambda). Bad input raises ValueError naming the value;
+numerical outcomes (a diverged pseudoinverse) are statuses. Every computation releases the GIL; `set_threads` sets
+its OpenMP threads.
 `nystrom.torch` (imported on its own) adapts torch models for inference.
 """
+
+import functools
+
+import numpy as np
 
 from ._nystrom import (
     KERNELS,
@@ -59,6 +64,31 @@ from ._nystrom import (
     top_singular_values,
 )
 from .results import read_bench, read_results, read_spectra, read_vision
+
+
+def _native(value):
+    """`value`, or a copy in native byte order for a numpy array of another (big-endian arrays, as h5py reads
+    '>f4' datasets): the extension takes arrays through DLPack, which has no byte order."""
+    if isinstance(value, np.ndarray) and not value.dtype.isnative:
+        return value.astype(value.dtype.newbyteorder("="))
+    return value
+
+
+def _any_byte_order(function):
+    """`function` taking numpy arrays of either byte order (_native)."""
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        return function(*map(_native, args), **{key: _native(value) for key, value in kwargs.items()})
+    return call
+
+
+# Every function of the extension that takes arrays.
+for _name in ("approximate", "attention", "attention_matrix", "energy_fraction", "error_norm", "error_singular_values",
+              "evaluate", "kernel_matrix", "kernel_norm", "kernel_singular_values", "landmark_terms", "numerical_rank",
+              "nystrom_factors", "output_errors", "pseudoinverse", "safe_alpha", "select_landmarks", "singular_values",
+              "theorem3_constant", "time_attention", "top_singular_values"):
+    globals()[_name] = _any_byte_order(globals()[_name])
+del _name
 
 __all__ = [
     "KERNELS", "METHODS", "PINV_METHODS", "STABILIZATIONS", "STRATEGIES", "Approximation",

@@ -652,6 +652,12 @@ def test_layouts_give_identical_results(dtype):
     wide = [np.repeat(x, 2, axis=1) for x in (q, k, v)]  # every other column: strided views
     strided = [x[:, ::2] for x in wide]
     np.testing.assert_array_equal(nystrom.attention(*strided, landmarks=6), fortran)
+    # Big-endian arrays (h5py reads '>f4' datasets so) were refused with a TypeError naming no argument.
+    big_endian = [x.astype(x.dtype.newbyteorder(">")) for x in (q, k, v)]
+    np.testing.assert_array_equal(nystrom.attention(*big_endian[:1], k=big_endian[1], v=big_endian[2], landmarks=6),
+                                  reference)
+    singular = nystrom.singular_values(nystrom.kernel_matrix(q, k))
+    assert nystrom.numerical_rank(singular.astype(">f8")) == nystrom.numerical_rank(singular)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
