@@ -128,9 +128,9 @@ po::options_description sweep_options() {
   add_memory_option(options, "the matrix-free path is taken (column matrix_free)");
   options.add_options()("matrix-free", po::bool_switch(), "force the matrix-free (Lanczos) path")(
       "dense-svd-limit", po::value<Index>()->default_value(EvaluationOptions{}.dense_svd_limit),
-      "matrices up to this size get full SVDs, larger ones Lanczos (sigma_{m+1}(G~) of a stored G~ falls "
-      "back "
-      "to a full SVD where its Lanczos value is not certified to 1e-10)");
+      "sigma(G~) of matrices up to this size by full SVDs, larger ones by Lanczos (a stored G~ falls back to "
+      "a full SVD where its Lanczos value is not certified to 1e-10); norms of stored matrices by Lanczos, "
+      "a full SVD up to this size where it does not converge");
   add_device_option(options,
                     "where the PnP-Nystra factors, exact attention and the matrix-free products run");
   add_reference_option(options);

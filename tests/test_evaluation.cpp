@@ -234,8 +234,9 @@ TEST_CASE_TEMPLATE("every method's point equals independent dense oracles", T, f
 }
 
 TEST_CASE_TEMPLATE("every method: dense, Lanczos and matrix-free paths agree", T, float, double) {
-  // N = 120 < dense_svd_limit: the default path is full SVDs; dense_svd_limit = 0 sends the stored matrices
-  // through Lanczos; force_matrix_free evaluates G in row panels (Frobenius norms accumulated there too).
+  // N = 120 < dense_svd_limit: the default path takes ‖E‖₂ by Lanczos on the stored E and σ(G̃) by full SVDs;
+  // dense_svd_limit = 0 sends σ(G̃) through Lanczos too; force_matrix_free evaluates G in row panels
+  // (Frobenius norms accumulated there too).
   const Head<T> head = random_head<T>(120, 6, 3, 9);
   EvaluationOptions lanczos;
   lanczos.dense_svd_limit = 0;

@@ -152,7 +152,7 @@ const Keyword keywords[] = {
      "bytes a dense N×N analysis may use; above it the matrix-free path is taken (--memory)",
      [](KeywordArguments& a, nb::handle v) { a.memory = nb::cast<double>(v); }},
     {"dense_svd_limit", evaluation_keywords, "int", "256",
-     "full SVDs up to this size, Lanczos above (--dense-svd-limit)",
+     "σ(G̃) by full SVDs up to this size, Lanczos above; norms by Lanczos (--dense-svd-limit)",
      [](KeywordArguments& a, nb::handle v) { a.dense_svd_limit = nb::cast<Index>(v); }},
     {"repeat", timing_keywords, "int", "100", "calls timed (the best is returned)",
      [](KeywordArguments& a, nb::handle v) { a.repeat = nb::cast<int>(v); }},

@@ -8,7 +8,8 @@
 /// = D⁻¹G and ‖S‖₂), per landmark options the landmarks (selected once and used by the factors and the bound
 /// terms alike) and, per kernel and landmarks, the Lemma 2.1 terms. The rules:
 ///   - dense or matrix-free: EvaluationOptions::matrix_free (a memory budget), one rule for every subcommand;
-///   - ‖·‖₂ of a stored matrix: full SVD up to dense_svd_limit, Lanczos on the stored matrix above it;
+///   - ‖·‖₂ of a stored matrix: Lanczos on the stored matrix (the full SVD where it does not converge, up to
+///     dense_svd_limit); σ(G̃) of the Lemma 2.1 terms: full SVD up to dense_svd_limit, Lanczos above it;
 ///     matrix-free: Lanczos on the operator of backend.hpp (CPU or GPU), products in double;
 ///   - ‖·‖_F: exact on the stored difference; matrix-free accumulated in row panels;
 ///   - the error matrix: E = G − Ĝ for pnp-nystra and symmetric-nystrom, S − Ŝ for the softmax methods;
