@@ -820,31 +820,52 @@ std::vector<Row> ResultsTable::read_rows() const {
   return rows;
 }
 
+namespace {
+
+/// Cell c of every row, contiguous (a numeric column as H5Dwrite reads it).
+template <class Cell>
+std::vector<Cell> column_cells(std::span<const Row> rows, std::size_t c) {
+  std::vector<Cell> cells;
+  cells.reserve(rows.size());
+  for (const Row& row : rows) cells.push_back(std::get<Cell>(row[c]));
+  return cells;
+}
+
+}  // namespace
+
 void ResultsTable::append(const Row& row) {
-  require(row.size() == columns_.size(),
-          describe("results row has ", row.size(), " cells for ", columns_.size(), " columns"));
-  const hsize_t extent = rows_ + 1, one = 1;
+  append(std::span<const Row>(&row, 1));
+}
+
+void ResultsTable::append(std::span<const Row> rows) {
+  for (const Row& row : rows)
+    require(row.size() == columns_.size(),
+            describe("results row has ", row.size(), " cells for ", columns_.size(), " columns"));
+  if (rows.empty()) return;
+  const hsize_t count = rows.size(), extent = rows_ + count;
+  Handle memory = simple_space({count});
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     const hid_t dataset = datasets_[c].get();
     check(H5Dset_extent(dataset, &extent), "extend " + columns_[c].name);
     Handle space(H5Dget_space(dataset), H5Sclose, "H5Dget_space");
-    check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &rows_, nullptr, &one, nullptr), "select");
-    Handle memory = simple_space({1});
+    check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &rows_, nullptr, &count, nullptr), "select");
     Handle type = column_memory_type(columns_[c].type);
-    const void* data = nullptr;
-    const char* text = nullptr;
+    const auto write = [&](const void* data) {
+      check(H5Dwrite(dataset, type.get(), memory.get(), space.get(), transfer_.get(), data),
+            "write " + columns_[c].name);
+    };
     if (columns_[c].type == ColumnType::text) {
-      text = std::get<std::string>(row[c]).c_str();
-      data = &text;
+      std::vector<const char*> texts;
+      texts.reserve(count);
+      for (const Row& row : rows) texts.push_back(std::get<std::string>(row[c]).c_str());
+      write(texts.data());
     } else if (columns_[c].type == ColumnType::int64) {
-      data = &std::get<std::int64_t>(row[c]);
+      write(column_cells<std::int64_t>(rows, c).data());
     } else {
-      data = &std::get<double>(row[c]);
+      write(column_cells<double>(rows, c).data());
     }
-    check(H5Dwrite(dataset, type.get(), memory.get(), space.get(), transfer_.get(), data),
-          "write " + columns_[c].name);
   }
-  ++rows_;
+  rows_ += count;
 }
 
 std::string row_key(const std::vector<Column>& columns, const Row& row) {

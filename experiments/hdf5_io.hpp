@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <iosfwd>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -249,6 +250,8 @@ class ResultsTable {
   std::vector<Row> read_rows() const;
   /// Appends one row (extends every column by one element). The caller flushes the file.
   void append(const Row& row);
+  /// Appends rows, each column extended and written once for all of them.
+  void append(std::span<const Row> rows);
 
  private:
   std::vector<Column> columns_;

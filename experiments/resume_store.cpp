@@ -102,7 +102,7 @@ hsize_t ResumeStore::commit(const std::unordered_map<std::string, std::size_t>& 
   AtomicFile sorted(output_, {"sweep", "nystrom-results", group_.c_str()});
   write_attributes_(sorted.get());
   auto table = ResultsTable::create(sorted.get(), group_, columns_);
-  for (const auto& row : rows) table.append(row);
+  table.append(rows);
   sorted.commit();
   fs::remove(partial_);
   return rows.size();
