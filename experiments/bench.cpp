@@ -566,29 +566,29 @@ std::vector<BatchShape> parse_batch_shapes(const std::string& text) {
     }
     require(parts.size() == 4 && item.back() != 'x' &&
                 std::all_of(parts.begin(), parts.end(), [](Index p) { return p >= 1; }),
-            describe("option --batch: '", item, "' is not BxHxNxd with every count >= 1"));
+            "option --batch: '", item, "' is not BxHxNxd with every count >= 1");
     shapes.push_back({parts[0], parts[1], parts[2], parts[3], parts[3]});
   }
-  require(!shapes.empty(), describe("option --batch: '", text, "' names no shape"));
+  require(!shapes.empty(), "option --batch: '", text, "' names no shape");
   return shapes;
 }
 
 /// Checks what the options cannot check one by one; throws std::invalid_argument naming the values.
 void validate(const BenchSettings& settings) {
-  require(settings.dim >= 1 && settings.value_dim >= 1,
-          describe("options --d = ", settings.dim, " and --dv = ", settings.value_dim, " must be >= 1"));
+  require(settings.dim >= 1 && settings.value_dim >= 1, "options --d = ", settings.dim,
+          " and --dv = ", settings.value_dim, " must be >= 1");
   require(settings.landmarks >= 1 && settings.features >= 1 && settings.projected >= 1,
-          describe("options --landmarks = ", settings.landmarks, ", --features = ", settings.features,
-                   ", --projected = ", settings.projected, " must be >= 1"));
+          "options --landmarks = ", settings.landmarks, ", --features = ", settings.features,
+          ", --projected = ", settings.projected, " must be >= 1");
   require(settings.min_seconds >= 0 && std::isfinite(settings.min_seconds),
-          describe("option --min-seconds = ", settings.min_seconds, " must be a finite number >= 0"));
-  require(settings.gemm_size >= 0, describe("option --gemm-n = ", settings.gemm_size, " must be >= 0"));
+          "option --min-seconds = ", settings.min_seconds, " must be a finite number >= 0");
+  require(settings.gemm_size >= 0, "option --gemm-n = ", settings.gemm_size, " must be >= 0");
   if (settings.device == Device::cuda) {
     std::vector<std::string> cpu_only;
     for (auto method : settings.methods)
       if (!runs_on_gpu(method)) cpu_only.push_back(to_string(method));
-    require(cpu_only.empty(), describe("option --method: ", join(cpu_only),
-                                       " run on the CPU only (with --device cuda: exact, pnp-nystra)"));
+    require(cpu_only.empty(), "option --method: ", join(cpu_only),
+            " run on the CPU only (with --device cuda: exact, pnp-nystra)");
   }
   // The smallest N of --n and --batch, and the option naming it.
   Index smallest = std::numeric_limits<Index>::max();
@@ -606,13 +606,11 @@ void validate(const BenchSettings& settings) {
     const bool projected = method == Method::linformer;
     const auto size = approximation_size(method, settings);
     const Index count = projected ? size.projected : size.landmarks;
-    require(count <= smallest,
-            describe("option --", projected ? "projected" : "landmarks", " = ", count,
-                     " exceeds the smallest ", smallest_option, " (method ", to_string(method), ")"));
+    require(count <= smallest, "option --", projected ? "projected" : "landmarks", " = ", count,
+            " exceeds the smallest ", smallest_option, " (method ", to_string(method), ")");
   }
-  require(!steps || settings.landmarks <= smallest,
-          describe("option --landmarks = ", settings.landmarks, " exceeds the smallest ", smallest_option,
-                   " (the PnP-Nystra step table; --steps 0 skips it)"));
+  require(!steps || settings.landmarks <= smallest, "option --landmarks = ", settings.landmarks,
+          " exceeds the smallest ", smallest_option, " (the PnP-Nystra step table; --steps 0 skips it)");
   const ApproximationOptions options = method_options(settings, settings.dim);
   for (auto method : settings.methods) {
     for (auto n : settings.sizes) options.validate(method, n, settings.dim);
@@ -708,8 +706,8 @@ void complete_settings(const po::variables_map& values, const BenchOptionTexts& 
     const Index default_threads = threads();  // the OpenMP default, before any set_threads
     settings.thread_counts.clear();
     for (auto count : parse_index_list(option_text(values, "threads", "threads-list"), "threads", 0)) {
-      require(count <= max_threads, describe("option --threads: ", count, " must lie in [0, ", max_threads,
-                                             "] (0: the OpenMP default)"));
+      require(count <= max_threads, "option --threads: ", count, " must lie in [0, ", max_threads,
+              "] (0: the OpenMP default)");
       const Index resolved = count > 0 ? count : default_threads;
       if (std::find(settings.thread_counts.begin(), settings.thread_counts.end(), resolved) ==
           settings.thread_counts.end())
@@ -726,10 +724,10 @@ void complete_settings(const po::variables_map& values, const BenchOptionTexts& 
   if (!texts.matvec_sizes.empty()) settings.matvec_sizes = parse_index_list(texts.matvec_sizes, "matvec-n");
   if (!texts.pinv.empty()) {
     const auto methods = parse_enum_list<PinvMethod>(texts.pinv, "pinv", pinv_method_from_string);
-    require(methods.size() == 1, describe("option --pinv: one pseudoinverse, not '", texts.pinv, "'"));
+    require(methods.size() == 1, "option --pinv: one pseudoinverse, not '", texts.pinv, "'");
     settings.pinv = methods.front();
   }
-  require(settings.iterations >= 0, describe("option --iterations = ", settings.iterations, " must be >= 0"));
+  require(settings.iterations >= 0, "option --iterations = ", settings.iterations, " must be >= 0");
 }
 
 /// The tables `settings` asks for, created in `file`.

@@ -65,8 +65,8 @@ class ByteReader {
 
  private:
   const char* take(std::size_t count) {
-    require(count <= size_ - position_, describe("malformed rows message: ", count,
-                                                 " bytes wanted at offset ", position_, " of ", size_));
+    require(count <= size_ - position_, "malformed rows message: ", count, " bytes wanted at offset ",
+            position_, " of ", size_);
     const char* at = data_ + position_;
     position_ += count;
     return at;
@@ -163,7 +163,7 @@ PointRows deserialize_rows(const std::vector<char>& bytes) {
       }
     }
   }
-  require(reader.at_end(), describe("malformed rows message: ", bytes.size(), " bytes, trailing data"));
+  require(reader.at_end(), "malformed rows message: ", bytes.size(), " bytes, trailing data");
   return rows;
 }
 
@@ -172,8 +172,8 @@ PointScheduler::PointScheduler(const std::vector<std::size_t>& points, const Dis
   std::vector<std::size_t> sorted = points;
   std::sort(sorted.begin(), sorted.end());
   const auto duplicate = std::adjacent_find(sorted.begin(), sorted.end());
-  require(duplicate == sorted.end(),
-          describe("point ", duplicate == sorted.end() ? 0 : *duplicate, " is listed more than once"));
+  require(duplicate == sorted.end(), "point ", duplicate == sorted.end() ? 0 : *duplicate,
+          " is listed more than once");
   // Groups in order of their first point; each group's points in index order.
   std::map<std::string, std::size_t> group_of_name;
   for (const std::size_t index : sorted) {
@@ -189,7 +189,7 @@ PointScheduler::PointScheduler(const std::vector<std::size_t>& points, const Dis
 }
 
 std::optional<std::size_t> PointScheduler::next(int evaluator) {
-  require(evaluator >= 0, describe("evaluator id ", evaluator, " is negative"));
+  require(evaluator >= 0, "evaluator id ", evaluator, " is negative");
   const auto id = static_cast<std::size_t>(evaluator);
   if (evaluators_.size() <= id) evaluators_.resize(id + 1);
   auto& state = evaluators_[id];

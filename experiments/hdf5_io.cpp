@@ -94,11 +94,11 @@ void write_numeric_attribute(hid_t object, const std::string& name, const std::v
 }  // namespace
 
 Handle open_file(const std::string& path, bool writable) {
-  require(std::filesystem::exists(path), describe(path, ": no such file"));
-  require(!std::filesystem::is_directory(path), describe(path, ": is a directory, not an HDF5 file"));
-  require(H5Fis_hdf5(path.c_str()) > 0, describe(path, ": not an HDF5 file"));
+  require(std::filesystem::exists(path), path, ": no such file");
+  require(!std::filesystem::is_directory(path), path, ": is a directory, not an HDF5 file");
+  require(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file");
   const hid_t id = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
-  require(id >= 0, describe(path, ": cannot open the HDF5 file", writable ? " for writing" : ""));
+  require(id >= 0, path, ": cannot open the HDF5 file", writable ? " for writing" : "");
   return Handle(id, H5Fclose, "H5Fopen " + path);
 }
 
@@ -179,7 +179,7 @@ bool has_attribute(hid_t object, const std::string& name) {
 std::string read_string_attribute(hid_t object, const std::string& name) {
   Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "open attribute " + name);
   Handle type(H5Aget_type(attribute.get()), H5Tclose, "H5Aget_type");
-  require(H5Tget_class(type.get()) == H5T_STRING, describe("attribute '", name, "' is not a string"));
+  require(H5Tget_class(type.get()) == H5T_STRING, "attribute '", name, "' is not a string");
   if (H5Tis_variable_str(type.get()) > 0) {
     Handle memory = utf8_string_type();
     char* text = nullptr;
@@ -198,8 +198,7 @@ std::vector<double> read_numeric_attribute(hid_t object, const std::string& name
   Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "open attribute " + name);
   Handle type(H5Aget_type(attribute.get()), H5Tclose, "H5Aget_type");
   const auto type_class = H5Tget_class(type.get());
-  require(type_class == H5T_FLOAT || type_class == H5T_INTEGER,
-          describe("attribute '", name, "' is not numeric"));
+  require(type_class == H5T_FLOAT || type_class == H5T_INTEGER, "attribute '", name, "' is not numeric");
   Handle space(H5Aget_space(attribute.get()), H5Sclose, "H5Aget_space");
   std::vector<double> values(std::max<hssize_t>(H5Sget_simple_extent_npoints(space.get()), 0));
   check(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, values.data()), "H5Aread " + name);
@@ -239,11 +238,11 @@ template void write_array<std::int64_t>(hid_t, const std::string&, const std::ve
                                         const std::int64_t*);
 
 void require_replaceable(const std::string& target, const OutputKind& kind) {
-  require(!target.empty(), describe("nystrom ", kind.command, ": the output path is empty"));
+  require(!target.empty(), "nystrom ", kind.command, ": the output path is empty");
   std::error_code error;
   const auto status = std::filesystem::status(target, error);
   if (!std::filesystem::exists(status)) return;
-  require(!std::filesystem::is_directory(status), describe(target, ": is a directory, not an output file"));
+  require(!std::filesystem::is_directory(status), target, ": is a directory, not an output file");
   const auto refuse = [&](const std::string& what) {
     return std::invalid_argument(describe(target, ": exists and ", what, "; nystrom ", kind.command,
                                           " replaces only its own output files (choose another --output)"));
@@ -344,20 +343,19 @@ std::string where(const std::string& path, const std::string& layer, const std::
 /// Shape [B, H, N, last] of a rank-3 or rank-4 float dataset, validated.
 std::array<Index, 4> float_tensor_shape(hid_t group, const std::string& path, const std::string& layer,
                                         const std::string& name, int& rank, std::string& dtype) {
-  require(object_type(group, name) == H5I_DATASET, describe(where(path, layer, name), ": is not a dataset"));
+  require(object_type(group, name) == H5I_DATASET, where(path, layer, name), ": is not a dataset");
   Handle dataset = open_dataset(group, name);
   {
     Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
     const std::size_t size = H5Tget_size(type.get());
-    require(H5Tget_class(type.get()) == H5T_FLOAT && (size == 4 || size == 8),
-            describe(where(path, layer, name), ": type ", describe_type(dataset.get()),
-                     ", expected float32 or float64"));
+    require(H5Tget_class(type.get()) == H5T_FLOAT && (size == 4 || size == 8), where(path, layer, name),
+            ": type ", describe_type(dataset.get()), ", expected float32 or float64");
   }
   dtype = describe_type(dataset.get());
   const auto dims = dataset_dims(dataset.get());
   rank = int(dims.size());
-  require(rank == 3 || rank == 4,
-          describe(where(path, layer, name), ": rank ", rank, ", expected 3 [H, N, d] or 4 [B, H, N, d]"));
+  require(rank == 3 || rank == 4, where(path, layer, name), ": rank ", rank,
+          ", expected 3 [H, N, d] or 4 [B, H, N, d]");
   if (rank == 3) return {1, Index(dims[0]), Index(dims[1]), Index(dims[2])};
   return {Index(dims[0]), Index(dims[1]), Index(dims[2]), Index(dims[3])};
 }
@@ -371,29 +369,27 @@ DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& 
   layer.name = name;
   Handle group = open_group(file, "layers/" + name);
   for (const char* required : {"q", "k"})
-    require(H5Lexists(group.get(), required, H5P_DEFAULT) > 0,
-            describe(where(path, name), ": missing dataset '", required, "'"));
+    require(H5Lexists(group.get(), required, H5P_DEFAULT) > 0, where(path, name), ": missing dataset '",
+            required, "'");
   int rank_k = 0;
   std::string dtype_k;
   const auto q = float_tensor_shape(group.get(), path, name, "q", layer.rank, layer.dtype);
   const auto k = float_tensor_shape(group.get(), path, name, "k", rank_k, dtype_k);
-  require(q == k && layer.rank == rank_k,
-          describe(where(path, name, "k"), ": shape ", shape_text(k), " does not match q ", shape_text(q)));
+  require(q == k && layer.rank == rank_k, where(path, name, "k"), ": shape ", shape_text(k),
+          " does not match q ", shape_text(q));
   layer.batch = q[0];
   layer.heads = q[1];
   layer.tokens = q[2];
   layer.dim = q[3];
-  require(layer.batch * layer.heads > 0,
-          describe(where(path, name, "q"), ": no heads (shape ", shape_text(q), ")"));
-  require(layer.tokens * layer.dim > 0,
-          describe(where(path, name, "q"), ": N·d = 0 (shape ", shape_text(q), ")"));
+  require(layer.batch * layer.heads > 0, where(path, name, "q"), ": no heads (shape ", shape_text(q), ")");
+  require(layer.tokens * layer.dim > 0, where(path, name, "q"), ": N·d = 0 (shape ", shape_text(q), ")");
   if (H5Lexists(group.get(), "v", H5P_DEFAULT) > 0) {
     int rank_v = 0;
     std::string dtype_v;
     const auto v = float_tensor_shape(group.get(), path, name, "v", rank_v, dtype_v);
     require(rank_v == layer.rank && v[0] == q[0] && v[1] == q[1] && v[2] == q[2] && v[3] > 0,
-            describe(where(path, name, "v"), ": shape ", shape_text(v), " does not match q ", shape_text(q),
-                     " (expected [B, H, N, dv] with dv > 0)"));
+            where(path, name, "v"), ": shape ", shape_text(v), " does not match q ", shape_text(q),
+            " (expected [B, H, N, dv] with dv > 0)");
     layer.value_dim = v[3];
   }
   if (H5Lexists(group.get(), "attn", H5P_DEFAULT) > 0) {
@@ -401,8 +397,8 @@ DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& 
     std::string dtype_a;
     const auto a = float_tensor_shape(group.get(), path, name, "attn", rank_a, dtype_a);
     require(rank_a == layer.rank && a[0] == q[0] && a[1] == q[1] && a[2] == q[2] && a[3] == q[2],
-            describe(where(path, name, "attn"), ": shape ", shape_text(a), " does not match q ",
-                     shape_text(q), " (expected [B, H, N, N])"));
+            where(path, name, "attn"), ": shape ", shape_text(a), " does not match q ", shape_text(q),
+            " (expected [B, H, N, N])");
     layer.has_attention = true;
   }
   layer.has_bias = H5Lexists(group.get(), "bias", H5P_DEFAULT) > 0;
@@ -410,8 +406,8 @@ DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& 
   layer.scale = 1.0 / std::sqrt(double(layer.dim));
   if (has_attribute(group.get(), "scale")) {
     const auto scale = read_numeric_attribute(group.get(), "scale");
-    require(scale.size() == 1 && std::isfinite(scale[0]),
-            describe(where(path, name), ": attribute 'scale' must be one finite number"));
+    require(scale.size() == 1 && std::isfinite(scale[0]), where(path, name),
+            ": attribute 'scale' must be one finite number");
     layer.scale = scale[0];
     layer.scale_given = true;
   }
@@ -419,16 +415,16 @@ DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& 
     const auto prefix = read_numeric_attribute(group.get(), "prefix_tokens");
     require(prefix.size() == 1 && prefix[0] >= 0 && prefix[0] < double(layer.tokens) &&
                 prefix[0] == std::floor(prefix[0]),
-            describe(where(path, name),
-                     ": attribute 'prefix_tokens' must be one integer in [0, N = ", layer.tokens, ")"));
+            where(path, name), ": attribute 'prefix_tokens' must be one integer in [0, N = ", layer.tokens,
+            ")");
     layer.prefix_tokens = Index(prefix[0]);
   }
   if (has_attribute(group.get(), "window")) {
     const auto window = read_numeric_attribute(group.get(), "window");
     const Index grid = layer.tokens - layer.prefix_tokens;
     require(window.size() == 2 && window[0] >= 1 && window[1] >= 1 && window[0] * window[1] == double(grid),
-            describe(where(path, name), ": attribute 'window' must be two integers h, w with h·w = N - ",
-                     "prefix_tokens = ", grid));
+            where(path, name), ": attribute 'window' must be two integers h, w with h·w = N - ",
+            "prefix_tokens = ", grid);
     layer.window = {Index(window[0]), Index(window[1])};
   }
   return layer;
@@ -453,7 +449,7 @@ std::vector<T> read_float_dataset(hid_t group, const std::string& path, const st
   Handle memory_space = simple_space(count);
   require(H5Dread(dataset.get(), native_type<T>(), memory_space.get(), file_space.get(), H5P_DEFAULT,
                   data.data()) >= 0,
-          describe(where(path, layer, name), ": cannot read the dataset"));
+          where(path, layer, name), ": cannot read the dataset");
   const auto bad = std::find_if(data.begin(), data.end(), [&](T x) {
     return !std::isfinite(x) && !(negative_infinity && x == -std::numeric_limits<T>::infinity());
   });
@@ -507,15 +503,14 @@ std::vector<T> read_score_term(hid_t group, const std::string& path, const DumpL
   {
     Handle dataset = open_dataset(group, name);
     Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
-    require(H5Tget_class(type.get()) == H5T_FLOAT,
-            describe(where(path, layer.name, name), ": type ", describe_type(dataset.get()),
-                     ", expected float32 or float64"));
+    require(H5Tget_class(type.get()) == H5T_FLOAT, where(path, layer.name, name), ": type ",
+            describe_type(dataset.get()), ", expected float32 or float64");
     const auto dims = dataset_dims(dataset.get());
     std::string shape;
     for (std::size_t i = 0; i < dims.size(); ++i) shape += describe(i ? ", " : "", dims[i]);
     require(dims == std::vector<hsize_t>{hsize_t(count), hsize_t(layer.tokens), hsize_t(layer.tokens)},
-            describe(where(path, layer.name, name), ": shape [", shape, "], expected [", axis, ", N, N] = [",
-                     count, ", ", layer.tokens, ", ", layer.tokens, "]"));
+            where(path, layer.name, name), ": shape [", shape, "], expected [", axis, ", N, N] = [", count,
+            ", ", layer.tokens, ", ", layer.tokens, "]");
   }
   const std::vector<hsize_t> start = {0, 0, 0},
                              size = {hsize_t(count), hsize_t(layer.tokens), hsize_t(layer.tokens)};
@@ -530,25 +525,24 @@ DumpInfo inspect_dump(const std::string& path) {
   Handle file = open_file(path, false);
   if (has_attribute(file.get(), "format")) {
     const auto format = read_string_attribute(file.get(), "format");
-    require(format == "nystrom-dump", describe(path, ": attribute format = '", format,
-                                               "', expected 'nystrom-dump' (an attention dump)"));
+    require(format == "nystrom-dump", path, ": attribute format = '", format,
+            "', expected 'nystrom-dump' (an attention dump)");
   }
   if (has_attribute(file.get(), "format_version")) {
     const auto version = read_numeric_attribute(file.get(), "format_version");
-    require(version.size() == 1 && version[0] == 1,
-            describe(path, ": unknown format_version ", version.empty() ? std::nan("") : version[0],
-                     " (this build reads format_version 1)"));
+    require(version.size() == 1 && version[0] == 1, path, ": unknown format_version ",
+            version.empty() ? std::nan("") : version[0], " (this build reads format_version 1)");
   }
   if (has_attribute(file.get(), "source")) dump.source = read_string_attribute(file.get(), "source");
-  require(H5Lexists(file.get(), "layers", H5P_DEFAULT) > 0, describe(path, ": missing group /layers"));
-  require(object_type(file.get(), "layers") == H5I_GROUP, describe(path, ": /layers is not a group"));
+  require(H5Lexists(file.get(), "layers", H5P_DEFAULT) > 0, path, ": missing group /layers");
+  require(object_type(file.get(), "layers") == H5I_GROUP, path, ": /layers is not a group");
   Handle layers = open_group(file.get(), "layers");
   for (const auto& name : list_group(layers.get())) {
-    require(object_type(layers.get(), name) == H5I_GROUP,
-            describe(where(path, name), ": is not a group (a layer is a group of datasets q, k, v)"));
+    require(object_type(layers.get(), name) == H5I_GROUP, where(path, name),
+            ": is not a group (a layer is a group of datasets q, k, v)");
     dump.layers.push_back(inspect_layer(file.get(), path, name));
   }
-  require(!dump.layers.empty(), describe(path, ": group /layers has no layers"));
+  require(!dump.layers.empty(), path, ": group /layers has no layers");
   return dump;
 }
 
@@ -588,7 +582,7 @@ std::vector<Head<T>> read_layer_heads(const DumpInfo& dump, const DumpLayer& lay
 
 template <class T>
 Matrix<T> read_attention(const DumpInfo& dump, const DumpLayer& layer, Index batch, Index head) {
-  require(layer.has_attention, describe(where(dump.path, layer.name), ": no 'attn' dataset"));
+  require(layer.has_attention, where(dump.path, layer.name), ": no 'attn' dataset");
   Handle file = open_file(dump.path, false);
   Handle group = open_group(file.get(), "layers/" + layer.name);
   auto [start, count] = selection(layer, layer.rank == 3 ? -1 : batch, head, layer.tokens);
@@ -747,21 +741,19 @@ ResultsTable ResultsTable::create(hid_t file, const std::string& group_name, std
 ResultsTable ResultsTable::open(hid_t file, const std::string& group_name, std::vector<Column> columns,
                                 const std::string& where_text) {
   ResultsTable table;
-  require(H5Lexists(file, group_name.c_str(), H5P_DEFAULT) > 0,
-          describe(where_text, ": missing group /", group_name));
+  require(H5Lexists(file, group_name.c_str(), H5P_DEFAULT) > 0, where_text, ": missing group /", group_name);
   Handle group = open_group(file, group_name);
   hsize_t rows = std::numeric_limits<hsize_t>::max();
   for (const auto& column : columns) {
-    require(H5Lexists(group.get(), column.name.c_str(), H5P_DEFAULT) > 0,
-            describe(where_text, ": /", group_name, "/", column.name,
-                     ": missing column (the file has another version's columns: write to a new output)"));
+    require(H5Lexists(group.get(), column.name.c_str(), H5P_DEFAULT) > 0, where_text, ": /", group_name, "/",
+            column.name, ": missing column (the file has another version's columns: write to a new output)");
     Handle dataset = open_dataset(group.get(), column.name);
     Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
     const auto dims = dataset_dims(dataset.get());
     // Text columns are variable-length strings (a fixed-length one cannot be read as such).
     require(H5Tget_class(type.get()) == column_class(column.type) && dims.size() == 1 &&
                 (column.type != ColumnType::text || H5Tis_variable_str(type.get()) > 0),
-            describe(where_text, ": /", group_name, "/", column.name, ": unexpected type or rank"));
+            where_text, ": /", group_name, "/", column.name, ": unexpected type or rank");
     rows = std::min(rows, dims[0]);
     table.datasets_.push_back(std::move(dataset));
   }
@@ -839,8 +831,8 @@ void ResultsTable::append(const Row& row) {
 
 void ResultsTable::append(std::span<const Row> rows) {
   for (const Row& row : rows)
-    require(row.size() == columns_.size(),
-            describe("results row has ", row.size(), " cells for ", columns_.size(), " columns"));
+    require(row.size() == columns_.size(), "results row has ", row.size(), " cells for ", columns_.size(),
+            " columns");
   if (rows.empty()) return;
   const hsize_t count = rows.size(), extent = rows_ + count;
   Handle memory = simple_space({count});

@@ -152,8 +152,8 @@ int run_info(const Invocation& invocation) {
       return 0;
     }
   }
-  require(format.empty() || format == "nystrom-dump",
-          describe(path, ": attribute format = '", format, "' is neither nystrom-dump nor nystrom-results"));
+  require(format.empty() || format == "nystrom-dump", path, ": attribute format = '", format,
+          "' is neither nystrom-dump nor nystrom-results");
   describe_dump(path, std::cout);
   return 0;
 }

@@ -36,8 +36,8 @@ void add_deprecated_alias(po::options_description& options, const std::string& a
 
 std::string option_text(const po::variables_map& values, const std::string& name, const std::string& alias) {
   if (!values.count(alias)) return values.count(name) ? values[name].as<std::string>() : std::string();
-  require(!values.count(name) || values[name].defaulted(),
-          describe("options --", name, " and --", alias, " (its deprecated alias) given together"));
+  require(!values.count(name) || values[name].defaulted(), "options --", name, " and --", alias,
+          " (its deprecated alias) given together");
   return values[alias].as<std::string>();
 }
 
@@ -52,8 +52,8 @@ std::vector<std::string> parse_precisions(const po::variables_map& values) {
   std::vector<std::string> precisions;
   for (const auto& item : split_list(option_text(values, "precision", "dtype"), "precision")) {
     const std::string precision = item == "float32" ? "float" : item == "float64" ? "double" : item;
-    require(precision == "float" || precision == "double",
-            describe("option --precision: '", item, "' (expected float or double)"));
+    require(precision == "float" || precision == "double", "option --precision: '", item,
+            "' (expected float or double)");
     if (std::find(precisions.begin(), precisions.end(), precision) == precisions.end())
       precisions.push_back(precision);
   }
@@ -62,8 +62,8 @@ std::vector<std::string> parse_precisions(const po::variables_map& values) {
 
 std::string parse_precision(const po::variables_map& values) {
   const auto precisions = parse_precisions(values);
-  require(precisions.size() == 1,
-          describe("option --precision: one value expected (float or double), got ", join(precisions)));
+  require(precisions.size() == 1, "option --precision: one value expected (float or double), got ",
+          join(precisions));
   return precisions.front();
 }
 
@@ -107,8 +107,7 @@ void add_reference_option(po::options_description& options) {
 
 bool parse_model_reference(const po::variables_map& values) {
   const auto text = values["reference"].as<std::string>();
-  require(text == "kernel" || text == "model",
-          describe("option --reference: '", text, "' (expected kernel or model)"));
+  require(text == "kernel" || text == "model", "option --reference: '", text, "' (expected kernel or model)");
   return text == "model";
 }
 
@@ -142,15 +141,15 @@ std::string config_location(const std::string& path, std::string name) {
 void store_config_file(const std::string& path, const po::options_description& options,
                        po::variables_map& values) {
   std::ifstream file(path);
-  require(file.good() && !std::filesystem::is_directory(path),
-          describe("option --config: cannot read config file '", path, "'"));
+  require(file.good() && !std::filesystem::is_directory(path), "option --config: cannot read config file '",
+          path, "'");
   try {
     const po::parsed_options parsed = po::parse_config_file(file, options);
     // help and config act on the command line only: in a file they would be silently ignored.
     for (const auto& option : parsed.options)
       require(option.string_key != "help" && option.string_key != "config",
-              describe(config_location(path, option.string_key), ": '", option.string_key,
-                       "' is a command-line option only (remove the line)"));
+              config_location(path, option.string_key), ": '", option.string_key,
+              "' is a command-line option only (remove the line)");
     po::store(parsed, values);
   } catch (const po::error_with_option_name& error) {
     throw std::invalid_argument(describe(config_location(path, error.get_option_name()), ": ", error.what()));
@@ -181,7 +180,7 @@ bool parse_options(const Invocation& invocation, const std::string& synopsis,
     for (const auto& [name, value] : values) {
       const auto* text = boost::any_cast<std::string>(&value.value());
       require(value.defaulted() || text == nullptr || text->find_first_not_of(" \t") != std::string::npos,
-              describe("option --", name, ": empty value (leave the option out for its default)"));
+              "option --", name, ": empty value (leave the option out for its default)");
     }
   } catch (const po::error& error) {
     throw std::invalid_argument(error.what());
@@ -191,9 +190,8 @@ bool parse_options(const Invocation& invocation, const std::string& synopsis,
 
 int apply_threads(const po::variables_map& values) {
   const int requested = values.count("threads") ? values["threads"].as<int>() : 0;
-  require(requested >= 0 && requested <= max_threads,
-          describe("option --threads: ", requested, " must lie in [0, ", max_threads,
-                   "] (0: the OpenMP default)"));
+  require(requested >= 0 && requested <= max_threads, "option --threads: ", requested, " must lie in [0, ",
+          max_threads, "] (0: the OpenMP default)");
   set_threads(requested > 0 ? requested : threads());  // also keeps OpenBLAS single-threaded (threads.hpp)
   return threads();
 }
@@ -205,9 +203,8 @@ long long parse_integer(const std::string& text, const std::string& option, cons
   long long value = 0;
   const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  require(ec == std::errc() && ptr == end && !text.empty(),
-          describe("option --", option, ": '", item,
-                   "' is not an integer or a range first:last:xF / first:last:+S"));
+  require(ec == std::errc() && ptr == end && !text.empty(), "option --", option, ": '", item,
+          "' is not an integer or a range first:last:xF / first:last:+S");
   return value;
 }
 
@@ -220,7 +217,7 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
     const auto comma = text.find(',', start);
     const auto item =
         trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    require(!item.empty(), describe("option --", option, ": empty item in list '", text, "'"));
+    require(!item.empty(), "option --", option, ": empty item in list '", text, "'");
     if (std::find(items.begin(), items.end(), item) == items.end()) items.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -231,8 +228,7 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
 std::vector<Index> parse_index_list(const std::string& text, const std::string& option, Index minimum) {
   std::vector<Index> values;
   auto add = [&](long long value, const std::string& item) {
-    require(value >= minimum,
-            describe("option --", option, ": ", value, " in '", item, "' must be >= ", minimum));
+    require(value >= minimum, "option --", option, ": ", value, " in '", item, "' must be >= ", minimum);
     if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(Index(value));
   };
   for (const auto& item : split_list(text, option)) {
@@ -242,20 +238,19 @@ std::vector<Index> parse_index_list(const std::string& text, const std::string& 
       continue;
     }
     const auto second_colon = item.find(':', first_colon + 1);
-    require(second_colon != std::string::npos && second_colon + 2 <= item.size(),
-            describe("option --", option, ": range '", item, "' must read first:last:xF or first:last:+S"));
+    require(second_colon != std::string::npos && second_colon + 2 <= item.size(), "option --", option,
+            ": range '", item, "' must read first:last:xF or first:last:+S");
     const long long first = parse_integer(item.substr(0, first_colon), option, item);
     const long long last =
         parse_integer(item.substr(first_colon + 1, second_colon - first_colon - 1), option, item);
     const char kind = item[second_colon + 1];
     const long long step = parse_integer(item.substr(second_colon + 2), option, item);
-    require(kind == 'x' || kind == '+', describe("option --", option, ": range '", item,
-                                                 "' needs a step 'xF' (geometric) or '+S' (arithmetic)"));
-    require(first <= last, describe("option --", option, ": range '", item, "' has first > last"));
-    require(kind == 'x' ? step >= 2 : step >= 1,
-            describe("option --", option, ": range '", item, "' needs a factor >= 2 or a step >= 1"));
-    require(kind == '+' || first > 0,
-            describe("option --", option, ": geometric range '", item, "' must start > 0"));
+    require(kind == 'x' || kind == '+', "option --", option, ": range '", item,
+            "' needs a step 'xF' (geometric) or '+S' (arithmetic)");
+    require(first <= last, "option --", option, ": range '", item, "' has first > last");
+    require(kind == 'x' ? step >= 2 : step >= 1, "option --", option, ": range '", item,
+            "' needs a factor >= 2 or a step >= 1");
+    require(kind == '+' || first > 0, "option --", option, ": geometric range '", item, "' must start > 0");
     for (long long value = first; value <= last; value = kind == 'x' ? value * step : value + step)
       add(value, item);
   }
@@ -272,8 +267,8 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
     } catch (const std::exception&) {
       used = 0;
     }
-    require(used == item.size() && std::isfinite(value),
-            describe("option --", option, ": '", item, "' is not a finite number"));
+    require(used == item.size() && std::isfinite(value), "option --", option, ": '", item,
+            "' is not a finite number");
     if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
   }
   return values;

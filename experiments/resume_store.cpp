@@ -40,23 +40,23 @@ std::vector<Row> ResumeStore::stored_rows(const std::string& path) const {
   Handle file = open_file(path, false);
   require(
       has_attribute(file.get(), "format") && read_string_attribute(file.get(), "format") == "nystrom-results",
-      describe(path, ": exists and is not a nystrom results file; refusing to overwrite it"));
+      path, ": exists and is not a nystrom results file; refusing to overwrite it");
   const auto version = has_attribute(file.get(), "format_version")
                            ? read_numeric_attribute(file.get(), "format_version")
                            : std::vector<double>{};
   require(version.size() == 1 && version[0] >= double(resumable_format_version) &&
               version[0] <= double(results_format_version),
-          describe(path, ": results format_version ", version.empty() ? 0.0 : version[0],
-                   ", this build writes ", results_format_version, " and resumes from ",
-                   resumable_format_version, "; choose another --output"));
+          path, ": results format_version ", version.empty() ? 0.0 : version[0], ", this build writes ",
+          results_format_version, " and resumes from ", resumable_format_version,
+          "; choose another --output");
   const auto stored_input =
       has_attribute(file.get(), "input") ? read_string_attribute(file.get(), "input") : "";
-  require(stored_input == input_, describe(path, ": holds results for input '", stored_input, "', not '",
-                                           input_, "'; choose another --output"));
+  require(stored_input == input_, path, ": holds results for input '", stored_input, "', not '", input_,
+          "'; choose another --output");
   const auto stored_reference =
       has_attribute(file.get(), "reference") ? read_string_attribute(file.get(), "reference") : "kernel";
-  require(stored_reference == reference_, describe(path, ": holds results of --reference ", stored_reference,
-                                                   ", not ", reference_, "; choose another --output"));
+  require(stored_reference == reference_, path, ": holds results of --reference ", stored_reference, ", not ",
+          reference_, "; choose another --output");
   return ResultsTable::open(file.get(), group_, columns_, path).read_rows();
 }
 

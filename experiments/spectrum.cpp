@@ -268,7 +268,7 @@ SpectrumSettings parse_settings(const po::variables_map& values) {
   settings.model_reference = parse_model_reference(values);
   settings.quiet = values["quiet"].as<bool>();
   settings.precision = parse_precision(values);
-  require(settings.top >= 1, describe("option --top: ", settings.top, " must be >= 1"));
+  require(settings.top >= 1, "option --top: ", settings.top, " must be >= 1");
   require(settings.rank_tol > 0 && settings.rank_tol < 1, "option --rank-tol: must lie in (0, 1)");
   return settings;
 }
@@ -283,12 +283,12 @@ std::vector<DumpLayer> select_layers(const DumpInfo& dump, SpectrumSettings& set
       layers.push_back(layer);
   for (const auto& name : settings.layers)
     require(std::any_of(layers.begin(), layers.end(), [&](const auto& l) { return l.name == name; }),
-            describe("option --layers: ", settings.input, " has no layer /layers/", name));
+            "option --layers: ", settings.input, " has no layer /layers/", name);
   if (settings.kernel.type == KernelType::exponential && settings.kernel.param == 0) {
     settings.kernel.param = layers.front().scale;
     for (const auto& layer : layers)
-      require(layer.scale == settings.kernel.param,
-              describe(settings.input, ": layers have different scales; give --scale or select --layers"));
+      require(layer.scale == settings.kernel.param, settings.input,
+              ": layers have different scales; give --scale or select --layers");
   }
   for (const auto& layer : layers) {
     try {

@@ -17,8 +17,8 @@ std::vector<Index> select_indices(const std::vector<Index>& requested, Index cou
     return all;
   }
   for (auto index : requested)
-    require(index < count, describe("option --", option, ": index ", index, " out of range for /layers/",
-                                    layer.name, " (", count, " available)"));
+    require(index < count, "option --", option, ": index ", index, " out of range for /layers/", layer.name,
+            " (", count, " available)");
   return requested;
 }
 
@@ -159,8 +159,7 @@ std::vector<DumpLayer> select_layers(const DumpInfo& dump, const SweepGrid& grid
   for (const auto& name : grid.layers) {
     auto found =
         std::find_if(dump.layers.begin(), dump.layers.end(), [&](const auto& l) { return l.name == name; });
-    require(found != dump.layers.end(),
-            describe("option --layers: ", dump.path, " has no layer /layers/", name));
+    require(found != dump.layers.end(), "option --layers: ", dump.path, " has no layer /layers/", name);
     selected.push_back(*found);
   }
   return selected;
@@ -173,8 +172,8 @@ std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& lay
     const std::string window_obstacle = window_pool_obstacle(layer);
     const SweepGrid layer_grid = on_layer(grid, layer.tokens);
     for (auto m : layer_grid.landmarks)
-      require(m <= layer.tokens, describe("option --landmarks: m = ", m, " exceeds N = ", layer.tokens,
-                                          " of /layers/", layer.name, " in ", input));
+      require(m <= layer.tokens, "option --landmarks: m = ", m, " exceeds N = ", layer.tokens, " of /layers/",
+              layer.name, " in ", input);
     for (auto b : select_indices(grid.batches, layer.batch, layer, "batch"))
       for (auto h : select_indices(grid.heads, layer.heads, layer, "heads"))
         for (const auto& kernel : grid.kernels)

@@ -166,16 +166,16 @@ DumpLayerData<T> generate_layer(const SynthSpec& spec, Index layer, bool without
 std::array<Index, 2> parse_window(const std::string& text, Index tokens) {
   if (text.empty()) {
     const auto side = Index(std::llround(std::sqrt(double(tokens))));
-    require(side * side == tokens,
-            describe("option --window: N = ", tokens, " is not a square; give the grid as --window HxW"));
+    require(side * side == tokens, "option --window: N = ", tokens,
+            " is not a square; give the grid as --window HxW");
     return {side, side};
   }
   const auto x = text.find('x');
-  require(x != std::string::npos, describe("option --window: '", text, "' must read HxW, e.g. 16x16"));
+  require(x != std::string::npos, "option --window: '", text, "' must read HxW, e.g. 16x16");
   const auto h = parse_index_list(text.substr(0, x), "window"),
              w = parse_index_list(text.substr(x + 1), "window");
-  require(h.size() == 1 && w.size() == 1 && h[0] * w[0] == tokens,
-          describe("option --window: ", text, " does not cover N = ", tokens, " tokens"));
+  require(h.size() == 1 && w.size() == 1 && h[0] * w[0] == tokens, "option --window: ", text,
+          " does not cover N = ", tokens, " tokens");
   return {h[0], w[0]};
 }
 
@@ -230,16 +230,15 @@ int run_synth(const Invocation& invocation) {
                                     {"dim", spec.dim},
                                     {"rank", spec.rank},
                                     {"blocks", spec.blocks}})
-    require(value >= 1, describe("option --", name, ": ", value, " must be >= 1"));
-  require(spec.value_dim >= 0, describe("option --value-dim: ", spec.value_dim, " must be >= 0"));
+    require(value >= 1, "option --", name, ": ", value, " must be >= 1");
+  require(spec.value_dim >= 0, "option --value-dim: ", spec.value_dim, " must be >= 0");
   const auto uses = [&](SynthKind kind) {
     return std::find(spec.kinds.begin(), spec.kinds.end(), kind) != spec.kinds.end();
   };
-  require(spec.blocks <= spec.tokens || !uses(SynthKind::block_constant),
-          describe("option --blocks: ", spec.blocks, " exceeds N = ", spec.tokens));
-  require(spec.noise >= 0 && std::isfinite(spec.noise),
-          describe("option --noise: ", spec.noise, " must be >= 0"));
-  require(spec.dof >= 1, describe("option --dof: ", spec.dof, " must be >= 1"));
+  require(spec.blocks <= spec.tokens || !uses(SynthKind::block_constant), "option --blocks: ", spec.blocks,
+          " exceeds N = ", spec.tokens);
+  require(spec.noise >= 0 && std::isfinite(spec.noise), "option --noise: ", spec.noise, " must be >= 0");
+  require(spec.dof >= 1, "option --dof: ", spec.dof, " must be >= 1");
   require(!without_batch_axis || spec.batch == 1, "option --no-batch-axis needs --batch 1");
   if (uses(SynthKind::window)) spec.window = parse_window(values["window"].as<std::string>(), spec.tokens);
   apply_threads(values);

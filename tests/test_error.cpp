@@ -2,6 +2,8 @@
 
 #include <array>
 #include <limits>
+#include <ostream>
+#include <string>
 
 #include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
@@ -29,6 +31,27 @@ TEST_CASE_TEMPLATE("all_finite agrees with an entry-by-entry check, including at
   }
   CHECK(all_finite(Matrix<T>(0, 3)));  // nothing to reject
   CHECK_FALSE(all_finite(x.middleRows(2, 30).cwiseProduct(Matrix<T>::Constant(30, 5, limits::infinity()))));
+}
+
+namespace {
+/// A message part that counts how often it is written into a message.
+struct CountedPart {
+  int* writes;
+};
+std::ostream& operator<<(std::ostream& out, const CountedPart& part) {
+  ++*part.writes;
+  return out << "part";
+}
+}  // namespace
+
+TEST_CASE("require builds its message from the parts only when the condition fails") {
+  int writes = 0;
+  require(true, "m = ", 3, CountedPart{&writes});
+  CHECK(writes == 0);
+  CHECK(throws_naming([&] { require(false, "m = ", 17, " exceeds N = ", 16.5, ": ", CountedPart{&writes}); },
+                      "m = 17 exceeds N = 16.5: part"));
+  CHECK(writes == 1);
+  CHECK(throws_naming([] { require(false, std::string("a plain message")); }, "a plain message"));
 }
 
 namespace {

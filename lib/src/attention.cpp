@@ -41,7 +41,7 @@ Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K
                           const Kernel& kernel) {
   kernel.validate();
   detail::require_tokens<T>(Q, K, "exact_attention");
-  require(V.rows() == K.rows(), describe("exact_attention: V has ", V.rows(), " rows, K has N = ", K.rows()));
+  require(V.rows() == K.rows(), "exact_attention: V has ", V.rows(), " rows, K has N = ", K.rows());
   require_finite(V, "exact_attention: V");
   // Online softmax (FlashAttention's tiling) for a panel P of b queries and a tile C of c keys: the logits
   // Φ = φ(Q_P, K_C) (b×c, column-major), their row maxima and the exponentials are taken one contiguous
@@ -112,8 +112,8 @@ Matrix<T> attention_matrix(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& 
 template <class T>
 OutputErrors output_errors(const ConstMatrixRef<T>& exact, const ConstMatrixRef<T>& approximate) {
   require(exact.rows() == approximate.rows() && exact.cols() == approximate.cols(),
-          describe("output_errors: shapes differ, exact is ", exact.rows(), "x", exact.cols(),
-                   ", approximate is ", approximate.rows(), "x", approximate.cols()));
+          "output_errors: shapes differ, exact is ", exact.rows(), "x", exact.cols(), ", approximate is ",
+          approximate.rows(), "x", approximate.cols());
   OutputErrors errors;
   if (exact.size() == 0) return errors;
   const Eigen::ArrayXXd difference = exact.template cast<double>() - approximate.template cast<double>();

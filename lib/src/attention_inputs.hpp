@@ -16,13 +16,11 @@ namespace nystrom::detail {
 template <class T>
 void require_attention_inputs(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                               const ConstMatrixRef<T>& V, double scale, const std::string& method) {
-  require(Q.rows() > 0 && Q.cols() > 0,
-          describe(method, ": Q is ", Q.rows(), "x", Q.cols(), ", expected N*d > 0"));
-  require(K.rows() == Q.rows() && K.cols() == Q.cols(),
-          describe(method, ": K is ", K.rows(), "x", K.cols(), ", expected ", Q.rows(), "x", Q.cols()));
-  require(V.rows() == Q.rows(), describe(method, ": V has ", V.rows(), " rows, expected N = ", Q.rows()));
-  require(std::isfinite(scale) && scale > 0,
-          describe(method, ": scale = ", scale, " must be finite and > 0"));
+  require(Q.rows() > 0 && Q.cols() > 0, method, ": Q is ", Q.rows(), "x", Q.cols(), ", expected N*d > 0");
+  require(K.rows() == Q.rows() && K.cols() == Q.cols(), method, ": K is ", K.rows(), "x", K.cols(),
+          ", expected ", Q.rows(), "x", Q.cols());
+  require(V.rows() == Q.rows(), method, ": V has ", V.rows(), " rows, expected N = ", Q.rows());
+  require(std::isfinite(scale) && scale > 0, method, ": scale = ", scale, " must be finite and > 0");
   require_finite(Q, method + ": Q");
   require_finite(K, method + ": K");
   require_finite(V, method + ": V");
@@ -32,11 +30,10 @@ void require_attention_inputs(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T
 /// layout).
 template <class Tokens>
 void require_token_shapes(const Tokens& Q, const Tokens& K, const std::string& where) {
-  require(Q.cols() == K.cols(),
-          describe(where, ": token dimensions differ, Q has d = ", Q.cols(), " and K has d = ", K.cols()));
-  require(
-      Q.rows() > 0 && K.rows() > 0 && Q.cols() > 0,
-      describe(where, ": empty tokens, Q is ", Q.rows(), "x", Q.cols(), ", K is ", K.rows(), "x", K.cols()));
+  require(Q.cols() == K.cols(), where, ": token dimensions differ, Q has d = ", Q.cols(),
+          " and K has d = ", K.cols());
+  require(Q.rows() > 0 && K.rows() > 0 && Q.cols() > 0, where, ": empty tokens, Q is ", Q.rows(), "x",
+          Q.cols(), ", K is ", K.rows(), "x", K.cols());
 }
 
 /// require_token_shapes, and Q and K finite.
@@ -53,8 +50,8 @@ template <class Tokens>
 void require_nystrom_shapes(const Tokens& Q, const Tokens& K, const NystromOptions& options,
                             const std::string& where) {
   require_token_shapes(Q, K, where);
-  require(Q.rows() == K.rows(),
-          describe(where, ": Q has N = ", Q.rows(), " tokens and K has N = ", K.rows(), " (must be equal)"));
+  require(Q.rows() == K.rows(), where, ": Q has N = ", Q.rows(), " tokens and K has N = ", K.rows(),
+          " (must be equal)");
   options.validate(Q.rows(), Q.cols());
 }
 

@@ -168,8 +168,8 @@ const cuda::Operations<T>& gpu() {
 /// by a GEMM onto −c for the exponential kernel; the distance kernels (κ ≤ 1 without a shift) take none.
 void require_device_shift(const Kernel& kernel) {
   require(kernel.log_shift == 0 || kernel.type == KernelType::exponential,
-          describe("--device cuda: a log_shift of the ", to_string(kernel.type),
-                   " kernel is not supported on the GPU (its kernel values are <= 1 without one)"));
+          "--device cuda: a log_shift of the ", to_string(kernel.type),
+          " kernel is not supported on the GPU (its kernel values are <= 1 without one)");
 }
 
 /// The options the device runs generalized Nyström with, so that its factors mean what the CPU's do
@@ -210,7 +210,7 @@ void require_device(Device device) {
           "and the CUDA Toolkit's nvcc)");
 #ifdef NYSTROM_WITH_CUDA
   require(cuda_module().module != nullptr,
-          describe("--device cuda: cannot load the CUDA backend module: ", cuda_module().error));
+          "--device cuda: cannot load the CUDA backend module: ", cuda_module().error);
 #endif
   require(cuda_available(),
           "--device cuda: no CUDA device found (the CUDA backend is built, but the driver reports "
@@ -337,7 +337,7 @@ AnyOperator<S> error_operator(Device device, const ConstMatrixRef<T>& Q, const C
 template <class T>
 double gemm_seconds(Device device, Index n) {
   require_device(device);
-  require(n >= 1, describe("gemm_seconds: n = ", n, " must be >= 1"));
+  require(n >= 1, "gemm_seconds: n = ", n, " must be >= 1");
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) return gpu<T>().gemm_seconds(n);
 #endif
@@ -360,7 +360,7 @@ DeviceArray<T>::DeviceArray(Device device, Index size)
       size_(size),
       data_(
           nullptr, +[](void*) {}) {
-  require(size >= 0, describe("DeviceArray: size = ", size, " must be >= 0"));
+  require(size >= 0, "DeviceArray: size = ", size, " must be >= 0");
   require_device(device);
   const std::size_t bytes = static_cast<std::size_t>(std::max<Index>(size, 1)) * sizeof(T);
 #ifdef NYSTROM_WITH_CUDA
@@ -433,24 +433,24 @@ BatchedAttentionPlan<T>::BatchedAttentionPlan(Device device, Method method, cons
     : device_(device), shape_(shape) {
   require_device(device);
   require(shape.batch >= 1 && shape.heads >= 1 && shape.tokens >= 1 && shape.dim >= 1 && shape.value_dim >= 1,
-          describe("batched attention plan: shape B = ", shape.batch, ", H = ", shape.heads, ", N = ",
-                   shape.tokens, ", d = ", shape.dim, ", dv = ", shape.value_dim, " (each must be >= 1)"));
+          "batched attention plan: shape B = ", shape.batch, ", H = ", shape.heads, ", N = ", shape.tokens,
+          ", d = ", shape.dim, ", dv = ", shape.value_dim, " (each must be >= 1)");
   options.validate(method, shape.tokens, shape.dim);
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) {
     require(method == Method::exact || method == Method::pnp_nystra,
-            describe("batched attention on --device cuda: method ", to_string(method),
-                     " runs on the CPU only (on the GPU: exact, pnp-nystra)"));
+            "batched attention on --device cuda: method ", to_string(method),
+            " runs on the CPU only (on the GPU: exact, pnp-nystra)");
     cuda::LandmarkPooling pooling;
     const LandmarkOptions& landmarks = options.nystrom.landmarks;
     if (method == Method::pnp_nystra) {
-      require(
-          landmarks.strategy == LandmarkStrategy::segment_means ||
-              landmarks.strategy == LandmarkStrategy::window_pool,
-          describe("batched attention on --device cuda: landmark strategy ", to_string(landmarks.strategy),
-                   " is not pooled on the GPU (segment-means, window-pool)"));
-      require(landmarks.prefix_tokens == 0, describe("batched attention on --device cuda: prefix_tokens = ",
-                                                     landmarks.prefix_tokens, " is pooled on the CPU only"));
+      require(landmarks.strategy == LandmarkStrategy::segment_means ||
+                  landmarks.strategy == LandmarkStrategy::window_pool,
+              "batched attention on --device cuda: landmark strategy ", to_string(landmarks.strategy),
+              " is not pooled on the GPU (segment-means, window-pool)");
+      require(landmarks.prefix_tokens == 0,
+              "batched attention on --device cuda: prefix_tokens = ", landmarks.prefix_tokens,
+              " is pooled on the CPU only");
       if (landmarks.strategy == LandmarkStrategy::window_pool) {
         Index h = landmarks.window[0], w = landmarks.window[1];
         if (h == 0 && w == 0)
@@ -493,9 +493,9 @@ TransferSeconds BatchedAttentionPlan<T>::run(const BatchView<const T>& q, const 
   detail::require_batch<T>(q, k, v, out, "batched attention plan");
   require(q.batch == shape_.batch && q.heads == shape_.heads && q.tokens == shape_.tokens &&
               q.dim == shape_.dim && v.dim == shape_.value_dim,
-          describe("batched attention plan: Q is ", detail::shape_of(q), " and V ", detail::shape_of(v),
-                   ", the plan is for [", shape_.batch, ", ", shape_.heads, ", ", shape_.tokens, ", ",
-                   shape_.dim, "] and dv = ", shape_.value_dim));
+          "batched attention plan: Q is ", detail::shape_of(q), " and V ", detail::shape_of(v),
+          ", the plan is for [", shape_.batch, ", ", shape_.heads, ", ", shape_.tokens, ", ", shape_.dim,
+          "] and dv = ", shape_.value_dim);
   // The CPU's per-head code checks its inputs itself; the GPU's does not.
   if (device_ == Device::cuda)
     for (const auto* view : {&q, &k, &v})

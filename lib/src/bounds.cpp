@@ -22,9 +22,9 @@ bool BoundReport::holds(double slack) const {
 
 BoundReport evaluate_bounds(const BoundInputs& in) {
   for (double value : {in.sigma1_ext, in.sigma_m1_ext, in.sigma_m_core, in.spectral_error})
-    require(!(value < 0), describe("evaluate_bounds: singular values and norms must be >= 0, got ", value));
-  require(!(in.theorem3_k < 0), describe("evaluate_bounds: theorem3_k = ", in.theorem3_k,
-                                         " must be >= 0 (+inf or NaN: no finite K)"));
+    require(!(value < 0), "evaluate_bounds: singular values and norms must be >= 0, got ", value);
+  require(!(in.theorem3_k < 0), "evaluate_bounds: theorem3_k = ", in.theorem3_k,
+          " must be >= 0 (+inf or NaN: no finite K)");
   const double s1 = in.sigma1_ext, s = in.sigma_m1_ext, a = in.sigma_m_core;
   // The bounds in units of σ₁ (t = σ_{m+1}/σ₁, b = a/σ₁), then scaled back: their squares of σ₁ and a over-
   // or underflowed for kernels beyond 1e±154 (NaN or 0 for representable bounds).
@@ -64,11 +64,11 @@ template <class T>
 double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core,
                          const ConstMatrixRef<T>& upper) {
   const Index m = core.rows();
-  require(m > 0 && core.cols() == m, describe("theorem3_constant: core is ", core.rows(), "x", core.cols(),
-                                              ", expected a nonempty square matrix"));
-  require(left.cols() == m && upper.rows() == m && left.rows() == upper.cols(),
-          describe("theorem3_constant: left is ", left.rows(), "x", left.cols(), " and upper is ",
-                   upper.rows(), "x", upper.cols(), ", expected N x ", m, " and ", m, " x N with one N"));
+  require(m > 0 && core.cols() == m, "theorem3_constant: core is ", core.rows(), "x", core.cols(),
+          ", expected a nonempty square matrix");
+  require(left.cols() == m && upper.rows() == m && left.rows() == upper.cols(), "theorem3_constant: left is ",
+          left.rows(), "x", left.cols(), " and upper is ", upper.rows(), "x", upper.cols(), ", expected N x ",
+          m, " and ", m, " x N with one N");
   require_finite(left, "theorem3_constant: left");
   require_finite(upper, "theorem3_constant: upper");
   require_finite(core, "theorem3_constant: core");

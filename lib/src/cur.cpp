@@ -8,9 +8,8 @@
 namespace nystrom {
 
 void CurOptions::validate(Index n, Index d) const {
-  require(is_selection(selection.strategy),
-          describe("cur: selection strategy '", to_string(selection.strategy),
-                   "' does not select rows (use step, random, top-sum, top-abs, top-embed or given)"));
+  require(is_selection(selection.strategy), "cur: selection strategy '", to_string(selection.strategy),
+          "' does not select rows (use step, random, top-sum, top-abs, top-embed or given)");
   selection.validate(n, d);
   pinv.validate();
 }

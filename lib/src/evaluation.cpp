@@ -19,10 +19,10 @@
 namespace nystrom {
 
 void EvaluationOptions::validate() const {
-  require(std::isfinite(memory_budget) && memory_budget > 0,
-          describe("evaluation: memory_budget = ", memory_budget, " bytes must be finite and > 0"));
-  require(panel_rows >= 1, describe("evaluation: panel_rows = ", panel_rows, " must be >= 1"));
-  require(dense_svd_limit >= 0, describe("evaluation: dense_svd_limit = ", dense_svd_limit, " must be >= 0"));
+  require(std::isfinite(memory_budget) && memory_budget > 0, "evaluation: memory_budget = ", memory_budget,
+          " bytes must be finite and > 0");
+  require(panel_rows >= 1, "evaluation: panel_rows = ", panel_rows, " must be >= 1");
+  require(dense_svd_limit >= 0, "evaluation: dense_svd_limit = ", dense_svd_limit, " must be >= 0");
   spectral.validate();
   require_device(device);
 }
@@ -138,9 +138,8 @@ double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::stri
     const double shift = kernel_log_shift<T>(kernel, head.q, head.k);
     if (head.bias.size() == 0) return shift;
     const double largest = double(head_exponent(head, kernel).maxCoeff());
-    require(largest <= double_exponent_limit,
-            describe("the largest exponent with the bias, ", largest, ", overflows exp in double (above ",
-                     double_exponent_limit, ")"));
+    require(largest <= double_exponent_limit, "the largest exponent with the bias, ", largest,
+            ", overflows exp in double (above ", double_exponent_limit, ")");
     return std::max(shift, largest);
   } catch (const std::invalid_argument& error) {
     throw std::invalid_argument(describe(where, ": ", kernel.label(), ": ", error.what()));
@@ -220,8 +219,8 @@ LandmarkTerms terms_of_valid_head(const Head<T>& head, const Kernel& kernel, con
                                   const EvaluationOptions& options) {
   const Index m = marks.q.rows(), n = head.q.rows();
   require(m >= 1 && marks.k.rows() == m && marks.q.cols() == head.q.cols() && marks.k.cols() == head.q.cols(),
-          describe("landmark_terms: landmarks are ", marks.q.rows(), "x", marks.q.cols(), " and ",
-                   marks.k.rows(), "x", marks.k.cols(), ", expected m x d with d = ", head.q.cols()));
+          "landmark_terms: landmarks are ", marks.q.rows(), "x", marks.q.cols(), " and ", marks.k.rows(), "x",
+          marks.k.cols(), ", expected m x d with d = ", head.q.cols());
   // Unstabilized blocks of G̃ = [[G_A, G_U], [G_L, G]] of the kernel as given (docs/mathematics.md §2, §3):
   // the bounds are stated for the kernel itself, not for a row-scaled one.
   const Matrix<T> core = kernel.block<T>(marks.q, marks.k);

@@ -9,25 +9,23 @@ namespace nystrom {
 
 template <class T>
 void Head<T>::validate(const std::string& where) const {
-  require(q.rows() > 0 && q.cols() > 0, describe(where, ": empty head, Q is ", q.rows(), "x", q.cols()));
-  require(k.rows() == q.rows() && k.cols() == q.cols(),
-          describe(where, ": K is ", k.rows(), "x", k.cols(), ", expected the shape of Q, ", q.rows(), "x",
-                   q.cols()));
-  require(v.size() == 0 || v.rows() == q.rows(),
-          describe(where, ": V has ", v.rows(), " rows, expected N = ", q.rows()));
-  require(prefix_tokens >= 0 && prefix_tokens < q.rows(),
-          describe(where, ": prefix_tokens = ", prefix_tokens, " must lie in [0, N = ", q.rows(), ")"));
+  require(q.rows() > 0 && q.cols() > 0, where, ": empty head, Q is ", q.rows(), "x", q.cols());
+  require(k.rows() == q.rows() && k.cols() == q.cols(), where, ": K is ", k.rows(), "x", k.cols(),
+          ", expected the shape of Q, ", q.rows(), "x", q.cols());
+  require(v.size() == 0 || v.rows() == q.rows(), where, ": V has ", v.rows(),
+          " rows, expected N = ", q.rows());
+  require(prefix_tokens >= 0 && prefix_tokens < q.rows(), where, ": prefix_tokens = ", prefix_tokens,
+          " must lie in [0, N = ", q.rows(), ")");
   const Index grid = q.rows() - prefix_tokens;
   require(window[0] * window[1] == 0 || (window[0] >= 1 && window[1] >= 1 && window[0] * window[1] == grid),
-          describe(where, ": window ", window[0], "x", window[1],
-                   " does not hold the N - prefix_tokens = ", grid, " grid tokens"));
+          where, ": window ", window[0], "x", window[1], " does not hold the N - prefix_tokens = ", grid,
+          " grid tokens");
   require_finite(q, where + ": Q");
   require_finite(k, where + ": K");
   require_finite(v, where + ": V");
   if (bias.size() == 0) return;
-  require(
-      bias.rows() == q.rows() && bias.cols() == q.rows(),
-      describe(where, ": bias is ", bias.rows(), "x", bias.cols(), ", expected N x N with N = ", q.rows()));
+  require(bias.rows() == q.rows() && bias.cols() == q.rows(), where, ": bias is ", bias.rows(), "x",
+          bias.cols(), ", expected N x N with N = ", q.rows());
   const auto values = bias.array();
   const T infinity = std::numeric_limits<T>::infinity();
   if (!(values < infinity).all()) {  // NaN compares false too; name the first in column-major order

@@ -35,15 +35,15 @@ void Kernel::validate() const {
   };
   require(std::isfinite(param), named(" is not finite"));
   if (type != KernelType::exponential) require(param > 0, named(" must be > 0"));
-  require(std::isfinite(log_shift),
-          describe("kernel ", to_string(type), ": log_shift = ", log_shift, " is not finite"));
+  require(std::isfinite(log_shift), "kernel ", to_string(type), ": log_shift = ", log_shift,
+          " is not finite");
 }
 
 void Kernel::require_block(Index n, Index p, Index d, Index e, Index out_rows, Index out_cols) const {
   validate();
-  require(d == e, describe("kernel: token dimensions differ, d = ", d, " and ", e));
-  require(out_rows == n && out_cols == p,
-          describe("kernel: output block is ", out_rows, "x", out_cols, ", expected ", n, "x", p));
+  require(d == e, "kernel: token dimensions differ, d = ", d, " and ", e);
+  require(out_rows == n && out_cols == p, "kernel: output block is ", out_rows, "x", out_cols, ", expected ",
+          n, "x", p);
 }
 
 std::string Kernel::label() const {
@@ -81,9 +81,8 @@ template <class T>
 double kernel_log_shift(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y) {
   if (kernel.type != KernelType::exponential) return 0;
   const double largest = largest_exponent<T>(kernel, X, Y);
-  require(largest <= double_exponent_limit,
-          describe("largest logit ", largest, " exceeds ", double_exponent_limit,
-                   " = log(DBL_MAX): exp of it overflows even in double"));
+  require(largest <= double_exponent_limit, "largest logit ", largest, " exceeds ", double_exponent_limit,
+          " = log(DBL_MAX): exp of it overflows even in double");
   return std::max(0.0, largest);
 }
 

@@ -11,20 +11,19 @@
 namespace nystrom {
 
 void LinformerOptions::validate(Index n) const {
-  require(projected >= 1, describe("linformer: projected length k = ", projected, " must be >= 1"));
+  require(projected >= 1, "linformer: projected length k = ", projected, " must be >= 1");
   for (const auto* given : {&e, &f}) {
     if (!given->size()) continue;
     const char* name = given == &e ? "E" : "F";
-    require(given->rows() == projected && given->cols() == n,
-            describe("linformer: ", name, " is ", given->rows(), "x", given->cols(),
-                     ", expected k x N = ", projected, "x", n));
+    require(given->rows() == projected && given->cols() == n, "linformer: ", name, " is ", given->rows(), "x",
+            given->cols(), ", expected k x N = ", projected, "x", n);
     require_finite(*given, describe("linformer: ", name));
   }
   require(!(share && f.size()), "linformer: share = true but F was given explicitly");
 }
 
 LinformerProjections linformer_projections(Index k, Index n, std::uint64_t seed, bool share) {
-  require(k >= 1 && n >= 1, describe("linformer_projections: k = ", k, " and N = ", n, " must be >= 1"));
+  require(k >= 1 && n >= 1, "linformer_projections: k = ", k, " and N = ", n, " must be >= 1");
   std::mt19937_64 engine(seed);
   const double bound = 1 / std::sqrt(static_cast<double>(k));
   std::uniform_real_distribution<double> uniform(-bound, bound);

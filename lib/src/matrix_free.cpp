@@ -11,8 +11,8 @@
 namespace nystrom {
 
 void MatrixFreeOptions::validate() const {
-  require(panel_rows >= 1, describe("MatrixFreeOptions: panel_rows = ", panel_rows, " must be >= 1"));
-  require(tile_cols >= 1, describe("MatrixFreeOptions: tile_cols = ", tile_cols, " must be >= 1"));
+  require(panel_rows >= 1, "MatrixFreeOptions: panel_rows = ", panel_rows, " must be >= 1");
+  require(tile_cols >= 1, "MatrixFreeOptions: tile_cols = ", tile_cols, " must be >= 1");
 }
 
 namespace {
@@ -97,11 +97,10 @@ KernelPasses<T>::KernelPasses(const ConstMatrixRef<T>& X, const ConstMatrixRef<T
     : x_(X), y_(Y), kernel_(kernel), options_(options) {
   kernel.validate();
   options.validate();
-  require(X.cols() == Y.cols(),
-          describe("matrix-free kernel: token dimensions differ, d = ", X.cols(), " and ", Y.cols()));
-  require(X.rows() >= 1 && Y.rows() >= 1 && X.cols() >= 1,
-          describe("matrix-free kernel: empty tokens, ", X.rows(), "x", X.cols(), " and ", Y.rows(), "x",
-                   Y.cols()));
+  require(X.cols() == Y.cols(), "matrix-free kernel: token dimensions differ, d = ", X.cols(), " and ",
+          Y.cols());
+  require(X.rows() >= 1 && Y.rows() >= 1 && X.cols() >= 1, "matrix-free kernel: empty tokens, ", X.rows(),
+          "x", X.cols(), " and ", Y.rows(), "x", Y.cols());
   require_finite(X, "matrix-free kernel: X");
   require_finite(Y, "matrix-free kernel: Y");
   if (kernel.type == KernelType::exponential) x_ *= T(kernel.param);  // as Kernel::exponent: (s·X) Yᵀ
@@ -144,8 +143,8 @@ void KernelPasses<T>::evaluate_tile(Index r0, Index nr, Index c0, Index nc, Matr
 template <class T>
 Matrix<double> KernelPasses<T>::tile(Index r0, Index nr, Index c0, Index nc) const {
   require(r0 >= 0 && nr >= 0 && r0 + nr <= rows() && c0 >= 0 && nc >= 0 && c0 + nc <= cols(),
-          describe("KernelPasses::tile: block (", r0, ", ", c0, ") of ", nr, "x", nc, " outside ", rows(),
-                   "x", cols()));
+          "KernelPasses::tile: block (", r0, ", ", c0, ") of ", nr, "x", nc, " outside ", rows(), "x",
+          cols());
   Matrix<double> out(nr, nc);
   Matrix<T> buffer(round_up(std::max<Index>(nr, 1), kRowBlock), std::max<Index>(nc, 1) + x_.cols());
   if (nr > 0 && nc > 0) evaluate_tile(r0, nr, c0, nc, buffer, out.data(), nr);

@@ -11,8 +11,8 @@
 namespace nystrom {
 
 void NystromformerOptions::validate(Index n) const {
-  require(landmarks >= 1, describe("nystromformer: landmarks = ", landmarks, " must be >= 1"));
-  require(landmarks <= n, describe("nystromformer: landmarks = ", landmarks, " exceeds N = ", n));
+  require(landmarks >= 1, "nystromformer: landmarks = ", landmarks, " must be >= 1");
+  require(landmarks <= n, "nystromformer: landmarks = ", landmarks, " exceeds N = ", n);
   pinv.validate();
 }
 

@@ -18,22 +18,21 @@ Index PerformerOptions::feature_count(Index d) const {
 }
 
 void PerformerOptions::validate(Index d) const {
-  require(features >= 0, describe("performer: features = ", features, " must be >= 0 (0: d ln d)"));
+  require(features >= 0, "performer: features = ", features, " must be >= 0 (0: d ln d)");
   require(std::isfinite(feature_epsilon) && feature_epsilon >= 0,
-          describe("performer: feature_epsilon = ", feature_epsilon, " must be finite and >= 0"));
+          "performer: feature_epsilon = ", feature_epsilon, " must be finite and >= 0");
   if (projection.size()) {
-    require(projection.cols() == d,
-            describe("performer: projection has ", projection.cols(), " columns, expected d = ", d));
-    require(
-        features == 0 || features == projection.rows(),
-        describe("performer: features = ", features, " but the projection has ", projection.rows(), " rows"));
+    require(projection.cols() == d, "performer: projection has ", projection.cols(),
+            " columns, expected d = ", d);
+    require(features == 0 || features == projection.rows(), "performer: features = ", features,
+            " but the projection has ", projection.rows(), " rows");
     require_finite(projection, "performer: projection");
   }
 }
 
 Matrix<double> performer_projection(Index features, Index d, std::uint64_t seed, bool orthogonal) {
-  require(features >= 1, describe("performer_projection: features = ", features, " must be >= 1"));
-  require(d >= 1, describe("performer_projection: d = ", d, " must be >= 1"));
+  require(features >= 1, "performer_projection: features = ", features, " must be >= 1");
+  require(d >= 1, "performer_projection: d = ", d, " must be >= 1");
   std::mt19937_64 engine(seed);
   std::normal_distribution<double> normal;
   const auto gaussian = [&](Index rows, Index cols) {

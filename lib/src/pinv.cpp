@@ -33,15 +33,15 @@ std::string to_string(PinvStatus status) {
 }
 
 void PinvOptions::validate() const {
-  require(iterations >= 1, describe("pinv: iterations = ", iterations, " must be >= 1"));
-  require(std::isfinite(alpha) && alpha >= 0, describe("pinv: alpha = ", alpha, " must be finite and >= 0"));
-  require(std::isfinite(tolerance) && tolerance >= 0,
-          describe("pinv: tolerance = ", tolerance, " must be finite and >= 0"));
-  require(std::isfinite(tikhonov) && tikhonov >= 0,
-          describe("pinv: tikhonov = ", tikhonov, " must be finite and >= 0"));
-  require(std::isfinite(shift) && shift >= 0, describe("pinv: shift = ", shift, " must be finite and >= 0"));
-  require(!(tikhonov > 0 && shift > 0),
-          describe("pinv: tikhonov = ", tikhonov, " and shift = ", shift, " cannot both be > 0"));
+  require(iterations >= 1, "pinv: iterations = ", iterations, " must be >= 1");
+  require(std::isfinite(alpha) && alpha >= 0, "pinv: alpha = ", alpha, " must be finite and >= 0");
+  require(std::isfinite(tolerance) && tolerance >= 0, "pinv: tolerance = ", tolerance,
+          " must be finite and >= 0");
+  require(std::isfinite(tikhonov) && tikhonov >= 0, "pinv: tikhonov = ", tikhonov,
+          " must be finite and >= 0");
+  require(std::isfinite(shift) && shift >= 0, "pinv: shift = ", shift, " must be finite and >= 0");
+  require(!(tikhonov > 0 && shift > 0), "pinv: tikhonov = ", tikhonov, " and shift = ", shift,
+          " cannot both be > 0");
 }
 
 template <class T>
@@ -172,8 +172,8 @@ void iterative_pseudoinverse(const Matrix<T>& M, const PinvOptions& options, Pin
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options) {
   options.validate();
-  require(A.rows() == A.cols(), describe("pinv: A must be square, got ", A.rows(), "x", A.cols()));
-  require(A.rows() >= 1, describe("pinv: A is empty (", A.rows(), "x", A.cols(), ")"));
+  require(A.rows() == A.cols(), "pinv: A must be square, got ", A.rows(), "x", A.cols());
+  require(A.rows() >= 1, "pinv: A is empty (", A.rows(), "x", A.cols(), ")");
   require_finite(A, "pinv: A");
 
   // The matrix actually inverted: A, A + εI (shift), or AᵀA + εI (Tikhonov; then Z = M⁻¹Aᵀ).

@@ -11,19 +11,18 @@
 namespace nystrom {
 
 void SpectralOptions::validate() const {
-  require(subspace >= 0,
-          describe("spectral options: subspace = ", subspace, " must be >= 0 (0 selects the default)"));
-  require(max_restarts >= 1, describe("spectral options: max_restarts = ", max_restarts, " must be >= 1"));
-  require(std::isfinite(tolerance) && tolerance > 0,
-          describe("spectral options: tolerance = ", tolerance, " must be finite and > 0"));
+  require(subspace >= 0, "spectral options: subspace = ", subspace, " must be >= 0 (0 selects the default)");
+  require(max_restarts >= 1, "spectral options: max_restarts = ", max_restarts, " must be >= 1");
+  require(std::isfinite(tolerance) && tolerance > 0, "spectral options: tolerance = ", tolerance,
+          " must be finite and > 0");
 }
 
 template <class T>
 DenseSvd dense_svd(const ConstMatrixRef<T>& a, SvdVectors vectors) {
   require_finite(a, "dense_svd: matrix");
   const auto lapack_limit = static_cast<Index>(std::numeric_limits<lapack_int>::max());
-  require(a.rows() <= lapack_limit && a.cols() <= lapack_limit,
-          describe("dense_svd: a ", a.rows(), "x", a.cols(), " matrix exceeds LAPACK's index range"));
+  require(a.rows() <= lapack_limit && a.cols() <= lapack_limit, "dense_svd: a ", a.rows(), "x", a.cols(),
+          " matrix exceeds LAPACK's index range");
   DenseSvd svd;
   if (a.size() == 0) {
     svd.u.resize(vectors == SvdVectors::thin ? a.rows() : 0, 0);
@@ -213,8 +212,8 @@ namespace {
 /// Throws std::invalid_argument naming `where` unless every singular value is finite and ≥ 0.
 void require_singular_values(const Vector<double>& singular_values, const char* where) {
   for (Index i = 0; i < singular_values.size(); ++i)
-    require(std::isfinite(singular_values(i)) && singular_values(i) >= 0,
-            describe(where, ": singular value ", i, " = ", singular_values(i), " must be finite and >= 0"));
+    require(std::isfinite(singular_values(i)) && singular_values(i) >= 0, where, ": singular value ", i,
+            " = ", singular_values(i), " must be finite and >= 0");
 }
 
 }  // namespace
@@ -230,8 +229,8 @@ Index numerical_rank(const Vector<double>& singular_values, double tol) {
 
 double energy_fraction(const Vector<double>& singular_values, Index k) {
   require_singular_values(singular_values, "energy_fraction");
-  require(k >= 0 && k <= singular_values.size(),
-          describe("energy_fraction: k = ", k, " must be in [0, ", singular_values.size(), "]"));
+  require(k >= 0 && k <= singular_values.size(), "energy_fraction: k = ", k, " must be in [0, ",
+          singular_values.size(), "]");
   // Σσ² of values near the top of double's range (kernels of logits near 700) overflows: scale by σ_max.
   const double largest = singular_values.size() > 0 ? singular_values.cwiseAbs().maxCoeff() : 0.0;
   if (largest == 0) return k == 0 ? 0.0 : 1.0;

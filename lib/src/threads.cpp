@@ -60,7 +60,7 @@ std::uint64_t pack_range(std::ptrdiff_t first, std::ptrdiff_t end) {
 PanelSchedule::PanelSchedule(std::ptrdiff_t count, int threads)
     : ranges_(static_cast<std::size_t>(std::max(threads, 1))) {
   require(count >= 0 && count <= std::ptrdiff_t(std::numeric_limits<std::uint32_t>::max()),
-          describe("PanelSchedule: count = ", count, " must lie in [0, 2^32)"));
+          "PanelSchedule: count = ", count, " must lie in [0, 2^32)");
   const std::ptrdiff_t t_count = teams();
   for (std::ptrdiff_t t = 0; t < t_count; ++t)
     ranges_[static_cast<std::size_t>(t)].bounds.store(
@@ -89,8 +89,8 @@ std::ptrdiff_t PanelSchedule::take(int r, bool first) {
 }  // namespace detail
 
 void set_threads(int threads) {
-  require(threads >= 1 && threads <= max_threads,
-          describe("set_threads: threads = ", threads, " must lie in [1, ", max_threads, "]"));
+  require(threads >= 1 && threads <= max_threads, "set_threads: threads = ", threads, " must lie in [1, ",
+          max_threads, "]");
   omp_set_num_threads(threads);
   single_threaded_blas();
 }
@@ -137,7 +137,7 @@ std::string blas_core() {
 }
 
 BlasThreads::BlasThreads(int count) : count_(count) {
-  require(count >= 1, describe("BlasThreads: count = ", count, " must be >= 1"));
+  require(count >= 1, "BlasThreads: count = ", count, " must be >= 1");
 #ifdef NYSTROM_WITH_OPENBLAS
   // A guard that keeps the count calls nothing: with the pool stopped, openblas_set_num_threads(1) would
   // start a worker thread that the destructor's shutdown then joins, in every guarded call (0.6 ms each

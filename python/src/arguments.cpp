@@ -266,9 +266,8 @@ PinvOptions pinv_options(const KeywordArguments& arguments, PinvOptions base) {
 
 NystromOptions nystrom_options(const KeywordArguments& arguments, Index d) {
   const bool symmetric = arguments.method == Method::symmetric_nystrom;
-  require(symmetric || arguments.method == Method::pnp_nystra,
-          describe("method '", to_string(arguments.method),
-                   "' has no Nyström factors (expected pnp-nystra or symmetric-nystrom)"));
+  require(symmetric || arguments.method == Method::pnp_nystra, "method '", to_string(arguments.method),
+          "' has no Nyström factors (expected pnp-nystra or symmetric-nystrom)");
   NystromOptions options = symmetric ? ApproximationOptions{}.symmetric : NystromOptions{};
   options.kernel = kernel_of(arguments, d);
   options.landmarks = landmark_options(arguments, LandmarkStrategy::segment_means);

@@ -74,9 +74,9 @@ std::vector<std::vector<T>>& scratch_pool() {
 }  // namespace
 
 Precision precision_of(const Array& array, const std::string& name) {
-  require(array.device_type() == nb::device::cpu::value,
-          describe(name, " is on a device other than the CPU (device type ", array.device_type(),
-                   "); nystrom computes on CPU arrays (move it with .cpu())"));
+  require(array.device_type() == nb::device::cpu::value, name,
+          " is on a device other than the CPU (device type ", array.device_type(),
+          "); nystrom computes on CPU arrays (move it with .cpu())");
   const auto dtype = array.dtype();
   if (dtype == nb::dtype<float>()) return Precision::float32;
   if (dtype == nb::dtype<double>()) return Precision::float64;
@@ -89,8 +89,8 @@ Precision common_precision(std::initializer_list<std::pair<const Array*, const c
   const Precision precision = precision_of(*first, first_name);
   for (const auto& [array, name] : arrays) {
     const Precision other = precision_of(*array, name);
-    require(other == precision, describe(name, " is ", to_string(other), " but ", first_name, " is ",
-                                         to_string(precision), "; pass arrays of one dtype"));
+    require(other == precision, name, " is ", to_string(other), " but ", first_name, " is ",
+            to_string(precision), "; pass arrays of one dtype");
   }
   return precision;
 }
@@ -111,9 +111,8 @@ std::string shape_text(const std::vector<Index>& shape) {
 
 template <class T>
 void require_scalar(const Array& array, const std::string& name) {
-  require(array.dtype() == nb::dtype<T>(),
-          describe(name, " has dtype ", dtype_name(array.dtype()), ", expected ",
-                   to_string(sizeof(T) == 4 ? Precision::float32 : Precision::float64)));
+  require(array.dtype() == nb::dtype<T>(), name, " has dtype ", dtype_name(array.dtype()), ", expected ",
+          to_string(sizeof(T) == 4 ? Precision::float32 : Precision::float64));
 }
 
 }  // namespace
@@ -135,8 +134,7 @@ ScratchBuffer<T>::~ScratchBuffer() {
 
 template <class T>
 MatrixArgument<T>::MatrixArgument(const Array& array, const std::string& name) {
-  require(array.ndim() == 2,
-          describe(name, " has shape ", shape_text(shape_of(array)), "; expected a matrix (2-D)"));
+  require(array.ndim() == 2, name, " has shape ", shape_text(shape_of(array)), "; expected a matrix (2-D)");
   require_scalar<T>(array, name);
   rows_ = Index(array.shape(0));
   cols_ = Index(array.shape(1));
@@ -171,8 +169,7 @@ void MatrixArgument<T>::read(const T* data, std::int64_t row_stride, std::int64_
 template <class T>
 MatrixStack<T>::MatrixStack(const Array& array, const std::string& name) {
   const std::vector<Index> shape = shape_of(array);
-  require(shape.size() >= 2,
-          describe(name, " has shape ", shape_text(shape), "; expected [..., N, d] (at least 2-D)"));
+  require(shape.size() >= 2, name, " has shape ", shape_text(shape), "; expected [..., N, d] (at least 2-D)");
   require_scalar<T>(array, name);
   data_ = static_cast<const T*>(array.data());
   const std::size_t lead = shape.size() - 2;
@@ -212,8 +209,8 @@ std::optional<BatchView<const T>> row_major_batch(const Array& array) {
 
 void require_same_leading(const std::vector<Index>& a, const std::string& a_name, const std::vector<Index>& b,
                           const std::string& b_name) {
-  require(a == b, describe(b_name, " has leading dimensions ", shape_text(b), " but ", a_name, " has ",
-                           shape_text(a), "; they must be equal (no broadcasting)"));
+  require(a == b, b_name, " has leading dimensions ", shape_text(b), " but ", a_name, " has ", shape_text(a),
+          "; they must be equal (no broadcasting)");
 }
 
 template <class T>
@@ -232,9 +229,8 @@ MatrixBatch<T>::~MatrixBatch() {
 
 template <class T>
 void MatrixBatch<T>::set(Index index, const ConstMatrixRef<T>& matrix) {
-  require(matrix.rows() == rows_ && matrix.cols() == cols_,
-          describe("batch: matrix ", index, " is ", matrix.rows(), "x", matrix.cols(), ", expected ", rows_,
-                   "x", cols_));
+  require(matrix.rows() == rows_ && matrix.cols() == cols_, "batch: matrix ", index, " is ", matrix.rows(),
+          "x", matrix.cols(), ", expected ", rows_, "x", cols_);
   Eigen::Map<Matrix<T>>(data_ + index * rows_ * cols_, rows_, cols_) = matrix;
 }
 

@@ -58,10 +58,9 @@ struct AttentionInputs {
       : q(q_array, "q"), k(k_array, "k"), v(v_array, "v") {
     require_same_leading(q.leading(), "q", k.leading(), "k");
     require_same_leading(q.leading(), "q", v.leading(), "v");
-    require(k.rows() == q.rows() && k.cols() == q.cols(),
-            describe("k is ", k.rows(), "x", k.cols(), " but q is ", q.rows(), "x", q.cols(),
-                     " (N x d per head)"));
-    require(v.rows() == q.rows(), describe("v has N = ", v.rows(), " rows but q has N = ", q.rows()));
+    require(k.rows() == q.rows() && k.cols() == q.cols(), "k is ", k.rows(), "x", k.cols(), " but q is ",
+            q.rows(), "x", q.cols(), " (N x d per head)");
+    require(v.rows() == q.rows(), "v has N = ", v.rows(), " rows but q has N = ", q.rows());
     const auto q_rows = row_major_batch<T>(q_array), k_rows = row_major_batch<T>(k_array),
                v_rows = row_major_batch<T>(v_array);
     if (q_rows && k_rows && v_rows) row_major = std::array{*q_rows, *k_rows, *v_rows};
@@ -78,8 +77,8 @@ struct AttentionInputs {
 
   /// Throws naming `function` unless the inputs are single heads (2-D).
   void require_one_head(const char* function) const {
-    require(q.leading().empty(),
-            describe(function, " takes one head (2-D q, k, v); attention() takes batches [..., N, d]"));
+    require(q.leading().empty(), function,
+            " takes one head (2-D q, k, v); attention() takes batches [..., N, d]");
   }
 };
 
@@ -165,7 +164,7 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
 /// (C-contiguous inputs in place, others converted once).
 template <class T>
 double best_seconds(const Array& q, const Array& k, const Array& v, const KeywordArguments& arguments) {
-  require(arguments.repeat >= 1, describe("time_attention: repeat = ", arguments.repeat, " must be >= 1"));
+  require(arguments.repeat >= 1, "time_attention: repeat = ", arguments.repeat, " must be >= 1");
   const AttentionInputs<T> inputs(q, k, v);
   inputs.require_one_head("time_attention");
   const MatrixArgument<T> Q = inputs.q.matrix(0), K = inputs.k.matrix(0), V = inputs.v.matrix(0);
@@ -386,15 +385,14 @@ void bind_attention(nb::module_& m) {
   m.def(
       "output_errors",
       [](const Array& exact, const Array& approximate) {
-        return with_scalar(common_precision({{&exact, "exact"}, {&approximate, "approximate"}}),
-                           [&](auto scalar) {
-                             using T = decltype(scalar);
-                             const MatrixArgument<T> O(exact, "exact"), A(approximate, "approximate");
-                             require(O.rows() == A.rows() && O.cols() == A.cols(),
-                                     describe("output_errors: approximate is ", A.rows(), "x", A.cols(),
-                                              ", expected ", O.rows(), "x", O.cols()));
-                             return output_errors<T>(O.ref(), A.ref());
-                           });
+        return with_scalar(
+            common_precision({{&exact, "exact"}, {&approximate, "approximate"}}), [&](auto scalar) {
+              using T = decltype(scalar);
+              const MatrixArgument<T> O(exact, "exact"), A(approximate, "approximate");
+              require(O.rows() == A.rows() && O.cols() == A.cols(), "output_errors: approximate is ",
+                      A.rows(), "x", A.cols(), ", expected ", O.rows(), "x", O.cols());
+              return output_errors<T>(O.ref(), A.ref());
+            });
       },
       "exact"_a, "approximate"_a, nb::call_guard<Compute>(),
       nb::sig("def output_errors(exact: numpy.typing.ArrayLike, approximate: numpy.typing.ArrayLike) -> "

@@ -160,20 +160,19 @@ void bind_kernels(nb::module_& m) {
       .def(
           "apply",
           [](const FactorsAny& self, const Array& x) {
-            require(precision_of(x, "x") == self.precision(),
-                    describe("apply: x is ", to_string(precision_of(x, "x")), " but the factors are ",
-                             to_string(self.precision())));
+            require(precision_of(x, "x") == self.precision(), "apply: x is ", to_string(precision_of(x, "x")),
+                    " but the factors are ", to_string(self.precision()));
             return self.visit([&](const auto& f) {
               using T = typename std::decay_t<decltype(f.left)>::Scalar;
               auto out = computed([&] {
-                require(x.ndim() == 1 || x.ndim() == 2,
-                        describe("apply: x has ", x.ndim(), " dimensions; expected a vector or a matrix"));
+                require(x.ndim() == 1 || x.ndim() == 2, "apply: x has ", x.ndim(),
+                        " dimensions; expected a vector or a matrix");
                 const MatrixArgument<T> columns =
                     x.ndim() == 1 ? MatrixArgument<T>(static_cast<const T*>(x.data()), Index(x.shape(0)), 1,
                                                       x.stride(0), 0)
                                   : MatrixArgument<T>(x, "x");
-                require(columns.rows() == f.cols(),
-                        describe("apply: x has ", columns.rows(), " rows, expected N = ", f.cols()));
+                require(columns.rows() == f.cols(), "apply: x has ", columns.rows(),
+                        " rows, expected N = ", f.cols());
                 const auto in = columns.ref();
                 require_finite(in, "apply: x");
                 Matrix<T> y(f.rows(), in.cols());

@@ -39,12 +39,12 @@ struct FactorInputs {
   const NystromFactors<T>& factors;
   FactorInputs(const Array& q_array, const Array& k_array, const FactorsAny& any)
       : q(q_array, "q"), k(k_array, "k"), factors(any.as<T>("the factors")) {
-    require(q.rows() == factors.rows() && k.rows() == factors.cols(),
-            describe("the factors approximate a ", factors.rows(), "x", factors.cols(), " kernel, but q has ",
-                     q.rows(), " and k has ", k.rows(), " rows"));
+    require(q.rows() == factors.rows() && k.rows() == factors.cols(), "the factors approximate a ",
+            factors.rows(), "x", factors.cols(), " kernel, but q has ", q.rows(), " and k has ", k.rows(),
+            " rows");
     const Index d = factors.landmarks.q.cols();
-    require(q.cols() == d && k.cols() == d, describe("the factors' landmarks have d = ", d, ", but q has ",
-                                                     q.cols(), " and k has ", k.cols(), " columns"));
+    require(q.cols() == d && k.cols() == d, "the factors' landmarks have d = ", d, ", but q has ", q.cols(),
+            " and k has ", k.cols(), " columns");
   }
 };
 

@@ -13,13 +13,12 @@ namespace {
 template <class T>
 void check_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Landmarks<T>& landmarks,
                      const char* where) {
-  require(Q.cols() == K.cols() && Q.rows() == K.rows(),
-          describe(where, ": Q is ", Q.rows(), "x", Q.cols(), ", K is ", K.rows(), "x", K.cols(),
-                   " (must be equal)"));
+  require(Q.cols() == K.cols() && Q.rows() == K.rows(), where, ": Q is ", Q.rows(), "x", Q.cols(), ", K is ",
+          K.rows(), "x", K.cols(), " (must be equal)");
   require(landmarks.q.rows() >= 1 && landmarks.q.rows() == landmarks.k.rows() &&
               landmarks.q.cols() == Q.cols() && landmarks.k.cols() == Q.cols(),
-          describe(where, ": landmarks are ", landmarks.q.rows(), "x", landmarks.q.cols(), " and ",
-                   landmarks.k.rows(), "x", landmarks.k.cols(), ", expected m x ", Q.cols()));
+          where, ": landmarks are ", landmarks.q.rows(), "x", landmarks.q.cols(), " and ", landmarks.k.rows(),
+          "x", landmarks.k.cols(), ", expected m x ", Q.cols());
 }
 
 /// One head's tokens and landmarks on the device and its factors (nystrom_pipeline.hpp with one head).
@@ -46,10 +45,9 @@ struct OneHead {
 template <class T>
 Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
                           const Kernel& kernel) {
-  require(Q.cols() == K.cols(), describe("cuda::exact_attention: token dimensions differ, Q has d = ",
-                                         Q.cols(), " and K has d = ", K.cols()));
-  require(V.rows() == K.rows(),
-          describe("cuda::exact_attention: V has ", V.rows(), " rows, K has N = ", K.rows()));
+  require(Q.cols() == K.cols(), "cuda::exact_attention: token dimensions differ, Q has d = ", Q.cols(),
+          " and K has d = ", K.cols());
+  require(V.rows() == K.rows(), "cuda::exact_attention: V has ", V.rows(), " rows, K has N = ", K.rows());
   const DeviceMatrix<T> q = upload<T>(Q), k = upload<T>(K), v = upload<T>(V);
   const int n = q.rows, keys = k.rows, d = q.cols, dv = v.cols;
   const int panel = panel_rows(keys, n);
@@ -94,8 +92,8 @@ Matrix<T> nystrom_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>&
                             const ConstMatrixRef<T>& V, const Landmarks<T>& landmarks,
                             const NystromOptions& options) {
   check_landmarks<T>(Q, K, landmarks, "cuda::nystrom_attention");
-  require(V.rows() == Q.rows(),
-          describe("cuda::nystrom_attention: V has ", V.rows(), " rows, expected N = ", Q.rows()));
+  require(V.rows() == Q.rows(), "cuda::nystrom_attention: V has ", V.rows(),
+          " rows, expected N = ", Q.rows());
   const DeviceMatrix<T> v = upload<T>(V);
   const int n = v.rows, dv = v.cols;
   AlgorithmBuffers<T> work(1, int(landmarks.q.rows()), dv);

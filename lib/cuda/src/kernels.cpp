@@ -11,8 +11,7 @@ namespace {
 
 template <class T>
 void check_block_inputs(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, const char* where) {
-  require(X.cols() == Y.cols(),
-          describe(where, ": token dimensions differ, d = ", X.cols(), " and ", Y.cols()));
+  require(X.cols() == Y.cols(), where, ": token dimensions differ, d = ", X.cols(), " and ", Y.cols());
 }
 
 }  // namespace

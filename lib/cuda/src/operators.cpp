@@ -38,9 +38,9 @@ template <class T>
 KernelOperator<T>::KernelOperator(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y,
                                   const Kernel& kernel, Index panel)
     : rows_(X.rows()), cols_(Y.rows()) {
-  require(X.cols() == Y.cols(),
-          describe("cuda::KernelOperator: token dimensions differ, d = ", X.cols(), " and ", Y.cols()));
-  require(panel >= 0, describe("cuda::KernelOperator: panel = ", panel, " must be >= 0"));
+  require(X.cols() == Y.cols(), "cuda::KernelOperator: token dimensions differ, d = ", X.cols(), " and ",
+          Y.cols());
+  require(panel >= 0, "cuda::KernelOperator: panel = ", panel, " must be >= 0");
   state_ = std::make_unique<State>();
   state_->x = upload<T>(X);
   state_->y = upload<T>(Y);
@@ -88,9 +88,8 @@ template <class T>
 DifferenceOperator<T>::DifferenceOperator(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                           const NystromFactors<T>& factors, Index panel)
     : kernel_(Q, K, factors.options.kernel, panel) {
-  require(factors.rows() == Q.rows() && factors.cols() == K.rows(),
-          describe("cuda::DifferenceOperator: factors are ", factors.rows(), "x", factors.cols(), ", G is ",
-                   Q.rows(), "x", K.rows()));
+  require(factors.rows() == Q.rows() && factors.cols() == K.rows(), "cuda::DifferenceOperator: factors are ",
+          factors.rows(), "x", factors.cols(), ", G is ", Q.rows(), "x", K.rows());
   const Matrix<T> scaled_left = (factors.left.template cast<double>().array().colwise() *
                                  factors.left_log_scale.template cast<double>().array().exp())
                                     .matrix()

@@ -199,9 +199,9 @@ template class DevicePinv<double>;
 
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options) {
-  require(A.rows() == A.cols(),
-          describe("cuda::pseudoinverse: the core must be square, got ", A.rows(), "x", A.cols()));
-  require(A.rows() >= 1, describe("cuda::pseudoinverse: the core is empty (", A.rows(), "x", A.cols(), ")"));
+  require(A.rows() == A.cols(), "cuda::pseudoinverse: the core must be square, got ", A.rows(), "x",
+          A.cols());
+  require(A.rows() >= 1, "cuda::pseudoinverse: the core is empty (", A.rows(), "x", A.cols(), ")");
   require_finite(A, "cuda::pseudoinverse: the core");
   const detail::DeviceMatrix<T> a = detail::upload<T>(A);
   detail::DevicePinv<T> pinv(a.rows, 1, options);

@@ -28,14 +28,12 @@ class FactoredOperator {
         right_(std::move(right)),
         row_scale_(std::move(row_scale)) {
     const Index inner = middle_.size() ? middle_.cols() : left_.cols();
-    require(!middle_.size() || middle_.rows() == left_.cols(),
-            describe("factored operator: middle has ", middle_.rows(), " rows, left has ", left_.cols(),
-                     " columns"));
-    require(right_.rows() == inner,
-            describe("factored operator: right has ", right_.rows(), " rows, expected ", inner));
-    require(!row_scale_.size() || row_scale_.size() == left_.rows(),
-            describe("factored operator: row scale has ", row_scale_.size(), " entries, expected ",
-                     left_.rows()));
+    require(!middle_.size() || middle_.rows() == left_.cols(), "factored operator: middle has ",
+            middle_.rows(), " rows, left has ", left_.cols(), " columns");
+    require(right_.rows() == inner, "factored operator: right has ", right_.rows(), " rows, expected ",
+            inner);
+    require(!row_scale_.size() || row_scale_.size() == left_.rows(), "factored operator: row scale has ",
+            row_scale_.size(), " entries, expected ", left_.rows());
   }
 
   Index rows() const { return left_.rows(); }
@@ -84,8 +82,8 @@ class RowScaledOperator {
 
   /// `weights` has one entry per row of `op`; `op` must outlive this operator.
   RowScaledOperator(const Operator& op, Vector<Scalar> weights) : op_(op), weights_(std::move(weights)) {
-    require(weights_.size() == op_.rows(),
-            describe("row-scaled operator: ", weights_.size(), " weights for ", op_.rows(), " rows"));
+    require(weights_.size() == op_.rows(), "row-scaled operator: ", weights_.size(), " weights for ",
+            op_.rows(), " rows");
   }
   Index rows() const { return op_.rows(); }
   Index cols() const { return op_.cols(); }

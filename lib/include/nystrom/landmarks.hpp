@@ -97,9 +97,8 @@ struct ExtendedTokens {
 template <class T>
 ExtendedTokens<T> extended_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                   const Landmarks<T>& landmarks) {
-  require(
-      landmarks.q.cols() == Q.cols() && landmarks.k.cols() == K.cols(),
-      describe("extended tokens: landmark dimension ", landmarks.q.cols(), " differs from d = ", Q.cols()));
+  require(landmarks.q.cols() == Q.cols() && landmarks.k.cols() == K.cols(),
+          "extended tokens: landmark dimension ", landmarks.q.cols(), " differs from d = ", Q.cols());
   ExtendedTokens<T> tokens{Matrix<T>(landmarks.q.rows() + Q.rows(), Q.cols()),
                            Matrix<T>(landmarks.k.rows() + K.rows(), K.cols())};
   tokens.queries << landmarks.q, Q;

@@ -296,9 +296,8 @@ void DenseOperator<T>::perform_inner_gram_block_op(const T* x, Index count, T* y
 
 template <class A, class B>
 DifferenceOperator<A, B>::DifferenceOperator(const A& a, const B& b) : a_(a), b_(b) {
-  require(a.rows() == b.rows() && a.cols() == b.cols(),
-          describe("DifferenceOperator: shapes differ, ", a.rows(), "x", a.cols(), " and ", b.rows(), "x",
-                   b.cols()));
+  require(a.rows() == b.rows() && a.cols() == b.cols(), "DifferenceOperator: shapes differ, ", a.rows(), "x",
+          a.cols(), " and ", b.rows(), "x", b.cols());
 }
 
 template <class A, class B>

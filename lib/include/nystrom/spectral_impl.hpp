@@ -192,8 +192,8 @@ class AugmentedOperator {
 /// an overflowed or NaN entry, which Lanczos would turn into NaN values or a failed tridiagonal solve.
 template <class Derived>
 void require_finite_product(const Eigen::MatrixBase<Derived>& y, Index n) {
-  require(all_finite(y), describe("Lanczos: a product of the ", n, "x", n,
-                                  " operator is not finite (an entry of the operator overflows or is NaN)"));
+  require(all_finite(y), "Lanczos: a product of the ", n, "x", n,
+          " operator is not finite (an entry of the operator overflows or is NaN)");
 }
 
 /// An operator of rank ≤ 1 as Spectra's start reveals it: the eigenvalue λ (0 for the zero operator) and a
@@ -362,7 +362,7 @@ requires HasBlockGram<Operator> SpectralResult block_top_singular_values(const O
 template <class Operator>
 void require_rank_count(const Operator& op, Index k, const char* where) {
   const Index n = std::min(op.rows(), op.cols());
-  require(k >= 1 && k <= n, describe(where, ": k = ", k, " must be in [1, min(rows, cols) = ", n, "]"));
+  require(k >= 1 && k <= n, where, ": k = ", k, " must be in [1, min(rows, cols) = ", n, "]");
 }
 
 }  // namespace detail
