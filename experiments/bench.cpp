@@ -61,7 +61,6 @@ struct BenchSettings {
   std::vector<Index> matvec_sizes;  ///< N of the kernel matvecs (none by default)
   std::vector<BatchShape> batch_shapes;  ///< --batch: [B, H, N, d] batches, dv = d (none by default)
   double min_seconds = 0.2;
-  int max_repeats = 50;
   bool steps = true;
   std::uint64_t seed = 0;
   std::string blas_core = "SkylakeX";
@@ -147,8 +146,7 @@ Timing time_repeats(Work&& work, const BenchSettings& settings) {
   std::vector<double> runs = {seconds_of()};
   double spent = warm_up + runs.front();
   if (warm_up <= settings.min_seconds)
-    for (int repeat = 1; repeat < settings.max_repeats && (repeat < 2 || spent < settings.min_seconds);
-         ++repeat) {
+    for (int repeat = 1; repeat < 2 || spent < settings.min_seconds; ++repeat) {
       runs.push_back(seconds_of());
       spent += runs.back();
     }
