@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <set>
 
@@ -30,13 +31,24 @@ constexpr std::array<EnumName<WindowGrid>, 2> window_grid_names{{
     {WindowGrid::square, "square"},
 }};
 
+/// The tokens a pooling window must hold, as a message names them: "N = n", or "N - prefix_tokens = n - p =
+/// n − p" after a prefix.
+struct HeldTokens {
+  Index n = 0, prefix = 0;
+};
+
+std::ostream& operator<<(std::ostream& out, const HeldTokens& held) {
+  if (held.prefix > 0)
+    return out << "N - prefix_tokens = " << held.n << " - " << held.prefix << " = " << held.n - held.prefix;
+  return out << "N = " << held.n;
+}
+
 /// Throws unless every index lies in [0, n) and none repeats; `what` names the list in the message.
 void require_valid_indices(const std::vector<Index>& indices, Index n, const std::string& what) {
   std::set<Index> seen;
   for (Index index : indices) {
-    require(index >= 0 && index < n,
-            describe("landmarks: ", what, " index ", index, " is outside [0, ", n, ")"));
-    require(seen.insert(index).second, describe("landmarks: ", what, " index ", index, " appears twice"));
+    require(index >= 0 && index < n, "landmarks: ", what, " index ", index, " is outside [0, ", n, ")");
+    require(seen.insert(index).second, "landmarks: ", what, " index ", index, " appears twice");
   }
 }
 
@@ -231,7 +243,7 @@ bool is_selection(LandmarkStrategy strategy) {
 }
 
 std::array<Index, 2> closest_square_factors(Index m) {
-  require(m >= 1, describe("closest_square_factors: m = ", m, " must be >= 1"));
+  require(m >= 1, "closest_square_factors: m = ", m, " must be >= 1");
   auto a = static_cast<Index>(std::sqrt(static_cast<double>(m)));
   while (a * a > m) --a;
   while ((a + 1) * (a + 1) <= m) ++a;
@@ -240,8 +252,8 @@ std::array<Index, 2> closest_square_factors(Index m) {
 }
 
 std::array<Index, 2> pooling_grid(Index h, Index w, Index cells, WindowGrid grid) {
-  require(h >= 1 && w >= 1, describe("pooling_grid: window ", h, "x", w, " must have sides >= 1"));
-  require(cells >= 1, describe("pooling_grid: cells = ", cells, " must be >= 1"));
+  require(h >= 1 && w >= 1, "pooling_grid: window ", h, "x", w, " must have sides >= 1");
+  require(cells >= 1, "pooling_grid: cells = ", cells, " must be >= 1");
   if (grid == WindowGrid::square) return closest_square_factors(cells);
   // Aspect: the factorization gh·gw = cells with the smallest |log(gh/gw) − log(h/w)|, ties to the squarer
   // grid (larger min(gh, gw)), then gh ≤ gw.
@@ -265,54 +277,47 @@ std::array<Index, 2> pooling_grid(Index h, Index w, Index cells, WindowGrid grid
 
 void LandmarkOptions::validate(Index n, Index d) const {
   const std::string name = to_string(strategy);
-  require(n >= 1, describe("landmarks: no tokens (N = ", n, ")"));
-  require(count >= 1, describe("landmarks: m = ", count, " must be >= 1"));
-  require(count <= n, describe("landmarks: m = ", count, " exceeds the number of tokens N = ", n));
-  require(prefix_tokens >= 0, describe("landmarks: prefix_tokens = ", prefix_tokens, " must be >= 0"));
+  require(n >= 1, "landmarks: no tokens (N = ", n, ")");
+  require(count >= 1, "landmarks: m = ", count, " must be >= 1");
+  require(count <= n, "landmarks: m = ", count, " exceeds the number of tokens N = ", n);
+  require(prefix_tokens >= 0, "landmarks: prefix_tokens = ", prefix_tokens, " must be >= 0");
   if (strategy != LandmarkStrategy::given)
-    require(prefix_tokens < count,
-            describe("landmarks: prefix_tokens = ", prefix_tokens, " must be < m = ", count,
-                     " (the other N - prefix_tokens tokens need at least one landmark)"));
+    require(prefix_tokens < count, "landmarks: prefix_tokens = ", prefix_tokens, " must be < m = ", count,
+            " (the other N - prefix_tokens tokens need at least one landmark)");
   if (!forced.empty()) {
     require(is_selection(strategy) && strategy != LandmarkStrategy::given,
-            describe("landmarks: forced indices apply to step, random and top-* selection, not to ", name));
+            "landmarks: forced indices apply to step, random and top-* selection, not to ", name);
     require_valid_indices(forced, n, "forced");
     const auto total = forced_tokens(*this).size();
-    require(static_cast<Index>(total) <= count,
-            describe("landmarks: ", total, " forced indices",
-                     prefix_tokens > 0 ? " (prefix tokens included)" : "", " exceed m = ", count));
+    require(static_cast<Index>(total) <= count, "landmarks: ", total, " forced indices",
+            prefix_tokens > 0 ? " (prefix tokens included)" : "", " exceed m = ", count);
   }
   if (strategy == LandmarkStrategy::given) {
-    require(static_cast<Index>(q_indices.size()) == count,
-            describe("landmarks: given ", q_indices.size(), " q_indices, expected m = ", count));
+    require(static_cast<Index>(q_indices.size()) == count, "landmarks: given ", q_indices.size(),
+            " q_indices, expected m = ", count);
     require_valid_indices(q_indices, n, "q_indices");
-    require(
-        k_indices.empty() || static_cast<Index>(k_indices.size()) == count,
-        describe("landmarks: given ", k_indices.size(), " k_indices, expected m = ", count, " (or none)"));
+    require(k_indices.empty() || static_cast<Index>(k_indices.size()) == count, "landmarks: given ",
+            k_indices.size(), " k_indices, expected m = ", count, " (or none)");
     require_valid_indices(k_indices, n, "k_indices");
   }
   if (strategy == LandmarkStrategy::window_pool) {
-    require(window[0] >= 0 && window[1] >= 0,
-            describe("landmarks: window ", window[0], "x", window[1], " has a negative side"));
+    require(window[0] >= 0 && window[1] >= 0, "landmarks: window ", window[0], "x", window[1],
+            " has a negative side");
     const Index tokens = n - prefix_tokens;
-    const std::string held = prefix_tokens > 0
-                                 ? describe("N - prefix_tokens = ", n, " - ", prefix_tokens, " = ", tokens)
-                                 : describe("N = ", n);
+    const HeldTokens held{n, prefix_tokens};
     if (window[0] == 0 && window[1] == 0) {
       const auto side = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(tokens))));
-      require(side * side == tokens,
-              describe("landmarks: ", held, " is not a square; give the window h x w"));
+      require(side * side == tokens, "landmarks: ", held, " is not a square; give the window h x w");
     } else {
-      require(window[0] * window[1] == tokens,
-              describe("landmarks: window ", window[0], "x", window[1], " does not hold ", held, " tokens"));
+      require(window[0] * window[1] == tokens, "landmarks: window ", window[0], "x", window[1],
+              " does not hold ", held, " tokens");
     }
   }
   if (strategy == LandmarkStrategy::top_embed)
-    require(embed_column >= 0 && embed_column < d,
-            describe("landmarks: embed_column = ", embed_column, " is outside [0, d = ", d, ")"));
+    require(embed_column >= 0 && embed_column < d, "landmarks: embed_column = ", embed_column,
+            " is outside [0, d = ", d, ")");
   if (strategy == LandmarkStrategy::kmeans)
-    require(kmeans_iterations >= 0,
-            describe("landmarks: kmeans_iterations = ", kmeans_iterations, " must be >= 0"));
+    require(kmeans_iterations >= 0, "landmarks: kmeans_iterations = ", kmeans_iterations, " must be >= 0");
 }
 
 namespace {
@@ -328,7 +333,7 @@ template <class Tokens>
 Matrix<typename Tokens::Scalar> segment_means_of(const Tokens& X, Index m) {
   using T = typename Tokens::Scalar;
   const Index n = X.rows(), d = X.cols();
-  require(m >= 1 && m <= n, describe("segment_means: m = ", m, " must lie in [1, N = ", n, "]"));
+  require(m >= 1 && m <= n, "segment_means: m = ", m, " must lie in [1, N = ", n, "]");
   // Nyströmformer: s = ⌊N/m⌋; the first (s+1)m − N segments have s rows, the rest s+1.
   const Index s = n / m;
   const Index short_segments = (s + 1) * m - n;
@@ -392,9 +397,9 @@ namespace {
 template <class Tokens>
 Matrix<typename Tokens::Scalar> window_pool_of(const Tokens& X, Index h, Index w, Index m, WindowGrid grid) {
   using T = typename Tokens::Scalar;
-  require(h >= 1 && w >= 1 && h * w == X.rows(),
-          describe("window_pool: window ", h, "x", w, " does not hold N = ", X.rows(), " tokens"));
-  require(m >= 1 && m <= X.rows(), describe("window_pool: m = ", m, " must lie in [1, N = ", X.rows(), "]"));
+  require(h >= 1 && w >= 1 && h * w == X.rows(), "window_pool: window ", h, "x", w,
+          " does not hold N = ", X.rows(), " tokens");
+  require(m >= 1 && m <= X.rows(), "window_pool: m = ", m, " must lie in [1, N = ", X.rows(), "]");
   const auto [grid_rows, grid_cols] = pooling_grid(h, w, m, grid);
   // Adaptive average pooling (PnP-Nystra code): bin I covers [⌊I·h/gh⌋, ⌈(I+1)·h/gh⌉); bins may overlap.
   const auto bin = [](Index i, Index size, Index bins) {
@@ -420,8 +425,8 @@ template <class Tokens>
 Landmarks<typename Tokens::Scalar> landmarks_of(const Tokens& Q, const Tokens& K,
                                                 const LandmarkOptions& options) {
   using T = typename Tokens::Scalar;
-  require(Q.rows() == K.rows() && Q.cols() == K.cols(),
-          describe("landmarks: Q is ", Q.rows(), "x", Q.cols(), " but K is ", K.rows(), "x", K.cols()));
+  require(Q.rows() == K.rows() && Q.cols() == K.cols(), "landmarks: Q is ", Q.rows(), "x", Q.cols(),
+          " but K is ", K.rows(), "x", K.cols());
   options.validate(Q.rows(), Q.cols());
   // Segment means include every token, so a non-finite token makes a mean non-finite (NaN or ±∞ in the sum):
   // Q and K are scanned only then (the scan cost as much as the means). The other strategies scan first:

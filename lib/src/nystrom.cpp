@@ -33,8 +33,7 @@ Stabilization stabilization_from_string(const std::string& name) {
 
 void NystromOptions::validate(Index n, Index d) const {
   kernel.validate();
-  require(std::isfinite(clamp_threshold),
-          describe("nystrom: clamp_threshold = ", clamp_threshold, " must be finite"));
+  require(std::isfinite(clamp_threshold), "nystrom: clamp_threshold = ", clamp_threshold, " must be finite");
   landmarks.validate(n, d);
   pinv.validate();
 }
@@ -121,8 +120,8 @@ template <class T>
 void require_landmarks(const Landmarks<T>& landmarks, Index d, const char* where) {
   require(landmarks.q.rows() >= 1 && landmarks.k.rows() == landmarks.q.rows() && landmarks.q.cols() == d &&
               landmarks.k.cols() == d,
-          describe(where, ": landmarks are ", landmarks.q.rows(), "x", landmarks.q.cols(), " and ",
-                   landmarks.k.rows(), "x", landmarks.k.cols(), ", expected m x d with m >= 1 and d = ", d));
+          where, ": landmarks are ", landmarks.q.rows(), "x", landmarks.q.cols(), " and ", landmarks.k.rows(),
+          "x", landmarks.k.cols(), ", expected m x d with m >= 1 and d = ", d);
 }
 
 /// generalized_nystrom for Q and K of either layout (Tokens: ConstMatrixRef or ConstRowMajorMap), read in
@@ -401,12 +400,11 @@ void algorithm1(const NystromFactors<T>& factors, const Values& V, Output& out) 
 }
 
 void require_values(Index rows, Index n) {
-  require(rows == n, describe("nystrom_attention: V has ", rows, " rows, expected N = ", n));
+  require(rows == n, "nystrom_attention: V has ", rows, " rows, expected N = ", n);
 }
 
 void require_output(Index rows, Index cols, Index n, Index dv) {
-  require(rows == n && cols == dv,
-          describe("nystrom_attention: out is ", rows, "x", cols, ", expected ", n, "x", dv));
+  require(rows == n && cols == dv, "nystrom_attention: out is ", rows, "x", cols, ", expected ", n, "x", dv);
 }
 
 /// generalized_nystrom_attention for Q, K, V and Ô of either layout: the factors into f, then each panel of
