@@ -2,6 +2,7 @@
 /// @file batch_inputs.hpp
 /// Shape checks of the batched entry points, CPU and GPU (internal to the library).
 
+#include <ostream>
 #include <string>
 
 #include "nystrom/batched.hpp"
@@ -9,10 +10,18 @@
 
 namespace nystrom::detail {
 
-/// "[B, H, N, dim]" of a view, for messages.
+/// A view's shape, written "[B, H, N, dim]" into messages (only when a message is built).
+struct ViewShape {
+  Index batch = 0, heads = 0, tokens = 0, dim = 0;
+};
+
+inline std::ostream& operator<<(std::ostream& out, const ViewShape& shape) {
+  return out << "[" << shape.batch << ", " << shape.heads << ", " << shape.tokens << ", " << shape.dim << "]";
+}
+
 template <class Scalar>
-std::string shape_of(const BatchView<Scalar>& view) {
-  return describe("[", view.batch, ", ", view.heads, ", ", view.tokens, ", ", view.dim, "]");
+ViewShape shape_of(const BatchView<Scalar>& view) {
+  return {view.batch, view.heads, view.tokens, view.dim};
 }
 
 /// Throws std::invalid_argument naming `where` and the shapes unless Q and K are [B, H, N, d], V and out are
