@@ -338,6 +338,13 @@ TEST_CASE("batched attention rejects bad shapes, overlapping outputs and non-fin
   bad_q.values[std::size_t(3 * 10 * 4 + 7)] =
       std::numeric_limits<double>::quiet_NaN();  // head 3: b = 1, h = 1
   CHECK(throws_naming([&] { run(bad_q.view(), K.view(), V.view(), out.view()); }, "head 3 (b = 1, h = 1)"));
+  // A batch of one head (Python's 2-D calls) keeps the head's own message: there is no head to name.
+  Tensor<double> one_q(1, 1, 10, 4, 58), one_out(1, 1, 10, 4, 61);
+  const Tensor<double> one_k(1, 1, 10, 4, 59), one_v(1, 1, 10, 4, 60);
+  one_q.values[7] = std::numeric_limits<double>::quiet_NaN();
+  const auto one_head = [&] { run(one_q.view(), one_k.view(), one_v.view(), one_out.view()); };
+  CHECK(throws_naming(one_head, "landmarks: Q contains non-finite values"));
+  CHECK_FALSE(throws_naming(one_head, "head 0"));
   ApproximationOptions too_many = options;
   too_many.nystrom.landmarks.count = 11;
   CHECK(throws_naming(

@@ -104,14 +104,15 @@ struct HeadScratch {
 /// threads() > 1 and more than one head, the heads go one at a time (dynamic schedule) to the OpenMP threads,
 /// each of which sets its own thread count to 1 first, so the per-head code sees threads() == 1 and opens no
 /// nested regions; otherwise in order on the calling thread, the per-head code keeping the caller's threads.
-/// The first exception (naming the head when it is std::invalid_argument) is rethrown once the threads have
-/// stopped.
+/// The first exception (naming the head when it is std::invalid_argument and the batch has more than one) is
+/// rethrown once the threads have stopped.
 template <class Scratch, class Head>
 void for_each_head(Index count, Index heads_per_batch, const Head& head) {
   const auto run = [&](Index i, Scratch& scratch) {
     try {
       head(i, scratch);
     } catch (const std::invalid_argument& error) {
+      if (count == 1) throw;  // one head (a 2-D call from Python): the message needs no head
       throw std::invalid_argument(describe("batched attention, head ", i, " (b = ", i / heads_per_batch,
                                            ", h = ", i % heads_per_batch, "): ", error.what()));
     }
