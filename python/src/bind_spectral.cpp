@@ -2,6 +2,8 @@
 // (docs/mathematics.md §7), and the Lemma 2.1 terms and bounds (§3).
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
+
 #include "arguments.hpp"
 #include "common.hpp"
 #include "nystrom/bounds.hpp"
@@ -17,9 +19,14 @@ using namespace nb::literals;
 
 namespace {
 
-/// Top-k singular values of an operator, by Lanczos on the Gram or the augmented operator.
+/// The top `count` singular values of an operator, by Lanczos on the Gram or the augmented operator; a bad
+/// count is named as `function`'s argument (the library's k would read as the keys).
 template <class Operator>
-SpectralResult top_values(const Operator& op, Index count, const KeywordArguments& arguments) {
+SpectralResult top_values(const char* function, const Operator& op, Index count,
+                          const KeywordArguments& arguments) {
+  const Index most = std::min(op.rows(), op.cols());
+  require(count >= 1 && count <= most, function, ": count = ", count, " must be in [1, ", most,
+          "] (the smaller dimension of the ", op.rows(), "x", op.cols(), " matrix)");
   const SpectralOptions options = spectral_options(arguments);
   return arguments.augmented ? top_singular_values_augmented(op, count, options)
                              : top_singular_values(op, count, options);
@@ -136,7 +143,7 @@ void bind_spectral(nb::module_& m) {
           return computed([&] {
             const MatrixArgument<T> A(a, "a");
             require_finite(A.ref(), "top_singular_values: a");
-            return top_values(DenseOperator<T>(A.ref()), count, arguments);
+            return top_values("top_singular_values", DenseOperator<T>(A.ref()), count, arguments);
           });
         });
       },
@@ -184,7 +191,7 @@ void bind_spectral(nb::module_& m) {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             const KernelOperator<T, double> g(Q.ref(), K.ref(), kernel_of(arguments, Q.cols()),
                                               tiling_options(arguments));
-            return top_values(g, count, arguments);
+            return top_values("kernel_singular_values", g, count, arguments);
           });
         });
       },
@@ -237,7 +244,7 @@ void bind_spectral(nb::module_& m) {
             const NystromOperator<double> approximation(wide);
             const DifferenceOperator<KernelOperator<T, double>, NystromOperator<double>> error(g,
                                                                                                approximation);
-            return top_values(error, count, arguments);
+            return top_values("error_singular_values", error, count, arguments);
           });
         });
       },

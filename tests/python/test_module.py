@@ -483,6 +483,14 @@ def test_spectral_values_of_tiny_kernels_and_mismatched_factors():
     factors = nystrom.nystrom_factors(q, k, landmarks=8)
     with pytest.raises(ValueError, match="landmarks have d = 5, but q has 4"):
         nystrom.error_norm(q[:, :4], k[:, :4], factors)
+    # A count beyond the smaller dimension is named as the argument `count` (not the library's k, which would
+    # read as the keys).
+    with pytest.raises(ValueError, match=r"kernel_singular_values: count = 41 must be in \[1, 40\] .*60x40"):
+        nystrom.kernel_singular_values(q, k[:40], 41, scale=s)
+    with pytest.raises(ValueError, match=r"error_singular_values: count = 0 must be in \[1, 60\]"):
+        nystrom.error_singular_values(q, k, factors, 0)
+    with pytest.raises(ValueError, match=r"top_singular_values: count = 5 must be in \[1, 4\]"):
+        nystrom.top_singular_values(np.ones((4, 7)), 5)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
