@@ -39,12 +39,23 @@ double stored_norm(const Matrix<T>& a, const KeywordArguments& arguments) {
   return spectral_norm(DenseOperator<T>(a), spectral_options(arguments)).values(0);
 }
 
+/// Throws naming `function` where κ(Q, K) overflows exp even in double (require_representable_kernel): every
+/// operator on it would hold ∞, and Lanczos or the SVD would stop on that without naming the logits.
+template <class T>
+void require_representable(const char* function, const MatrixArgument<T>& q, const MatrixArgument<T>& k,
+                           const Kernel& kernel) {
+  Head<T> head;
+  head.q = q.ref();
+  head.k = k.ref();
+  require_representable_kernel(head, kernel, function);
+}
+
 /// The tokens and the factors of one call, the factors in the tokens' precision.
 template <class T>
 struct FactorInputs {
   MatrixArgument<T> q, k;
   const NystromFactors<T>& factors;
-  FactorInputs(const Array& q_array, const Array& k_array, const FactorsAny& any)
+  FactorInputs(const char* function, const Array& q_array, const Array& k_array, const FactorsAny& any)
       : q(q_array, "q"), k(k_array, "k"), factors(any.as<T>("the factors")) {
     require(q.rows() == factors.rows() && k.rows() == factors.cols(), "the factors approximate a ",
             factors.rows(), "x", factors.cols(), " kernel, but q has ", q.rows(), " and k has ", k.rows(),
@@ -52,6 +63,7 @@ struct FactorInputs {
     const Index d = factors.landmarks.q.cols();
     require(q.cols() == d && k.cols() == d, "the factors' landmarks have d = ", d, ", but q has ", q.cols(),
             " and k has ", k.cols(), " columns");
+    require_representable(function, q, k, factors.options.kernel);
   }
 };
 
@@ -164,6 +176,7 @@ void bind_spectral(nb::module_& m) {
           return computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             const Kernel kernel = kernel_of(arguments, Q.cols());
+            require_representable("kernel_norm", Q, K, kernel);
             if (arguments.solver == Solver::matrix_free)
               return matrix_free_kernel_norm<T>(Q.ref(), K.ref(), kernel, spectral_options(arguments),
                                                 tiling_options(arguments))
@@ -189,8 +202,9 @@ void bind_spectral(nb::module_& m) {
           using T = decltype(scalar);
           return computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
-            const KernelOperator<T, double> g(Q.ref(), K.ref(), kernel_of(arguments, Q.cols()),
-                                              tiling_options(arguments));
+            const Kernel kernel = kernel_of(arguments, Q.cols());
+            require_representable("kernel_singular_values", Q, K, kernel);
+            const KernelOperator<T, double> g(Q.ref(), K.ref(), kernel, tiling_options(arguments));
             return top_values("kernel_singular_values", g, count, arguments);
           });
         });
@@ -210,7 +224,7 @@ void bind_spectral(nb::module_& m) {
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
           using T = decltype(scalar);
           return computed([&] {
-            const FactorInputs<T> in(q, k, factors);
+            const FactorInputs<T> in("error_norm", q, k, factors);
             const Kernel& kernel = in.factors.options.kernel;
             if (arguments.solver == Solver::matrix_free)
               return matrix_free_error_norm<T>(in.q.ref(), in.k.ref(), in.factors, kernel,
@@ -237,7 +251,7 @@ void bind_spectral(nb::module_& m) {
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
           using T = decltype(scalar);
           return computed([&] {
-            const FactorInputs<T> in(q, k, factors);
+            const FactorInputs<T> in("error_singular_values", q, k, factors);
             const KernelOperator<T, double> g(in.q.ref(), in.k.ref(), in.factors.options.kernel,
                                               tiling_options(arguments));
             const NystromFactors<double> wide = widened_factors(in.factors);
@@ -261,7 +275,7 @@ void bind_spectral(nb::module_& m) {
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
           using T = decltype(scalar);
           return computed([&] {
-            const FactorInputs<T> in(q, k, factors);
+            const FactorInputs<T> in("landmark_terms", q, k, factors);
             Head<T> head;
             head.q = in.q.ref();
             head.k = in.k.ref();
