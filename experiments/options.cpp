@@ -274,6 +274,16 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
   return values;
 }
 
+Kernel kernel_option(KernelType type, double param, const std::string& option) {
+  const Kernel kernel{type, param};
+  try {
+    kernel.validate();
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(describe("option --", option, ": ", error.what()));
+  }
+  return kernel;
+}
+
 double parse_bytes(const std::string& text, const std::string& option) {
   const auto invalid = describe("option --", option, ": '", text,
                                 "' is not a byte count (a positive number, optionally with K, M, G or T)");

@@ -15,6 +15,7 @@
 #include "nystrom/approximation.hpp"
 #include "nystrom/backend.hpp"
 #include "nystrom/error.hpp"
+#include "nystrom/kernels.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom::cli {
@@ -110,6 +111,9 @@ double parse_bytes(const std::string& text, const std::string& option);
 /// Finite doubles from a comma-separated list, repeated values dropped (order kept); throws naming `option`
 /// for a malformed or non-finite item.
 std::vector<double> parse_double_list(const std::string& text, const std::string& option);
+
+/// Kernel{type, param} after Kernel::validate, a bad parameter named as option --`option`.
+Kernel kernel_option(KernelType type, double param, const std::string& option);
 
 /// Enum values from a comma-separated list by the library's `from_string` (e.g. pinv_method_from_string),
 /// repeated values dropped (order kept); the library's message (naming the value) is prefixed by the option

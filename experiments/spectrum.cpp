@@ -245,18 +245,14 @@ SpectrumSettings parse_settings(const po::variables_map& values) {
     settings.layers = split_list(text, "layers");
   const auto type =
       parse_enum<KernelType>(values["kernel"].as<std::string>(), "kernel", kernel_type_from_string);
-  const double param = type == KernelType::exponential ? values["scale"].as<double>()
-                       : type == KernelType::laplacian ? values["lambda"].as<double>()
-                                                       : values["bandwidth"].as<double>();
-  settings.kernel = Kernel{type, param};
-  if (type != KernelType::exponential || param != 0) {
-    try {
-      settings.kernel.validate();
-    } catch (const std::invalid_argument& error) {
-      throw std::invalid_argument(describe(
-          "option --", type == KernelType::laplacian ? "lambda" : "scale/bandwidth", ": ", error.what()));
-    }
-  }
+  // --lambda and --bandwidth are checked whichever kernel --kernel names: a bad value is bad input either
+  // way.
+  const Kernel laplacian = kernel_option(KernelType::laplacian, values["lambda"].as<double>(), "lambda");
+  const Kernel gaussian = kernel_option(KernelType::gaussian, values["bandwidth"].as<double>(), "bandwidth");
+  settings.kernel = type == KernelType::laplacian ? laplacian
+                    : type == KernelType::gaussian
+                        ? gaussian
+                        : kernel_option(type, values["scale"].as<double>(), "scale");
   settings.landmarks.strategy = parse_enum<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy",
                                                              landmark_strategy_from_string);
   settings.landmarks.count = values["landmarks"].as<Index>();

@@ -140,10 +140,19 @@ po::options_description sweep_options() {
   return options;
 }
 
-/// The kernels of --kernel with their parameter lists.
+/// The kernels of --kernel with their parameter lists. --lambda and --bandwidth are checked whether or not
+/// --kernel names their kernel: a bad value is bad input either way.
 std::vector<Kernel> parse_kernels(const po::variables_map& values) {
   const double scale = values["scale"].as<double>();
   require(std::isfinite(scale), "option --scale: must be finite");
+  const auto parameter_kernels = [&](KernelType type, const char* option) {
+    std::vector<Kernel> kernels;
+    for (double param : parse_double_list(values[option].as<std::string>(), option))
+      kernels.push_back(kernel_option(type, param, option));
+    return kernels;
+  };
+  const std::vector<Kernel> laplacian = parameter_kernels(KernelType::laplacian, "lambda"),
+                            gaussian = parameter_kernels(KernelType::gaussian, "bandwidth");
   std::vector<Kernel> kernels;
   for (auto type :
        parse_enum_list<KernelType>(values["kernel"].as<std::string>(), "kernel", kernel_type_from_string)) {
@@ -151,16 +160,8 @@ std::vector<Kernel> parse_kernels(const po::variables_map& values) {
       kernels.push_back(Kernel::exponential(scale));
       continue;
     }
-    const char* option = type == KernelType::laplacian ? "lambda" : "bandwidth";
-    for (double param : parse_double_list(values[option].as<std::string>(), option)) {
-      const Kernel kernel{type, param};
-      try {
-        kernel.validate();
-      } catch (const std::invalid_argument& error) {
-        throw std::invalid_argument(describe("option --", option, ": ", error.what()));
-      }
-      kernels.push_back(kernel);
-    }
+    const std::vector<Kernel>& with_parameters = type == KernelType::laplacian ? laplacian : gaussian;
+    kernels.insert(kernels.end(), with_parameters.begin(), with_parameters.end());
   }
   return kernels;
 }

@@ -364,6 +364,10 @@ TEST_CASE(
       {{"--landmarks", "0"}, "--landmarks"},
       {{"--kernel", "laplacian", "--lambda", "2,0"}, "--lambda"},
       {{"--kernel", "laplacian", "--lambda", "-1"}, "lambda = -1"},
+      // a bad parameter is bad input even where --kernel does not use it
+      {{"--kernel", "exp", "--lambda", "0"}, "option --lambda: kernel laplacian: lambda = 0 must be > 0"},
+      {{"--kernel", "exp,laplacian", "--bandwidth", "-2"},
+       "option --bandwidth: kernel gaussian: h = -2 must be > 0"},
       {{"--kernel", "cosine"}, "unknown kernel 'cosine'"},
       {{"--strategy", "step,best"}, "--strategy"},
       {{"--pinv", "cholesky"}, "--pinv"},
@@ -532,6 +536,12 @@ TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--landmarks", "31", "-q"}).status == 2);
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--kernel", "laplacian", "--lambda", "0"})
             .status == 2);
+  const auto unused_bandwidth =
+      run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--kernel", "exp", "--bandwidth", "0", "-q"});
+  CHECK(unused_bandwidth.status == 2);
+  CHECK_MESSAGE(unused_bandwidth.err.find("option --bandwidth: kernel gaussian: h = 0 must be > 0") !=
+                    std::string::npos,
+                unused_bandwidth.err);
   CHECK_FALSE(fs::exists(dir / "bad.h5"));
 }
 

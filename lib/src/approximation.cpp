@@ -73,7 +73,7 @@ std::string implied_matrix(Method method) {
 void ApproximationOptions::validate(Method method, Index n, Index d) const {
   kernel.validate();
   require(error_matrix(method) != ErrorMatrix::attention || kernel.type == KernelType::exponential,
-          to_string(method), " is a softmax method and needs the exponential kernel, not ", kernel.label());
+          to_string(method), " is a softmax method and needs the exponential kernel, not ", kernel);
   require(error_matrix(method) != ErrorMatrix::attention || kernel.param > 0, to_string(method),
           " is a softmax method and needs a scale s > 0, got s = ", kernel.param);
   switch (method) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <ostream>
 #include <sstream>
 
 #include "nystrom/enum_names.hpp"
@@ -27,14 +28,23 @@ namespace {
 const char* parameter_name(KernelType type) {
   return type == KernelType::exponential ? "s" : type == KernelType::laplacian ? "lambda" : "h";
 }
+
+/// "kernel laplacian: lambda = 0" in a message (written only when a message is built).
+struct NamedParameter {
+  KernelType type;
+  double param;
+};
+
+std::ostream& operator<<(std::ostream& out, const NamedParameter& named) {
+  return out << "kernel " << to_string(named.type) << ": " << parameter_name(named.type) << " = "
+             << named.param;
+}
 }  // namespace
 
 void Kernel::validate() const {
-  const auto named = [&](const char* condition) {
-    return describe("kernel ", to_string(type), ": ", parameter_name(type), " = ", param, condition);
-  };
-  require(std::isfinite(param), named(" is not finite"));
-  if (type != KernelType::exponential) require(param > 0, named(" must be > 0"));
+  const NamedParameter named{type, param};
+  require(std::isfinite(param), named, " is not finite");
+  if (type != KernelType::exponential) require(param > 0, named, " must be > 0");
   require(std::isfinite(log_shift), "kernel ", to_string(type), ": log_shift = ", log_shift,
           " is not finite");
 }
@@ -47,11 +57,13 @@ void Kernel::require_block(Index n, Index p, Index d, Index e, Index out_rows, I
 }
 
 std::string Kernel::label() const {
-  std::ostringstream out;
-  out << to_string(type) << "(" << parameter_name(type) << "=" << param;
-  if (log_shift != 0) out << ", log_shift=" << log_shift;
-  out << ")";
-  return out.str();
+  return describe(*this);
+}
+
+std::ostream& operator<<(std::ostream& out, const Kernel& kernel) {
+  out << to_string(kernel.type) << "(" << parameter_name(kernel.type) << "=" << kernel.param;
+  if (kernel.log_shift != 0) out << ", log_shift=" << kernel.log_shift;
+  return out << ")";
 }
 
 template <class T>

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <string>
 
 #include <omp.h>
@@ -86,6 +87,10 @@ struct Kernel {
     return out;
   }
 };
+
+/// Writes Kernel::label() into a stream: a message streams the kernel, so the label is formatted only when a
+/// message is built.
+std::ostream& operator<<(std::ostream& out, const Kernel& kernel);
 
 /// log(DBL_MAX): exp(x) overflows double for x above it.
 constexpr double double_exponent_limit = 709.782712893384;
