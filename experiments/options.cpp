@@ -284,6 +284,14 @@ Kernel kernel_option(KernelType type, double param, const std::string& option) {
   return kernel;
 }
 
+LandmarkStrategy command_line_strategy(const std::string& name) {
+  const LandmarkStrategy strategy = landmark_strategy_from_string(name);
+  require(strategy != LandmarkStrategy::given,
+          "'given' takes landmark indices, which the command line has no option for (the library and the "
+          "Python module take them: q_indices, k_indices)");
+  return strategy;
+}
+
 double parse_bytes(const std::string& text, const std::string& option) {
   const auto invalid = describe("option --", option, ": '", text,
                                 "' is not a byte count (a positive number, optionally with K, M, G or T)");

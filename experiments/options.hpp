@@ -16,6 +16,7 @@
 #include "nystrom/backend.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/kernels.hpp"
+#include "nystrom/landmarks.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom::cli {
@@ -114,6 +115,10 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
 
 /// Kernel{type, param} after Kernel::validate, a bad parameter named as option --`option`.
 Kernel kernel_option(KernelType type, double param, const std::string& option);
+
+/// A landmark strategy by name, as the command line takes them: every strategy but `given`, whose indices
+/// only the library and the Python module take (for parse_enum and parse_enum_list).
+LandmarkStrategy command_line_strategy(const std::string& name);
 
 /// Enum values from a comma-separated list by the library's `from_string` (e.g. pinv_method_from_string),
 /// repeated values dropped (order kept); the library's message (naming the value) is prefixed by the option

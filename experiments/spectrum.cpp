@@ -253,8 +253,8 @@ SpectrumSettings parse_settings(const po::variables_map& values) {
                     : type == KernelType::gaussian
                         ? gaussian
                         : kernel_option(type, values["scale"].as<double>(), "scale");
-  settings.landmarks.strategy = parse_enum<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy",
-                                                             landmark_strategy_from_string);
+  settings.landmarks.strategy =
+      parse_enum<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy", command_line_strategy);
   settings.landmarks.count = values["landmarks"].as<Index>();
   settings.landmarks.seed = values["seed"].as<std::uint64_t>();
   settings.top = values["top"].as<Index>();

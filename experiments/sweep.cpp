@@ -180,7 +180,7 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
   if (!heads.empty()) grid.heads = parse_index_list(heads, "heads", 0);
   grid.kernels = parse_kernels(values);
   grid.strategies = parse_enum_list<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy",
-                                                      landmark_strategy_from_string);
+                                                      command_line_strategy);
   const auto index_list = [&](const char* name) {
     return values.count(name) ? parse_index_list(values[name].as<std::string>(), name, 1)
                               : std::vector<Index>{};

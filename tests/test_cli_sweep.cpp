@@ -369,6 +369,7 @@ TEST_CASE(
       {{"--kernel", "exp,laplacian", "--bandwidth", "-2"},
        "option --bandwidth: kernel gaussian: h = -2 must be > 0"},
       {{"--kernel", "cosine"}, "unknown kernel 'cosine'"},
+      {{"--strategy", "step,given"}, "option --strategy: 'given' takes landmark indices"},
       {{"--strategy", "step,best"}, "--strategy"},
       {{"--pinv", "cholesky"}, "--pinv"},
       {{"--method", "magic"}, "unknown method 'magic'"},
@@ -534,6 +535,8 @@ TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the
     }
   // Bad options leave no file.
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--landmarks", "31", "-q"}).status == 2);
+  CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--strategy", "given", "-q"})
+            .err.find("option --strategy: 'given' takes landmark indices") != std::string::npos);
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--kernel", "laplacian", "--lambda", "0"})
             .status == 2);
   const auto unused_bandwidth =
