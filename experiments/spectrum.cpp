@@ -264,6 +264,8 @@ SpectrumSettings parse_settings(const po::variables_map& values) {
   settings.model_reference = parse_model_reference(values);
   settings.quiet = values["quiet"].as<bool>();
   settings.precision = parse_precision(values);
+  require(settings.landmarks.count >= 1, "option --landmarks: m = ", settings.landmarks.count,
+          " must be >= 1");
   require(settings.top >= 1, "option --top: ", settings.top, " must be >= 1");
   require(settings.rank_tol > 0 && settings.rank_tol < 1, "option --rank-tol: must lie in (0, 1)");
   return settings;

@@ -535,6 +535,8 @@ TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the
     }
   // Bad options leave no file.
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--landmarks", "31", "-q"}).status == 2);
+  CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--landmarks", "0", "-q"})
+            .err.find("option --landmarks: m = 0 must be >= 1") != std::string::npos);
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--strategy", "given", "-q"})
             .err.find("option --strategy: 'given' takes landmark indices") != std::string::npos);
   CHECK(run_cli({"spectrum", "-i", input, "-o", dir / "bad.h5", "--kernel", "laplacian", "--lambda", "0"})
