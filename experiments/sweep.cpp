@@ -143,8 +143,7 @@ po::options_description sweep_options() {
 /// The kernels of --kernel with their parameter lists. --lambda and --bandwidth are checked whether or not
 /// --kernel names their kernel: a bad value is bad input either way.
 std::vector<Kernel> parse_kernels(const po::variables_map& values) {
-  const double scale = values["scale"].as<double>();
-  require(std::isfinite(scale), "option --scale: must be finite");
+  const Kernel exponential = kernel_option(KernelType::exponential, values["scale"].as<double>(), "scale");
   const auto parameter_kernels = [&](KernelType type, const char* option) {
     std::vector<Kernel> kernels;
     for (double param : parse_double_list(values[option].as<std::string>(), option))
@@ -157,7 +156,7 @@ std::vector<Kernel> parse_kernels(const po::variables_map& values) {
   for (auto type :
        parse_enum_list<KernelType>(values["kernel"].as<std::string>(), "kernel", kernel_type_from_string)) {
     if (type == KernelType::exponential) {
-      kernels.push_back(Kernel::exponential(scale));
+      kernels.push_back(exponential);
       continue;
     }
     const std::vector<Kernel>& with_parameters = type == KernelType::laplacian ? laplacian : gaussian;
