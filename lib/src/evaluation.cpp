@@ -130,33 +130,45 @@ void scale_to_kernel(PointResult& point, double log_shift) {
   point.c_emp_normalized /= scale;
 }
 
+/// check(), an std::invalid_argument it throws prefixed with `where` and the kernel.
+template <class Check>
+auto naming_kernel(const std::string& where, const Kernel& kernel, const Check& check) {
+  try {
+    return check();
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(describe(where, ": ", kernel, ": ", error.what()));
+  }
+}
+
 }  // namespace
 
 template <class T>
 double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::string& where) {
-  try {
+  return naming_kernel(where, kernel, [&] {
     const double shift = kernel_log_shift<T>(kernel, head.q, head.k);
     if (head.bias.size() == 0) return shift;
     const double largest = double(head_exponent(head, kernel).maxCoeff());
     require(largest <= double_exponent_limit, "the largest exponent with the bias, ", largest,
             ", overflows exp in double (above ", double_exponent_limit, ")");
     return std::max(shift, largest);
-  } catch (const std::invalid_argument& error) {
-    throw std::invalid_argument(describe(where, ": ", kernel.label(), ": ", error.what()));
-  }
+  });
+}
+
+template <class T>
+void require_representable_kernel(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k,
+                                  const Kernel& kernel, const std::string& where) {
+  kernel.validate();
+  if (kernel.type != KernelType::exponential) return;
+  const double bound = std::abs(kernel.param) * std::sqrt(double(q.rowwise().squaredNorm().maxCoeff()) *
+                                                          double(k.rowwise().squaredNorm().maxCoeff()));
+  if (bound > double_exponent_limit) naming_kernel(where, kernel, [&] { kernel_log_shift<T>(kernel, q, k); });
 }
 
 template <class T>
 void require_representable_kernel(const Head<T>& head, const Kernel& kernel, const std::string& where) {
+  if (head.bias.size() == 0) return require_representable_kernel<T>(head.q, head.k, kernel, where);
   kernel.validate();
-  if (head.bias.size() > 0) {
-    head_log_shift(head, kernel, where);
-    return;
-  }
-  if (kernel.type != KernelType::exponential) return;
-  const double bound = std::abs(kernel.param) * std::sqrt(double(head.q.rowwise().squaredNorm().maxCoeff()) *
-                                                          double(head.k.rowwise().squaredNorm().maxCoeff()));
-  if (bound > double_exponent_limit) head_log_shift(head, kernel, where);
+  head_log_shift(head, kernel, where);
 }
 
 template <class T>
@@ -491,6 +503,8 @@ PointResult HeadEvaluator<T>::exact_point(const ApproximationOptions& options, c
                                            const EvaluationOptions&);                                  \
   template double head_log_shift<T>(const Head<T>&, const Kernel&, const std::string&);                \
   template void require_representable_kernel<T>(const Head<T>&, const Kernel&, const std::string&);    \
+  template void require_representable_kernel<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,    \
+                                                const Kernel&, const std::string&);                    \
   template Matrix<T> head_exponent<T>(const Head<T>&, const Kernel&);                                  \
   template Matrix<T> head_kernel_matrix<T>(const Head<T>&, const Kernel&);                             \
   template Matrix<T> head_attention_matrix<T>(const Head<T>&, const Kernel&);                          \

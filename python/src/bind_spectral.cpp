@@ -39,17 +39,6 @@ double stored_norm(const Matrix<T>& a, const KeywordArguments& arguments) {
   return spectral_norm(DenseOperator<T>(a), spectral_options(arguments)).values(0);
 }
 
-/// Throws naming `function` where κ(Q, K) overflows exp even in double (require_representable_kernel): every
-/// operator on it would hold ∞, and Lanczos or the SVD would stop on that without naming the logits.
-template <class T>
-void require_representable(const char* function, const MatrixArgument<T>& q, const MatrixArgument<T>& k,
-                           const Kernel& kernel) {
-  Head<T> head;
-  head.q = q.ref();
-  head.k = k.ref();
-  require_representable_kernel(head, kernel, function);
-}
-
 /// The tokens and the factors of one call, the factors in the tokens' precision.
 template <class T>
 struct FactorInputs {
@@ -63,7 +52,7 @@ struct FactorInputs {
     const Index d = factors.landmarks.q.cols();
     require(q.cols() == d && k.cols() == d, "the factors' landmarks have d = ", d, ", but q has ", q.cols(),
             " and k has ", k.cols(), " columns");
-    require_representable(function, q, k, factors.options.kernel);
+    require_representable_kernel<T>(q.ref(), k.ref(), factors.options.kernel, function);
   }
 };
 
@@ -176,7 +165,7 @@ void bind_spectral(nb::module_& m) {
           return computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             const Kernel kernel = kernel_of(arguments, Q.cols());
-            require_representable("kernel_norm", Q, K, kernel);
+            require_representable_kernel<T>(Q.ref(), K.ref(), kernel, "kernel_norm");
             if (arguments.solver == Solver::matrix_free)
               return matrix_free_kernel_norm<T>(Q.ref(), K.ref(), kernel, spectral_options(arguments),
                                                 tiling_options(arguments))
@@ -203,7 +192,7 @@ void bind_spectral(nb::module_& m) {
           return computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             const Kernel kernel = kernel_of(arguments, Q.cols());
-            require_representable("kernel_singular_values", Q, K, kernel);
+            require_representable_kernel<T>(Q.ref(), K.ref(), kernel, "kernel_singular_values");
             const KernelOperator<T, double> g(Q.ref(), K.ref(), kernel, tiling_options(arguments));
             return top_values("kernel_singular_values", g, count, arguments);
           });

@@ -19,7 +19,7 @@ std::string describe(const Parts&... parts) {
 
 /// Throws std::invalid_argument(describe(parts...)) unless `condition` holds:
 /// `require(m <= n, "m = ", m, " exceeds N = ", n)`. The message is built only on failure (an ostringstream
-/// per check cost 3% of a PnP-Nystra head at N = 4096).
+/// per check cost 3–5% of a PnP-Nystra head at N = 4096).
 template <class... Parts>
 void require(bool condition, const Parts&... parts) {
   if (!condition) throw std::invalid_argument(describe(parts...));

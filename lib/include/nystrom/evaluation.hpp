@@ -174,6 +174,11 @@ Matrix<T> head_extended_matrix(const Head<T>& head, const Kernel& shifted, const
 template <class T>
 void require_representable_kernel(const Head<T>& head, const Kernel& kernel, const std::string& where);
 
+/// require_representable_kernel for tokens without a bias (the Python module's spectral functions).
+template <class T>
+void require_representable_kernel(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k,
+                                  const Kernel& kernel, const std::string& where);
+
 /// Landmark options placed on a head's token grid: without a window of their own ({0, 0}), the given window
 /// and prefix tokens (docs/formats.md §1).
 LandmarkOptions on_token_grid(LandmarkOptions landmarks, const std::array<Index, 2>& window,
