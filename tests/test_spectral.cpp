@@ -375,7 +375,9 @@ TEST_CASE("small operators take the dense path and k = min(rows, cols) is allowe
   const SpectralResult all = top_singular_values(DenseOperator<double>(A), 6);
   CHECK(all.converged);
   CHECK((all.values - sigma).cwiseAbs().maxCoeff() <= 1e-13 * sigma(0));
-  CHECK(throws_naming([&] { top_singular_values(DenseOperator<double>(A), 7); }, "k = 7"));
+  CHECK(throws_naming(
+      [&] { top_singular_values(DenseOperator<double>(A), 7); },
+      "top_singular_values: k = 7 must be in [1, 6] (the smaller dimension of the 9x6 operator)"));
   CHECK(throws_naming([&] { top_singular_values(DenseOperator<double>(A), 0); }, "k = 0"));
 }
 

@@ -2,8 +2,6 @@
 // (docs/mathematics.md §7), and the Lemma 2.1 terms and bounds (§3).
 #include <nanobind/stl/string.h>
 
-#include <algorithm>
-
 #include "arguments.hpp"
 #include "common.hpp"
 #include "nystrom/bounds.hpp"
@@ -24,9 +22,7 @@ namespace {
 template <class Operator>
 SpectralResult top_values(const char* function, const Operator& op, Index count,
                           const KeywordArguments& arguments) {
-  const Index most = std::min(op.rows(), op.cols());
-  require(count >= 1 && count <= most, function, ": count = ", count, " must be in [1, ", most,
-          "] (the smaller dimension of the ", op.rows(), "x", op.cols(), " matrix)");
+  detail::require_rank_count(op, count, function, "count");
   const SpectralOptions options = spectral_options(arguments);
   return arguments.augmented ? top_singular_values_augmented(op, count, options)
                              : top_singular_values(op, count, options);

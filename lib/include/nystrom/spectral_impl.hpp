@@ -358,11 +358,12 @@ requires HasBlockGram<Operator> SpectralResult block_top_singular_values(const O
   return result;
 }
 
-/// Checks 1 ≤ k ≤ min(rows, cols) for `where`.
+/// Checks 1 ≤ k ≤ min(rows, cols) for `where`, naming k as `argument` (the Python module's `count`).
 template <class Operator>
-void require_rank_count(const Operator& op, Index k, const char* where) {
+void require_rank_count(const Operator& op, Index k, const char* where, const char* argument = "k") {
   const Index n = std::min(op.rows(), op.cols());
-  require(k >= 1 && k <= n, where, ": k = ", k, " must be in [1, min(rows, cols) = ", n, "]");
+  require(k >= 1 && k <= n, where, ": ", argument, " = ", k, " must be in [1, ", n,
+          "] (the smaller dimension of the ", op.rows(), "x", op.cols(), " operator)");
 }
 
 }  // namespace detail
