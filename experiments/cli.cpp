@@ -6,7 +6,9 @@
 #include <new>
 #include <string_view>
 
+#include "distribute.hpp"
 #include "hdf5_io.hpp"
+#include "nystrom/error.hpp"
 #include "subcommands.hpp"
 
 #ifndef NYSTROM_VERSION
@@ -45,6 +47,14 @@ void print_program_help(std::ostream& out) {
   out << "\nexit status: 0 success, 2 bad usage or bad input, 1 other failure\n";
 }
 
+/// "nystrom <subcommand>", the prefix of its error messages; under an MPI launcher every rank reports its own
+/// failure (a file only one node lacks fails only there), so ranks other than 0 name themselves.
+std::string message_prefix(const std::string& subcommand) {
+  const int rank = mpi_rank();
+  if (rank == 0) return "nystrom " + subcommand;
+  return describe("nystrom ", subcommand, " (rank ", rank, " of ", mpi_size(), ")");
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -75,16 +85,16 @@ int run(int argc, char** argv) {
     try {
       return subcommand.run(invocation);
     } catch (const std::invalid_argument& error) {
-      std::cerr << "nystrom " << first << ": " << error.what() << "\n";
+      std::cerr << message_prefix(first) << ": " << error.what() << "\n";
       return 2;
     } catch (const std::bad_alloc&) {
       // Sizes beyond this machine's memory are a request that cannot be met, like bad input.
-      std::cerr << "nystrom " << first
+      std::cerr << message_prefix(first)
                 << ": out of memory: the sizes asked for need more memory than this machine can allocate "
                    "(nothing was written)\n";
       return 2;
     } catch (const std::exception& error) {
-      std::cerr << "nystrom " << first << ": error: " << error.what() << "\n";
+      std::cerr << message_prefix(first) << ": error: " << error.what() << "\n";
       return 1;
     }
   }

@@ -22,6 +22,19 @@ sweep=(sweep --input "$work/dump.h5" --kernel exp,laplacian --landmarks 4,8,16 -
 "$mpiexec" -n 2 --oversubscribe "$nystrom" "${sweep[@]}" --output "$work/resumed.h5" --stop-after 20 || true
 "$mpiexec" -n 2 --oversubscribe "$nystrom" "${sweep[@]}" --output "$work/resumed.h5"
 
+# Bad input under the launcher: every rank reports it (ranks other than 0 naming themselves), the run fails,
+# and nothing is written.
+bad=(sweep --input "$work/dump.h5" --landmarks 0 --quiet --output "$work/bad.h5")
+if "$mpiexec" -n 2 --oversubscribe "$nystrom" "${bad[@]}" > /dev/null 2> "$work/bad.err"; then
+  echo "FAIL: a 2-rank sweep with --landmarks 0 succeeded"
+  exit 1
+fi
+for prefix in "nystrom sweep" "nystrom sweep (rank 1 of 2)"; do
+  grep -qF "$prefix: option --landmarks: 0 in '0' must be >= 1" "$work/bad.err" ||
+    { echo "FAIL: no message '$prefix: option --landmarks ...' in:"; cat "$work/bad.err"; exit 1; }
+done
+[ ! -e "$work/bad.h5" ] || { echo "FAIL: the failed 2-rank sweep wrote $work/bad.h5"; exit 1; }
+
 # Writes every /sweep column except wall times as text, one file per column, into directory $2.
 dump_columns() {
   local file=$1 into=$2
