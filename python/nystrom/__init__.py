@@ -12,7 +12,7 @@ matrix-free), the Lemma 2.1 terms and bounds, and the reader of `nystrom sweep` 
     print(nystrom.output_errors(exact, out).relative_frobenius)
 
 Arrays: float32 or float64 (results keep the dtype), any layout (Fortran-ordered arrays are read without a copy),
-numpy arrays (big-endian ones copied to native order) or CPU torch tensors. Keyword arguments are named as on the
+numpy arrays (big-endian ones copied to native order), nested lists of floats (as float64) or CPU torch tensors. Keyword arguments are named as on the
 command line (`nystrom sweep --help`; `lambda_` for --lambda). Bad input raises ValueError naming the value;
 numerical outcomes (a diverged pseudoinverse) are statuses. Every computation releases the GIL; `set_threads` sets
 its OpenMP threads.
@@ -66,19 +66,28 @@ from ._nystrom import (
 from .results import read_bench, read_results, read_spectra, read_vision
 
 
+# The keyword arguments that are arrays (the others, such as `forced` or `window`, are sequences of integers).
+_ARRAY_ARGUMENTS = frozenset(
+    {"q", "k", "v", "bias", "a", "x", "y", "exact", "approximate", "left", "core", "upper", "singular_values"})
+
+
 def _native(value):
-    """`value`, or a copy in native byte order for a numpy array of another (big-endian arrays, as h5py reads
-    '>f4' datasets): the extension takes arrays through DLPack, which has no byte order."""
+    """`value` as the extension takes it: a list or tuple of numbers (numpy.typing.ArrayLike) as a numpy array, a
+    numpy array of another byte order (big-endian arrays, as h5py reads '>f4' datasets) copied to native order. The
+    extension takes arrays through DLPack, which has neither."""
+    if isinstance(value, (list, tuple)):
+        value = np.asarray(value)
     if isinstance(value, np.ndarray) and not value.dtype.isnative:
         return value.astype(value.dtype.newbyteorder("="))
     return value
 
 
-def _any_byte_order(function):
-    """`function` taking numpy arrays of either byte order (_native)."""
+def _taking_array_likes(function):
+    """`function` taking its arrays as any numpy.typing.ArrayLike of float32 or float64 values (_native)."""
     @functools.wraps(function)
     def call(*args, **kwargs):
-        return function(*map(_native, args), **{key: _native(value) for key, value in kwargs.items()})
+        return function(*map(_native, args),
+                        **{key: _native(value) if key in _ARRAY_ARGUMENTS else value for key, value in kwargs.items()})
     return call
 
 
@@ -87,8 +96,11 @@ for _name in ("approximate", "attention", "attention_matrix", "energy_fraction",
               "evaluate", "kernel_matrix", "kernel_norm", "kernel_singular_values", "landmark_terms", "numerical_rank",
               "nystrom_factors", "output_errors", "pseudoinverse", "safe_alpha", "select_landmarks", "singular_values",
               "theorem3_constant", "time_attention", "top_singular_values"):
-    globals()[_name] = _any_byte_order(globals()[_name])
+    globals()[_name] = _taking_array_likes(globals()[_name])
 del _name
+# ... and the methods that take arrays.
+NystromFactors.apply = _taking_array_likes(NystromFactors.apply)
+NystromFactors.attention = _taking_array_likes(NystromFactors.attention)
 
 __all__ = [
     "KERNELS", "METHODS", "PINV_METHODS", "STABILIZATIONS", "STRATEGIES", "Approximation",

@@ -676,6 +676,19 @@ def test_layouts_give_identical_results(dtype):
                                   reference)
     singular = nystrom.singular_values(nystrom.kernel_matrix(q, k))
     assert nystrom.numerical_rank(singular.astype(">f8")) == nystrom.numerical_rank(singular)
+    # Nested lists and tuples (numpy.typing.ArrayLike, as the signatures say) were refused with a TypeError listing
+    # the signature; they are read as float64 arrays, positional or by keyword, and by the factors' methods too. A
+    # list of integers is refused as an integer array is, naming the argument.
+    as_double = [x.astype(np.float64) for x in (q, k, v)]
+    np.testing.assert_array_equal(nystrom.attention(q.tolist(), k=k.tolist(), v=tuple(map(tuple, v.tolist())),
+                                                    landmarks=6),
+                                  nystrom.attention(*as_double, landmarks=6))
+    factors = nystrom.nystrom_factors(*as_double[:2], landmarks=6)
+    np.testing.assert_array_equal(factors.apply(as_double[2][:, 0].tolist()), factors.apply(as_double[2][:, 0]))
+    np.testing.assert_array_equal(factors.attention(v=as_double[2].tolist()), factors.attention(as_double[2]))
+    assert nystrom.numerical_rank(singular.tolist()) == nystrom.numerical_rank(singular)
+    with pytest.raises(ValueError, match="q has dtype int64; expected float32 or float64"):
+        nystrom.attention([[1, 2], [3, 4]], k, v)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
