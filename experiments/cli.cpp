@@ -47,12 +47,15 @@ void print_program_help(std::ostream& out) {
   out << "\nexit status: 0 success, 2 bad usage or bad input, 1 other failure\n";
 }
 
-/// "nystrom <subcommand>", the prefix of its error messages; under an MPI launcher every rank reports its own
-/// failure (a file only one node lacks fails only there), so ranks other than 0 name themselves.
-std::string message_prefix(const std::string& subcommand) {
+/// Writes "nystrom <subcommand>: <message>" to stderr as one line in one write, so that the lines of several
+/// processes do not interleave. Under an MPI launcher every rank reports its own failure (a file only one
+/// node lacks fails only there), so ranks other than 0 name themselves.
+void report(const std::string& subcommand, const std::string& message) {
   const int rank = mpi_rank();
-  if (rank == 0) return "nystrom " + subcommand;
-  return describe("nystrom ", subcommand, " (rank ", rank, " of ", mpi_size(), ")");
+  const std::string program =
+      rank == 0 ? "nystrom " + subcommand
+                : describe("nystrom ", subcommand, " (rank ", rank, " of ", mpi_size(), ")");
+  std::cerr << (program + ": " + message + "\n") << std::flush;
 }
 
 }  // namespace
@@ -85,16 +88,17 @@ int run(int argc, char** argv) {
     try {
       return subcommand.run(invocation);
     } catch (const std::invalid_argument& error) {
-      std::cerr << message_prefix(first) << ": " << error.what() << "\n";
+      report(first, error.what());
       return 2;
     } catch (const std::bad_alloc&) {
       // Sizes beyond this machine's memory are a request that cannot be met, like bad input.
-      std::cerr << message_prefix(first)
-                << ": out of memory: the sizes asked for need more memory than this machine can allocate "
-                   "(nothing was written)\n";
+      report(
+          first,
+          "out of memory: the sizes asked for need more memory than this machine can allocate (nothing was "
+          "written)");
       return 2;
     } catch (const std::exception& error) {
-      std::cerr << message_prefix(first) << ": error: " << error.what() << "\n";
+      report(first, std::string("error: ") + error.what());
       return 1;
     }
   }

@@ -420,6 +420,15 @@ TEST_CASE_TEMPLATE("logits whose exp overflows even in double are rejected namin
   Kernel small;
   const Head<T> fine = large_logit_head<T>(40, 700, small);
   CHECK_NOTHROW(require_representable_kernel(fine, small, "h2"));
+  // Tokens without a head: an empty Q or K has no logits to bound, and is refused naming the shapes (the
+  // maxima over its rows read past the end: the Python module's kernel_norm crashed on q of 0 rows).
+  const Matrix<T> none(0, 3), one = Matrix<T>::Ones(1, 3);
+  for (const Kernel& any : {small, Kernel::laplacian(2)}) {
+    CHECK(throws_naming([&] { require_representable_kernel<T>(none, one, any, "kernel_norm"); },
+                        "kernel_norm: empty tokens, q is 0x3 and k is 1x3"));
+    CHECK(throws_naming([&] { require_representable_kernel<T>(one, none, any, "kernel_norm"); },
+                        "kernel_norm: empty tokens, q is 1x3 and k is 0x3"));
+  }
 }
 
 TEST_CASE("landmark terms above the dense limit equal a full SVD of G̃, flat and steep spectra") {

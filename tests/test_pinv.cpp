@@ -290,6 +290,19 @@ TEST_CASE_TEMPLATE("the automatic alpha at the ends of the type's range: formed 
       throws_naming([] { safe_alpha<double>(Matrix<double>::Constant(2, 2, std::nan(""))); }, "safe_alpha"));
 }
 
+TEST_CASE_TEMPLATE(
+    "empty matrices have no alpha: refused, naming the shape (the norms' maxima read past them)", T, float,
+    double) {
+  for (const auto& [rows, cols] : {std::pair{3, 0}, std::pair{0, 3}, std::pair{0, 0}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+    CHECK(throws_naming([&] { safe_alpha<T>(Matrix<T>(rows, cols)); }, "safe_alpha: A is empty (" + shape));
+    const std::vector<Matrix<T>> cores = {Matrix<T>::Identity(2, 2), Matrix<T>(rows, cols)};
+    CHECK(throws_naming([&] { batch_alpha<T>(cores); }, "batch_alpha: matrix 1 is empty (" + shape));
+  }
+}
+
 TEST_CASE("bad pinv arguments throw naming the value") {
   const Matrix<double> A = random_matrix<double>(4, 4, 7001);
   const auto fails = [&](const PinvOptions& options, const std::string& needle) {

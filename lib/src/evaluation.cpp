@@ -158,6 +158,8 @@ template <class T>
 void require_representable_kernel(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k,
                                   const Kernel& kernel, const std::string& where) {
   kernel.validate();
+  require(q.rows() > 0 && k.rows() > 0, where, ": empty tokens, q is ", q.rows(), "x", q.cols(), " and k is ",
+          k.rows(), "x", k.cols());
   if (kernel.type != KernelType::exponential) return;
   const double bound = std::abs(kernel.param) * std::sqrt(double(q.rowwise().squaredNorm().maxCoeff()) *
                                                           double(k.rowwise().squaredNorm().maxCoeff()));

@@ -46,6 +46,7 @@ void PinvOptions::validate() const {
 
 template <class T>
 double safe_alpha(const ConstMatrixRef<T>& A) {
+  require(A.size() > 0, "safe_alpha: A is empty (", A.rows(), "x", A.cols(), ")");
   require_finite(A, "safe_alpha: A");
   // Nyströmformer's init: ‖A‖₁‖A‖_∞ ≥ ‖A‖₂² = σ₁², so ασ₁² ≤ 1, inside both convergence ranges. The norms in
   // double, and α as (1/‖A‖₁)/‖A‖_∞: their product over- or underflowed for entries beyond 1e±154 (α 0 or ∞).
@@ -59,7 +60,9 @@ template <class T>
 double batch_alpha(const std::vector<Matrix<T>>& matrices) {
   require(!matrices.empty(), "batch_alpha: no matrices given");
   double norm_1 = 0, norm_inf = 0;
-  for (const auto& M : matrices) {
+  for (std::size_t i = 0; i < matrices.size(); ++i) {
+    const Matrix<T>& M = matrices[i];
+    require(M.size() > 0, "batch_alpha: matrix ", i, " is empty (", M.rows(), "x", M.cols(), ")");
     if (!all_finite(M)) continue;  // an overflowed core: its pseudoinverse is NaN whatever α
     const Matrix<double> m = M.template cast<double>();
     norm_1 = std::max(norm_1, m.cwiseAbs().colwise().sum().maxCoeff());

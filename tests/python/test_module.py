@@ -491,6 +491,14 @@ def test_spectral_values_of_tiny_kernels_and_mismatched_factors():
         nystrom.error_singular_values(q, k, factors, 0)
     with pytest.raises(ValueError, match=r"top_singular_values: count = 5 must be in \[1, 4\]"):
         nystrom.top_singular_values(np.ones((4, 7)), 5)
+    # Empty tokens are refused naming the shapes (q of 0 rows crashed the interpreter).
+    for solver in ("dense", "lanczos", "matrix-free"):
+        with pytest.raises(ValueError, match="kernel_norm: empty tokens, q is 0x5 and k is 60x5"):
+            nystrom.kernel_norm(q[:0], k, solver=solver)
+    with pytest.raises(ValueError, match="kernel_singular_values: empty tokens, q is 60x5 and k is 0x5"):
+        nystrom.kernel_singular_values(q, k[:0], 1)
+    with pytest.raises(ValueError, match="safe_alpha: A is empty \\(3x0\\)"):
+        nystrom.safe_alpha(np.ones((3, 0)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

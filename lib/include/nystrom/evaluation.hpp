@@ -174,7 +174,8 @@ Matrix<T> head_extended_matrix(const Head<T>& head, const Kernel& shifted, const
 template <class T>
 void require_representable_kernel(const Head<T>& head, const Kernel& kernel, const std::string& where);
 
-/// require_representable_kernel for tokens without a bias (the Python module's spectral functions).
+/// require_representable_kernel for tokens without a bias (the Python module's spectral functions); also
+/// throws, naming `where` and the shapes, unless Q and K hold at least one token each.
 template <class T>
 void require_representable_kernel(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k,
                                   const Kernel& kernel, const std::string& where);

@@ -77,7 +77,7 @@ struct PinvResult {
 };
 
 /// The safe per-matrix starting scale α = 1/(‖A‖₁‖A‖_∞) (Nyströmformer's "exact" init); ασ₁² ≤ 1. In double
-/// whatever T; throws std::invalid_argument for a non-finite A.
+/// whatever T; throws std::invalid_argument for an empty or non-finite A.
 template <class T>
 double safe_alpha(const ConstMatrixRef<T>& A);
 
@@ -85,7 +85,7 @@ double safe_alpha(const ConstMatrixRef<T>& A);
 /// nystrom-attention package take it over every window and head of a batch); ≤ safe_alpha of each M_i, so
 /// ασ₁(M_i)² ≤ 1 for all of them. A matrix with a non-finite entry (an overflowed core, whose
 /// core_pseudoinverse is NaN whatever α) takes no part: it would make α = 0 for every other matrix. Throws
-/// std::invalid_argument for an empty list.
+/// std::invalid_argument for an empty list or an empty matrix.
 template <class T>
 double batch_alpha(const std::vector<Matrix<T>>& matrices);
 
