@@ -73,6 +73,7 @@ struct SpectrumSettings {
   std::vector<std::string> layers;
   Kernel kernel;
   LandmarkOptions landmarks;
+  bool landmarks_given = false;  ///< --landmarks given: m on every layer; else 16, at most each layer's N
   Index top = 50;
   double rank_tol = 1e-6;
   EvaluationOptions evaluation;  ///< memory budget (the dense-or-matrix-free rule) and device
@@ -80,6 +81,14 @@ struct SpectrumSettings {
   std::string precision = "double";
   bool quiet = false;
 };
+
+/// The landmarks of G̃ on `layer`: --landmarks on the layer's token grid, or without it 16 capped at the
+/// layer's N (as --top is).
+LandmarkOptions layer_landmarks(const SpectrumSettings& settings, const DumpLayer& layer) {
+  LandmarkOptions landmarks = on_token_grid(settings.landmarks, layer.window, layer.prefix_tokens);
+  if (!settings.landmarks_given) landmarks.count = std::min(landmarks.count, layer.tokens);
+  return landmarks;
+}
 
 /// Every spectrum of one head, in T; reads the dump's `attn` under `reading` (HDF5 calls one at a time: the
 /// HDF5 library may be built without thread safety).
@@ -92,9 +101,7 @@ std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, con
   const std::string where = describe(dump.path, ": /layers/", layer.name, " batch ", b, " head ", h);
   const Kernel kernel = settings.kernel.shifted(head_log_shift(head, settings.kernel, where));
   const ExtendedTokens<T> extended = extended_tokens<T>(
-      head.q, head.k,
-      select_landmarks<T>(head.q, head.k,
-                          on_token_grid(settings.landmarks, layer.window, layer.prefix_tokens)));
+      head.q, head.k, select_landmarks<T>(head.q, head.k, layer_landmarks(settings, layer)));
   const EvaluationOptions& evaluation = settings.evaluation;
   const auto stored_spectrum = [&](const Matrix<T>& matrix) {
     return summarize(singular_values<T>(matrix), k, settings.rank_tol, kernel.log_shift);
@@ -163,7 +170,8 @@ void write_layer(hid_t file, const DumpLayer& layer, const SpectrumSettings& set
   write_attribute(group.get(), "kernel", to_string(settings.kernel.type));
   write_attribute(group.get(), "kernel_param", std::vector<double>{settings.kernel.param});
   write_attribute(group.get(), "strategy", to_string(settings.landmarks.strategy));
-  write_attribute(group.get(), "landmarks", std::vector<std::int64_t>{settings.landmarks.count});
+  write_attribute(group.get(), "landmarks",
+                  std::vector<std::int64_t>{layer_landmarks(settings, layer).count});
   write_attribute(group.get(), "seed", std::vector<std::int64_t>{std::int64_t(settings.landmarks.seed)});
   write_attribute(group.get(), "rank_tol", std::vector<double>{settings.rank_tol});
   write_attribute(group.get(), "path", std::string(dense ? "dense" : "matrix-free"));
@@ -225,7 +233,8 @@ po::options_description spectrum_options() {
       "lambda", po::value<double>()->default_value(4), "laplacian: lambda (> 0)")(
       "bandwidth", po::value<double>()->default_value(8), "gaussian: bandwidth h (> 0)")(
       "strategy", po::value<std::string>()->default_value("segment-means"), "landmark strategy for G~")(
-      "landmarks,m", po::value<Index>()->default_value(16), "landmark count m for G~")(
+      "landmarks,m", po::value<Index>()->default_value(16),
+      "landmark count m for G~ (default: 16, at most each layer's N)")(
       "top,k", po::value<Index>()->default_value(50), "number of singular values kept (capped at N)")(
       "rank-tol", po::value<double>()->default_value(1e-6),
       "numerical rank: singular values > tol * sigma_1");
@@ -256,6 +265,7 @@ SpectrumSettings parse_settings(const po::variables_map& values) {
   settings.landmarks.strategy =
       parse_enum<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy", command_line_strategy);
   settings.landmarks.count = values["landmarks"].as<Index>();
+  settings.landmarks_given = !values["landmarks"].defaulted();
   settings.landmarks.seed = values["seed"].as<std::uint64_t>();
   settings.top = values["top"].as<Index>();
   settings.rank_tol = values["rank-tol"].as<double>();
@@ -290,7 +300,7 @@ std::vector<DumpLayer> select_layers(const DumpInfo& dump, SpectrumSettings& set
   }
   for (const auto& layer : layers) {
     try {
-      on_token_grid(settings.landmarks, layer.window, layer.prefix_tokens).validate(layer.tokens, layer.dim);
+      layer_landmarks(settings, layer).validate(layer.tokens, layer.dim);
     } catch (const std::invalid_argument& error) {
       throw std::invalid_argument(describe(settings.input, ": /layers/", layer.name, ": ", error.what()));
     }

@@ -458,6 +458,22 @@ TEST_CASE("sweep: float arithmetic agrees with double to float accuracy") {
   }
 }
 
+TEST_CASE("spectrum: without --landmarks m is 16 capped at each layer's N; a given m above N is refused") {
+  TempDir dir("spectrum_small");
+  const auto input = dir / "small.h5";
+  REQUIRE(run_cli({"synth", "-o", input, "--kind", "gaussian", "--layers", "1", "--heads", "1", "--tokens",
+                   "5", "--dim", "3"})
+              .status == 0);
+  REQUIRE(run_cli({"spectrum", "-i", input, "-o", dir / "default.h5", "-q"}).status == 0);
+  cli::Handle file = cli::open_file(dir / "default.h5", false);
+  cli::Handle group = cli::open_group(file.get(), "spectra/00");
+  CHECK(cli::read_numeric_attribute(group.get(), "landmarks") == std::vector<double>{5});
+  const auto given = run_cli({"spectrum", "-i", input, "-o", dir / "given.h5", "--landmarks", "16", "-q"});
+  CHECK(given.status == 2);
+  CHECK_MESSAGE(given.err.find("m = 16 exceeds the number of tokens N = 5") != std::string::npos, given.err);
+  CHECK(!std::filesystem::exists(dir / "given.h5"));
+}
+
 TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the dense matrices") {
   TempDir dir("spectrum");
   const auto input = dir / "attn.h5", output = dir / "spectra.h5";
