@@ -12,10 +12,10 @@ matrix-free), the Lemma 2.1 terms and bounds, and the reader of `nystrom sweep` 
     print(nystrom.output_errors(exact, out).relative_frobenius)
 
 Arrays: float32 or float64 (results keep the dtype), any layout (Fortran-ordered arrays are read without a copy),
-numpy arrays (big-endian ones copied to native order), nested lists of floats (as float64) or CPU torch tensors. Keyword arguments are named as on the
-command line (`nystrom sweep --help`; `lambda_` for --lambda). Bad input raises ValueError naming the value;
-numerical outcomes (a diverged pseudoinverse) are statuses. Every computation releases the GIL; `set_threads` sets
-its OpenMP threads.
+numpy arrays (big-endian ones copied to native order), nested lists of floats (as float64) or CPU torch tensors.
+Keyword arguments are named as on the command line (`nystrom sweep --help`; `lambda_` for --lambda). Bad input
+raises ValueError naming the value; numerical outcomes (a diverged pseudoinverse) are statuses. Every computation
+releases the GIL; `set_threads` sets its OpenMP threads.
 `nystrom.torch` (imported on its own) adapts torch models for inference.
 """
 
@@ -108,6 +108,6 @@ __all__ = [
     "approximate", "attention", "attention_matrix", "blas_core", "energy_fraction",
     "error_norm", "error_singular_values", "evaluate", "evaluate_bounds", "kernel_matrix", "kernel_norm",
     "kernel_singular_values", "landmark_terms", "numerical_rank", "nystrom_factors", "output_errors",
-    "pseudoinverse", "read_bench", "read_results", "read_spectra", "read_vision", "safe_alpha", "select_landmarks", "set_threads", "singular_values",
-    "theorem3_constant", "threads", "time_attention", "top_singular_values",
+    "pseudoinverse", "read_bench", "read_results", "read_spectra", "read_vision", "safe_alpha", "select_landmarks",
+    "set_threads", "singular_values", "theorem3_constant", "threads", "time_attention", "top_singular_values",
 ]
