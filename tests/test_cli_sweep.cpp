@@ -458,7 +458,7 @@ TEST_CASE("sweep: float arithmetic agrees with double to float accuracy") {
   }
 }
 
-TEST_CASE("spectrum: without --landmarks m is 16 capped at each layer's N; a given m above N is refused") {
+TEST_CASE("spectrum: without --landmarks m is 16 capped at each layer's N, and a larger m is refused") {
   TempDir dir("spectrum_small");
   const auto input = dir / "small.h5";
   REQUIRE(run_cli({"synth", "-o", input, "--kind", "gaussian", "--layers", "1", "--heads", "1", "--tokens",
