@@ -20,6 +20,7 @@ releases the GIL; `set_threads` sets its OpenMP threads.
 """
 
 import functools
+import re
 
 import numpy as np
 
@@ -66,11 +67,6 @@ from ._nystrom import (
 from .results import read_bench, read_results, read_spectra, read_vision
 
 
-# The keyword arguments that are arrays (the others, such as `forced` or `window`, are sequences of integers).
-_ARRAY_ARGUMENTS = frozenset(
-    {"q", "k", "v", "bias", "a", "x", "y", "exact", "approximate", "left", "core", "upper", "singular_values"})
-
-
 def _native(value):
     """`value` as the extension takes it: a list or tuple of numbers (numpy.typing.ArrayLike) as a numpy array, a
     numpy array of another byte order (big-endian arrays, as h5py reads '>f4' datasets) copied to native order. The
@@ -83,11 +79,16 @@ def _native(value):
 
 
 def _taking_array_likes(function):
-    """`function` taking its arrays as any numpy.typing.ArrayLike of float32 or float64 values (_native)."""
+    """`function` taking its arrays as any numpy.typing.ArrayLike of float32 or float64 values (_native): the
+    positional arguments, and the keyword arguments its signature declares as arrays (the others, such as `forced`
+    or `window`, are sequences of integers)."""
+    signature = function.__doc__.split("\n", 1)[0]
+    arrays = frozenset(re.findall(r"(\w+): numpy\.(?:typing\.ArrayLike|ndarray)", signature))
+
     @functools.wraps(function)
     def call(*args, **kwargs):
         return function(*map(_native, args),
-                        **{key: _native(value) if key in _ARRAY_ARGUMENTS else value for key, value in kwargs.items()})
+                        **{key: _native(value) if key in arrays else value for key, value in kwargs.items()})
     return call
 
 

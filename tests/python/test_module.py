@@ -695,6 +695,12 @@ def test_layouts_give_identical_results(dtype):
     np.testing.assert_array_equal(factors.apply(as_double[2][:, 0].tolist()), factors.apply(as_double[2][:, 0]))
     np.testing.assert_array_equal(factors.attention(v=as_double[2].tolist()), factors.attention(as_double[2]))
     assert nystrom.numerical_rank(singular.tolist()) == nystrom.numerical_rank(singular)
+    # Keyword arrays are those each signature declares (x, y; singular_values), integer sequences stay lists.
+    np.testing.assert_array_equal(nystrom.kernel_matrix(x=as_double[0].tolist(), y=as_double[1].tolist()),
+                                  nystrom.kernel_matrix(*as_double[:2]))
+    assert nystrom.energy_fraction(singular_values=[3.0, 4.0, 0.0], k=1) == pytest.approx(9 / 25)
+    forced = nystrom.select_landmarks(*as_double[:2], landmarks=6, strategy="random", forced=[2, 5])
+    assert {2, 5} <= set(forced.q_indices)
     with pytest.raises(ValueError, match="q has dtype int64; expected float32 or float64"):
         nystrom.attention([[1, 2], [3, 4]], k, v)
 
