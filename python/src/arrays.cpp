@@ -253,6 +253,17 @@ nb::object MatrixBatch<T>::release_to_numpy() {
   return nb::ndarray<nb::numpy, T>(data, shape.size(), shape.data(), owner, strides.data()).cast();
 }
 
+Vector<double> double_vector(const Array& array, const std::string& name) {
+  require(array.ndim() == 1, name, " has shape ", shape_text(shape_of(array)), "; expected a vector (1-D)");
+  return with_scalar(precision_of(array, name), [&](auto scalar) {
+    using T = decltype(scalar);
+    const auto* data = static_cast<const T*>(array.data());
+    Vector<double> values(Index(array.shape(0)));
+    for (Index i = 0; i < values.size(); ++i) values(i) = static_cast<double>(data[i * array.stride(0)]);
+    return values;
+  });
+}
+
 nb::object index_array(const std::vector<Index>& indices) {
   Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1> out(Index(indices.size()));
   std::copy(indices.begin(), indices.end(), out.data());

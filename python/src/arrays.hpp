@@ -174,6 +174,10 @@ nb::object view_of(const Eigen::PlainObjectBase<Derived>& matrix, nb::handle own
   return nb::ndarray<nb::numpy, const T>(matrix.data(), ndim, shape, owner, strides).cast();
 }
 
+/// A 1-D array of float32 or float64 values (any stride) as a vector of doubles (a copy); throws naming
+/// `name` for another rank, dtype or device.
+Vector<double> double_vector(const Array& array, const std::string& name);
+
 /// Indices as a new int64 numpy array.
 nb::object index_array(const std::vector<Index>& indices);
 

@@ -310,10 +310,22 @@ void bind_spectral(nb::module_& m) {
       "K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) for unscaled blocks G_L (N×m), G_A (m×m), G_U (m×N), via m×m Gram "
       "matrices in double; Inf when G_A is numerically singular.");
 
-  m.def("numerical_rank", &numerical_rank, "singular_values"_a, "tol"_a = 0.0,
-        "The number of singular values > tol·σ₁ (tol ≤ 0: n·eps for n values).");
-  m.def("energy_fraction", &energy_fraction, "singular_values"_a, "k"_a,
-        "The fraction of Σσᵢ² captured by the first k singular values.");
+  m.def(
+      "numerical_rank",
+      [](const Array& values, double tol) {
+        return numerical_rank(double_vector(values, "numerical_rank: singular_values"), tol);
+      },
+      "singular_values"_a, "tol"_a = 0.0,
+      nb::sig("def numerical_rank(singular_values: numpy.typing.ArrayLike, tol: float = 0.0) -> int"),
+      "The number of singular values > tol·σ₁ (tol ≤ 0: n·eps for n values).");
+  m.def(
+      "energy_fraction",
+      [](const Array& values, Index k) {
+        return energy_fraction(double_vector(values, "energy_fraction: singular_values"), k);
+      },
+      "singular_values"_a, "k"_a,
+      nb::sig("def energy_fraction(singular_values: numpy.typing.ArrayLike, k: int) -> float"),
+      "The fraction of Σσᵢ² captured by the first k singular values.");
 }
 
 }  // namespace nystrom::python

@@ -439,6 +439,14 @@ def test_singular_values(dtype):
         np.testing.assert_allclose(top.values, reference[:4], rtol=1e-5 if dtype == np.float32 else 1e-8)
     assert nystrom.numerical_rank(reference, 1e-3) == np.sum(reference > 1e-3 * reference[0])
     assert nystrom.energy_fraction(reference, 3) == pytest.approx((reference[:3] ** 2).sum() / (reference**2).sum())
+    # Singular values of either dtype, any stride; a matrix or integers are refused naming the shape or dtype (a
+    # 2-D array raised nanobind's TypeError listing the signature).
+    assert nystrom.numerical_rank(reference.astype(np.float32), 1e-3) == nystrom.numerical_rank(reference, 1e-3)
+    assert nystrom.numerical_rank(np.repeat(reference, 2)[::2], 1e-3) == nystrom.numerical_rank(reference, 1e-3)
+    with pytest.raises(ValueError, match=r"numerical_rank: singular_values has shape \(30, 20\); expected a vector"):
+        nystrom.numerical_rank(a)
+    with pytest.raises(ValueError, match="energy_fraction: singular_values has dtype int64"):
+        nystrom.energy_fraction(np.arange(3)[::-1], 1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
