@@ -156,6 +156,10 @@ const Keyword keywords[] = {
      [](KeywordArguments& a, nb::handle v) { a.dense_svd_limit = nb::cast<Index>(v); }},
     {"repeat", timing_keywords, "int", "100", "calls timed (the best is returned)",
      [](KeywordArguments& a, nb::handle v) { a.repeat = nb::cast<int>(v); }},
+    {"out", output_keywords, "numpy.typing.NDArray | None", "None",
+     "a writable C-contiguous array [..., N, dv] of q's dtype that receives the output and is returned (reused "
+     "across calls, it saves allocating and first touching a new one); it must not overlap q, k or v",
+     [](KeywordArguments& a, nb::handle v) { a.out = v.is_none() ? nb::handle() : v; }},
 };
 // clang-format on
 

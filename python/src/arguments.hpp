@@ -63,6 +63,8 @@ struct KeywordArguments {
   double memory = EvaluationOptions{}.memory_budget;
   Index dense_svd_limit = EvaluationOptions{}.dense_svd_limit;
   int repeat = 100;
+  nb::handle
+      out;  ///< the array receiving attention's output (None: a new one); borrowed from the call's kwargs
 };
 
 /// Groups of keywords, combined per function.
@@ -78,6 +80,7 @@ enum KeywordGroup : unsigned {
   solver_keywords = 1u << 8,        ///< solver
   evaluation_keywords = 1u << 9,    ///< matrix_free, memory, dense_svd_limit
   timing_keywords = 1u << 10,       ///< repeat
+  output_keywords = 1u << 11,       ///< out
   /// Everything that defines Nyström factors.
   nystrom_keywords = kernel_keywords | landmark_keywords | pinv_keywords | factor_keywords,
   /// Everything that defines a method's output.

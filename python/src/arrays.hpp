@@ -132,6 +132,14 @@ std::optional<BatchView<const T>> row_major_batch(const Array& array);
 void require_same_leading(const std::vector<Index>& a, const std::string& a_name, const std::vector<Index>& b,
                           const std::string& b_name);
 
+/// The `out` argument of a function whose result is the batch [leading..., rows, cols] of T, as a row-major
+/// BatchView over the caller's memory (one head per matrix): a writable, C-contiguous CPU array of exactly
+/// that shape and dtype T (never converted), overlapping none of `inputs` (read while it is written). Throws
+/// naming what differs. The view is valid while `out` lives.
+template <class T>
+BatchView<T> output_batch(nb::handle out, const std::vector<Index>& shape,
+                          std::initializer_list<std::pair<const Array*, const char*>> inputs);
+
 /// A batch of `count` rows × cols matrices in one buffer, returned to Python as a numpy array of shape
 /// [leading..., rows, cols] (each matrix column-major, or row-major so that the array is C-contiguous, the
 /// matrices one after the other).

@@ -130,15 +130,6 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
   const ApproximationOptions options = approximation_options(arguments, inputs.q.cols());
   const Index count = inputs.q.count();
   UndefinedRows undefined(arguments.method, count);
-  if (inputs.row_major) {
-    MatrixBatch<T> out(inputs.q.leading(), inputs.q.rows(), inputs.v.cols(), true);
-    computed([&] {
-      inputs.run_row_major(arguments.method, out.view(), options);
-      for_each_matrix(count, [&](Index index) { undefined.count(index, out.view().head(index)); });
-    });
-    undefined.warn(inputs.q.rows());
-    return out.release_to_numpy();
-  }
   const auto head = [&](Index index) {
     const MatrixArgument<T> Q = inputs.q.matrix(index), K = inputs.k.matrix(index),
                             V = inputs.v.matrix(index);
@@ -146,6 +137,30 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
     undefined.count(index, output);
     return output;
   };
+  // Every head into the row-major batch `out`: in place from row-major inputs, else through head().
+  const auto into = [&](const BatchView<T>& out) {
+    computed([&] {
+      if (inputs.row_major) {
+        inputs.run_row_major(arguments.method, out, options);
+        for_each_matrix(count, [&](Index index) { undefined.count(index, out.head(index)); });
+      } else {
+        options.validate(arguments.method, inputs.q.rows(), inputs.q.cols());
+        for_each_matrix(count, [&](Index index) { out.head(index) = head(index); });
+      }
+    });
+    undefined.warn(inputs.q.rows());
+  };
+  if (arguments.out.is_valid()) {
+    std::vector<Index> shape = inputs.q.leading();
+    shape.insert(shape.end(), {inputs.q.rows(), inputs.v.cols()});
+    into(output_batch<T>(arguments.out, shape, {{&q, "q"}, {&k, "k"}, {&v, "v"}}));
+    return nb::borrow(arguments.out);
+  }
+  if (inputs.row_major) {
+    MatrixBatch<T> out(inputs.q.leading(), inputs.q.rows(), inputs.v.cols(), true);
+    into(out.view());
+    return out.release_to_numpy();
+  }
   if (inputs.q.leading().empty()) {
     nb::object out = to_numpy(computed([&] { return head(0); }));
     undefined.warn(inputs.q.rows());
@@ -298,14 +313,15 @@ void bind_attention(nb::module_& m) {
   m.def(
       "attention",
       [](const Array& q, const Array& k, const Array& v, const nb::kwargs& kwargs) {
-        const KeywordArguments arguments = parse_arguments("attention", method_keywords, kwargs);
+        const KeywordArguments arguments =
+            parse_arguments("attention", method_keywords | output_keywords, kwargs);
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}, {&v, "v"}}), [&](auto scalar) {
           return attention_output<decltype(scalar)>(q, k, v, arguments);
         });
       },
       "q"_a, "k"_a, "v"_a, "kwargs"_a,
-      nb::sig(
-          signature("attention", array_parameters({"q", "k", "v"}), method_keywords, "numpy.typing.NDArray")),
+      nb::sig(signature("attention", array_parameters({"q", "k", "v"}), method_keywords | output_keywords,
+                        "numpy.typing.NDArray")),
       documentation(
           "The attention output Ô of a method for q, k ([..., N, d]) and v ([..., N, dv]): exact attention "
           "O = (G V) ⊘ (G 1_N), or an approximation (pnp-nystra: PnP-Nystra Algorithm 1 on Ĝ = G_L G_A⁺ "
@@ -314,12 +330,12 @@ void bind_attention(nb::module_& m) {
           "at "
           "least as many heads as threads. C-contiguous q, k, v (numpy's and torch's default) are read in "
           "place and give a C-contiguous output; other layouts are converted to column-major and give "
-          "column-major N×dv blocks. Returns an array [..., N, dv] of q's dtype. Inference only: no "
-          "gradients. Where PnP-Nystra's or symmetric Nyström's row sums Ĝ1 vanish or are not finite (a core "
-          "that under- or overflowed: logits far beyond exp's range), those rows are NaN and a "
-          "RuntimeWarning "
-          "counts them.",
-          method_keywords));
+          "column-major N×dv blocks. Returns an array [..., N, dv] of q's dtype, or `out` filled. Inference "
+          "only: no gradients. Where PnP-Nystra's or symmetric Nyström's row sums Ĝ1 vanish or are not "
+          "finite "
+          "(a core that under- or overflowed: logits far beyond exp's range), those rows are NaN and a "
+          "RuntimeWarning counts them.",
+          method_keywords | output_keywords));
 
   m.def(
       "approximate",

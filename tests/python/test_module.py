@@ -786,6 +786,54 @@ def test_undefined_rows_warn_and_the_other_methods_stay_finite(layout):
 def test_an_empty_batch():
     q = np.zeros((0, 16, 4))
     assert nystrom.attention(q, q, q, landmarks=2).shape == (0, 16, 4)
+    out = np.empty_like(q)
+    assert nystrom.attention(q, q, q, landmarks=2, out=out) is out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", ("exact", "pnp-nystra", "performer"))
+def test_out_receives_the_output(dtype, method):
+    # out= writes into the caller's array (reused across calls, it saves a new output's allocation and first
+    # touch) and returns it: the same values as a new output, from C-ordered inputs (read in place), Fortran-ordered
+    # ones (converted) and single heads.
+    rng = np.random.default_rng(28)
+    q, k = (rng.standard_normal((2, 3, 32, 8)).astype(dtype) for _ in range(2))
+    v = rng.standard_normal((2, 3, 32, 5)).astype(dtype)
+    options = {"method": method, "landmarks": 4}
+    out = np.full((2, 3, 32, 5), np.nan, dtype=dtype)
+    assert nystrom.attention(q, k, v, out=out, **options) is out
+    np.testing.assert_array_equal(out, nystrom.attention(q, k, v, **options))
+    fortran = [np.asfortranarray(x) for x in (q, k, v)]
+    out.fill(np.nan)
+    nystrom.attention(*fortran, out=out, **options)
+    np.testing.assert_array_equal(out, nystrom.attention(*fortran, **options))
+    head = out[1, 2]
+    head.fill(np.nan)
+    assert nystrom.attention(q[1, 2], k[1, 2], v[1, 2], out=head, **options) is head
+    np.testing.assert_array_equal(head, nystrom.attention(q[1, 2], k[1, 2], v[1, 2], **options))
+
+
+def test_out_is_checked():
+    rng = np.random.default_rng(29)
+    q, k, v = (rng.standard_normal((2, 16, 4)).astype(np.float32) for _ in range(3))
+    refusals = {
+        r"out has shape \(2, 16, 3\) but the output is \(2, 16, 4\)": np.empty((2, 16, 3), np.float32),
+        r"out has dtype float64 but the output is float32 \(q's dtype\)": np.empty((2, 16, 4)),
+        r"out is not C-contiguous \(its dimension 2 has stride 2, expected 1\)":
+            np.empty((2, 16, 8), np.float32)[..., ::2],
+        r"out \(type list\) is not a writable array": [0.0],
+        "out overlaps v, which is read while out is written": v,
+        "out overlaps q": np.lib.stride_tricks.as_strided(q[1:], (2, 16, 4)),
+    }
+    readonly = np.empty_like(q)
+    readonly.flags.writeable = False
+    refusals[r"out \(type ndarray\) is not a writable array"] = readonly
+    for message, out in refusals.items():
+        before = np.array(q), np.array(v)
+        with pytest.raises(ValueError, match=message):
+            nystrom.attention(q, k, v, out=out)
+        np.testing.assert_array_equal(q, before[0])
+        np.testing.assert_array_equal(v, before[1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -798,6 +846,11 @@ def test_torch_tensors_are_accepted(dtype):
     np.testing.assert_array_equal(nystrom.attention(*transposed, landmarks=6),
                                   nystrom.attention(*(np.asfortranarray(x) for x in (q, k, v)), landmarks=6))
     assert nystrom.kernel_matrix(tensors[0], tensors[1]).dtype == dtype
+    out = torch.empty_like(tensors[2])
+    assert nystrom.attention(*tensors, landmarks=6, out=out) is out
+    np.testing.assert_array_equal(out.numpy(), nystrom.attention(q, k, v, landmarks=6))
+    with pytest.raises(ValueError, match="out requires grad"):
+        nystrom.attention(*tensors, landmarks=6, out=out.requires_grad_())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
