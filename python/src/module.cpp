@@ -1,12 +1,14 @@
 // The extension module nystrom._nystrom: the library's functions on numpy arrays and torch tensors (the
 // package python/nystrom re-exports them). Every computation runs with the GIL released on the module's
 // OpenMP thread count; std::invalid_argument from the library arrives in Python as ValueError with the same
-// message.
+// message, std::bad_alloc as MemoryError saying what it means.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 #include <omp.h>
 
 #include <atomic>
+#include <exception>
+#include <new>
 
 #include "arguments.hpp"
 #include "common.hpp"
@@ -45,6 +47,17 @@ NB_MODULE(_nystrom, m) {
       "CUR, symmetric Nyström, Performer, Linformer), their spectral errors and the Lemma 2.1 bounds, on "
       "numpy "
       "arrays and torch CPU tensors (float32 or float64; results keep the inputs' dtype).";
+
+  // Sizes that are valid but too large (features=10**12) fail to allocate: nanobind's MemoryError would say
+  // only "std::bad_alloc".
+  nb::register_exception_translator([](const std::exception_ptr& error, void*) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::bad_alloc&) {
+      PyErr_SetString(PyExc_MemoryError,
+                      "out of memory: the sizes asked for need more memory than this machine can allocate");
+    }
+  });
 
   // OpenMP's default count (OMP_NUM_THREADS, else the cores), with OpenBLAS single-threaded inside the
   // library's own parallel regions.

@@ -946,6 +946,16 @@ def test_bad_keywords_raise_type_error():
         nystrom.attention(q, k, v, landmarks="4")
 
 
+def test_sizes_too_large_to_allocate_raise_memory_error_saying_so():
+    # Valid values whose matrices cannot be allocated (the N×r features, Linformer's k×N projection): nanobind's
+    # MemoryError said only "std::bad_alloc".
+    q, k, v = qkv(n=17)
+    for options in ({"method": "performer", "features": 10**12}, {"method": "performer", "landmarks": 10**12},
+                    {"method": "linformer", "projected": 10**12}):
+        with pytest.raises(MemoryError, match="^out of memory: the sizes asked for need more memory"):
+            nystrom.attention(q, k, v, **options)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # threads and the GIL
 
