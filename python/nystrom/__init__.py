@@ -14,8 +14,9 @@ matrix-free), the Lemma 2.1 terms and bounds, and the reader of `nystrom sweep` 
 Arrays: float32 or float64 (results keep the dtype), any layout (Fortran-ordered arrays are read without a copy),
 numpy arrays (big-endian ones copied to native order), nested lists of floats (as float64) or CPU torch tensors.
 Keyword arguments are named as on the command line (`nystrom sweep --help`; `lambda_` for --lambda). Bad input
-raises ValueError naming the value; numerical outcomes (a diverged pseudoinverse) are statuses. Every computation
-releases the GIL; `set_threads` sets its OpenMP threads.
+raises ValueError naming the value, sizes too large to allocate MemoryError; numerical outcomes (a diverged
+pseudoinverse) are statuses. Every computation releases the GIL; `set_threads` sets its OpenMP threads.
+`attention(..., out=array)` writes into an array reused across calls.
 `nystrom.torch` (imported on its own) adapts torch models for inference.
 """
 
