@@ -2,6 +2,7 @@
 
 #include <array>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <string_view>
@@ -96,6 +97,10 @@ int run(int argc, char** argv) {
           first,
           "out of memory: the sizes asked for need more memory than this machine can allocate (nothing was "
           "written)");
+      return 2;
+    } catch (const std::filesystem::filesystem_error& error) {
+      // The paths are the command line's: one that cannot be read or written is bad input.
+      report(first, describe(error.path1().string(), ": ", error.code().message()));
       return 2;
     } catch (const std::exception& error) {
       report(first, std::string("error: ") + error.what());

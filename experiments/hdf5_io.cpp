@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <ostream>
 #include <stdexcept>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -176,10 +178,24 @@ bool has_attribute(hid_t object, const std::string& name) {
   return H5Aexists(object, name.c_str()) > 0;
 }
 
+namespace {
+
+/// "file.h5: /layers/00" (an object's file and path), for messages.
+std::string object_path(hid_t object) {
+  std::string file(std::size_t(std::max<ssize_t>(H5Fget_name(object, nullptr, 0), 0)), '\0');
+  H5Fget_name(object, file.data(), file.size() + 1);
+  std::string path(std::size_t(std::max<ssize_t>(H5Iget_name(object, nullptr, 0), 0)), '\0');
+  H5Iget_name(object, path.data(), path.size() + 1);
+  return describe(file, ": ", path);
+}
+
+}  // namespace
+
 std::string read_string_attribute(hid_t object, const std::string& name) {
   Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "open attribute " + name);
   Handle type(H5Aget_type(attribute.get()), H5Tclose, "H5Aget_type");
-  require(H5Tget_class(type.get()) == H5T_STRING, "attribute '", name, "' is not a string");
+  require(H5Tget_class(type.get()) == H5T_STRING, object_path(object), ": attribute '", name,
+          "' is not a string");
   if (H5Tis_variable_str(type.get()) > 0) {
     Handle memory = utf8_string_type();
     char* text = nullptr;
@@ -198,7 +214,8 @@ std::vector<double> read_numeric_attribute(hid_t object, const std::string& name
   Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "open attribute " + name);
   Handle type(H5Aget_type(attribute.get()), H5Tclose, "H5Aget_type");
   const auto type_class = H5Tget_class(type.get());
-  require(type_class == H5T_FLOAT || type_class == H5T_INTEGER, "attribute '", name, "' is not numeric");
+  require(type_class == H5T_FLOAT || type_class == H5T_INTEGER, object_path(object), ": attribute '", name,
+          "' is not numeric");
   Handle space(H5Aget_space(attribute.get()), H5Sclose, "H5Aget_space");
   std::vector<double> values(std::max<hssize_t>(H5Sget_simple_extent_npoints(space.get()), 0));
   check(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, values.data()), "H5Aread " + name);
@@ -239,6 +256,8 @@ template void write_array<std::int64_t>(hid_t, const std::string&, const std::ve
 
 void require_replaceable(const std::string& target, const OutputKind& kind) {
   require(!target.empty(), "nystrom ", kind.command, ": the output path is empty");
+  require(std::filesystem::path(target).has_filename(), target,
+          ": names a directory (it ends with a separator), not an output file");
   std::error_code error;
   const auto status = std::filesystem::status(target, error);
   if (!std::filesystem::exists(status)) return;
@@ -303,12 +322,26 @@ void unregister_temporary(int slot) {
 }  // namespace
 
 AtomicFile::AtomicFile(std::string target, const OutputKind& kind) : target_(std::move(target)) {
+  // A symbolic link stays one: the file it points to is replaced.
+  if (std::filesystem::is_symlink(target_)) target_ = std::filesystem::weakly_canonical(target_).string();
   require_replaceable(target_, kind);
   const auto parent = std::filesystem::path(target_).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  require(!error, target_, ": cannot create its directory ", parent.string(), " (", error.message(), ")");
   temporary_ = target_ + ".tmp-" + std::to_string(::getpid());
   slot_ = register_temporary(temporary_);
-  file_ = create_file(temporary_);
+  try {
+    // Created by open(2) first, for the reason of a failure (HDF5 reports none), then truncated by HDF5.
+    const int descriptor = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    require(descriptor >= 0, target_, ": cannot write the output there (", std::strerror(errno), ")");
+    ::close(descriptor);
+    file_ = create_file(temporary_);
+  } catch (...) {
+    unregister_temporary(slot_);
+    std::filesystem::remove(temporary_, error);
+    throw;
+  }
 }
 
 AtomicFile::~AtomicFile() {
@@ -360,7 +393,9 @@ std::array<Index, 4> float_tensor_shape(hid_t group, const std::string& path, co
   return {Index(dims[0]), Index(dims[1]), Index(dims[2]), Index(dims[3])};
 }
 
-std::string shape_text(const std::array<Index, 4>& s) {
+/// The shape of a dataset of rank 3 ([H, N, d], read as B = 1) or 4, as stored.
+std::string shape_text(const std::array<Index, 4>& s, int rank) {
+  if (rank == 3) return describe("[", s[1], ", ", s[2], ", ", s[3], "]");
   return describe("[", s[0], ", ", s[1], ", ", s[2], ", ", s[3], "]");
 }
 
@@ -375,21 +410,23 @@ DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& 
   std::string dtype_k;
   const auto q = float_tensor_shape(group.get(), path, name, "q", layer.rank, layer.dtype);
   const auto k = float_tensor_shape(group.get(), path, name, "k", rank_k, dtype_k);
-  require(q == k && layer.rank == rank_k, where(path, name, "k"), ": shape ", shape_text(k),
-          " does not match q ", shape_text(q));
+  require(q == k && layer.rank == rank_k, where(path, name, "k"), ": shape ", shape_text(k, rank_k),
+          " does not match q ", shape_text(q, layer.rank));
   layer.batch = q[0];
   layer.heads = q[1];
   layer.tokens = q[2];
   layer.dim = q[3];
-  require(layer.batch * layer.heads > 0, where(path, name, "q"), ": no heads (shape ", shape_text(q), ")");
-  require(layer.tokens * layer.dim > 0, where(path, name, "q"), ": N·d = 0 (shape ", shape_text(q), ")");
+  require(layer.batch * layer.heads > 0, where(path, name, "q"), ": no heads (shape ",
+          shape_text(q, layer.rank), ")");
+  require(layer.tokens * layer.dim > 0, where(path, name, "q"), ": N·d = 0 (shape ",
+          shape_text(q, layer.rank), ")");
   if (H5Lexists(group.get(), "v", H5P_DEFAULT) > 0) {
     int rank_v = 0;
     std::string dtype_v;
     const auto v = float_tensor_shape(group.get(), path, name, "v", rank_v, dtype_v);
     require(rank_v == layer.rank && v[0] == q[0] && v[1] == q[1] && v[2] == q[2] && v[3] > 0,
-            where(path, name, "v"), ": shape ", shape_text(v), " does not match q ", shape_text(q),
-            " (expected [B, H, N, dv] with dv > 0)");
+            where(path, name, "v"), ": shape ", shape_text(v, rank_v), " does not match q ",
+            shape_text(q, layer.rank), " (expected [B, H, N, dv] with dv > 0)");
     layer.value_dim = v[3];
   }
   if (H5Lexists(group.get(), "attn", H5P_DEFAULT) > 0) {
@@ -397,8 +434,8 @@ DumpLayer inspect_layer(hid_t file, const std::string& path, const std::string& 
     std::string dtype_a;
     const auto a = float_tensor_shape(group.get(), path, name, "attn", rank_a, dtype_a);
     require(rank_a == layer.rank && a[0] == q[0] && a[1] == q[1] && a[2] == q[2] && a[3] == q[2],
-            where(path, name, "attn"), ": shape ", shape_text(a), " does not match q ", shape_text(q),
-            " (expected [B, H, N, N])");
+            where(path, name, "attn"), ": shape ", shape_text(a, rank_a), " does not match q ",
+            shape_text(q, layer.rank), " (expected [B, H, N, N])");
     layer.has_attention = true;
   }
   layer.has_bias = H5Lexists(group.get(), "bias", H5P_DEFAULT) > 0;

@@ -103,7 +103,8 @@ void require_replaceable(const std::string& target, const OutputKind& kind);
 /// A new HDF5 file written under a temporary name in the target's directory and renamed onto the target only
 /// by commit(), so a failed run never leaves a truncated file in place of a good one. Without commit() the
 /// temporary file is removed, and so it is when SIGINT or SIGTERM ends the process first. Missing parent
-/// directories are created. The target must be replaceable by `kind` (require_replaceable).
+/// directories are created; a target that is a symbolic link is followed. The target must be replaceable by
+/// `kind` (require_replaceable); a location that cannot be written throws std::invalid_argument naming it.
 class AtomicFile {
  public:
   AtomicFile(std::string target, const OutputKind& kind);

@@ -20,6 +20,7 @@ ResumeStore::ResumeStore(std::string output, std::string input, std::string refe
       group_(std::move(group)),
       columns_(std::move(columns)),
       write_attributes_(std::move(write_attributes)) {
+  require_replaceable(output_, kind());
   output_exists_ = fs::exists(output_);
   if (output_exists_)
     for (const auto& row : stored_rows(output_)) done_.insert(row_key(columns_, row));
@@ -67,11 +68,12 @@ void ResumeStore::open() {
     fs::copy_file(output_, temporary, fs::copy_options::overwrite_existing);
     fs::rename(temporary, partial_);
   } else if (!partial_exists_) {
-    AtomicFile created(partial_, {"sweep", "nystrom-results", group_.c_str()});
+    AtomicFile created(partial_, kind());
     write_attributes_(created.get());
     ResultsTable::create(created.get(), group_, columns_);
     created.commit();
   }
+  created_partial_ = !partial_exists_;
   partial_exists_ = true;
   file_ = open_file(partial_, true);
   table_ = ResultsTable::open(file_.get(), group_, columns_, partial_);
@@ -87,6 +89,12 @@ void ResumeStore::close() {
   file_.reset();
 }
 
+void ResumeStore::abandon() {
+  close();
+  std::error_code ignored;
+  if (created_partial_) fs::remove(partial_, ignored);
+}
+
 hsize_t ResumeStore::commit(const std::unordered_map<std::string, std::size_t>& position) {
   close();
   std::vector<Row> rows;
@@ -99,7 +107,7 @@ hsize_t ResumeStore::commit(const std::unordered_map<std::string, std::size_t>& 
     return found == position.end() ? -1 : std::ptrdiff_t(found->second);
   };
   std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return rank(a) < rank(b); });
-  AtomicFile sorted(output_, {"sweep", "nystrom-results", group_.c_str()});
+  AtomicFile sorted(output_, kind());
   write_attributes_(sorted.get());
   auto table = ResultsTable::create(sorted.get(), group_, columns_);
   table.append(rows);

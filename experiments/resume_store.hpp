@@ -28,11 +28,11 @@ class ResumeStore {
   /// Writes a file's root attributes (provenance and run settings) on `file`.
   using AttributeWriter = std::function<void(hid_t file)>;
 
-  /// Reads what is finished: the rows of a finished `output` (which must be a results file of `input` with
-  /// the root attribute `reference` = `reference`, absent read as kernel, in a format version from
-  /// resumable_format_version on, with these columns: std::invalid_argument otherwise)
-  /// and of a readable partial file (an unreadable one, a leftover of another version or of a failed run, is
-  /// discarded with a message on stderr). Creates nothing.
+  /// Reads what is finished: the rows of a finished `output` and of a partial file, each of which must be a
+  /// results file of `input` with the root attribute `reference` = `reference` (absent read as kernel), in a
+  /// format version from resumable_format_version on, with these columns. Throws std::invalid_argument
+  /// otherwise, and for an `output` that is not replaceable (require_replaceable); a partial file that cannot
+  /// be resumed is named and never removed (a sweep may still be writing it). Creates nothing.
   ResumeStore(std::string output, std::string input, std::string reference, std::string group,
               std::vector<Column> columns, AttributeWriter write_attributes);
 
@@ -50,6 +50,9 @@ class ResumeStore {
   hsize_t rows() const { return table_ ? table_->rows() : 0; }
   /// Closes the partial file (it stays for a rerun).
   void close();
+  /// Closes the partial file after a failure: removed when open() created it (no partial output of a failed
+  /// run), kept when it was resumed (its rows are an earlier run's, and this run's are as valid).
+  void abandon();
   /// Closes the partial file and rewrites its rows onto `output`, sorted by `position` (the index of a row's
   /// key in the grid; rows of points outside this grid, from an earlier sweep into the same file, first in
   /// their stored order), then removes the partial file. Returns the number of rows.
@@ -58,11 +61,13 @@ class ResumeStore {
  private:
   /// The rows of an existing results file, checked as the constructor says.
   std::vector<Row> stored_rows(const std::string& path) const;
+  /// What `output` and the partial file are (require_replaceable).
+  OutputKind kind() const { return {"sweep", "nystrom-results", group_.c_str()}; }
 
   std::string output_, partial_, input_, reference_, group_;
   std::vector<Column> columns_;
   AttributeWriter write_attributes_;
-  bool output_exists_ = false, partial_exists_ = false;
+  bool output_exists_ = false, partial_exists_ = false, created_partial_ = false;
   std::unordered_set<std::string> done_;
   Handle file_;
   std::optional<ResultsTable> table_;

@@ -365,6 +365,9 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
     run_points(todo, evaluate, on_done, distribution);
   } catch (const SweepStopped&) {
     stopped = true;
+  } catch (...) {
+    if (store) store->abandon();
+    throw;
   }
   if (!store) return 0;
   const auto rows = store->rows();

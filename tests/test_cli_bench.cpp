@@ -403,6 +403,7 @@ TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave a
       {{"--batch", "2x2x64x16,2x0x64x16"}, {"--batch", "'2x0x64x16'"}},
       {{"--batch", "2x2x64x16x"}, {"--batch", "'2x2x64x16x'"}},
       {{"--batch", "2xax64x16"}, {"--batch", "'2xax64x16'"}},
+      {{"--batch", "1x1x8x4,"}, {"--batch", "empty item"}},
       {{"--batch", "2x2x8x16", "--landmarks", "16"}, {"--landmarks = 16", "--batch N = 8"}},
   };
   for (const auto& [options, named] : cases) {

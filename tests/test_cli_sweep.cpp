@@ -422,7 +422,7 @@ TEST_CASE(
   const auto dump_bytes = file_bytes(input);
   const auto clobber = run_cli(sweep_args(input, input, {"--landmarks", "4", "--strategy", "step", "-q"}));
   CHECK(clobber.status == 2);
-  CHECK(clobber.err.find("not a nystrom results file") != std::string::npos);
+  CHECK(clobber.err.find("is not a file nystrom sweep writes") != std::string::npos);
   CHECK(file_bytes(input) == dump_bytes);
   // Results for another input are not mixed into an existing file.
   const auto other = make_dump(dir, "low-rank");
@@ -997,6 +997,30 @@ TEST_CASE("sweep: a run killed (SIGKILL) right after it starts leaves a readable
   CHECK(rerun.status == 0);
   CHECK(rerun.err.find("discarding") == std::string::npos);
   CHECK(read_sweep(output).rows.size() == 2 * 2 * 3 * 2 * 5);
+}
+
+TEST_CASE("sweep: a point that fails midway removes the partial file of its run, not one it resumed") {
+  TempDir dir("failed-midway");
+  const auto input = make_dump(dir);
+  const auto output = dir / "out.h5";
+  // Performer's features are valid at any count; this many cannot be allocated (an error only once computed).
+  const std::vector<std::string> grid = {"--kernel",    "exp",       "--strategy", "segment-means",
+                                         "--method",    "performer", "--features", "9223372036854775807",
+                                         "--landmarks", "4,8",       "-q"};
+  const auto failed = run_cli(sweep_args(input, output, grid));
+  CHECK(failed.status == 2);
+  CHECK(failed.err.find("out of memory") != std::string::npos);
+  CHECK_FALSE(fs::exists(output));
+  CHECK_FALSE(fs::exists(output + ".partial"));
+  // An interrupted run's partial file stays, with its rows, when the run resuming it fails.
+  const std::vector<std::string> valid = {"--kernel",     "exp",        "--strategy",  "segment-means",
+                                          "--method",     "pnp-nystra", "--landmarks", "4,8",
+                                          "--stop-after", "1",          "-q"};
+  REQUIRE(run_cli(sweep_args(input, output, valid)).status == 128 + SIGINT);
+  REQUIRE(read_sweep(output + ".partial").rows.size() == 1);
+  CHECK(run_cli(sweep_args(input, output, grid)).status == 2);
+  CHECK_FALSE(fs::exists(output));
+  CHECK(read_sweep(output + ".partial").rows.size() == 1);
 }
 
 TEST_CASE("sweep: a repeated list item is one grid point, not a duplicate row") {
