@@ -124,16 +124,18 @@ std::string trim(const std::string& text) {
   return text.substr(first, last - first + 1);
 }
 
-/// "config file 'PATH', line L" for the first line of the INI file that sets `name` (or is `name` alone),
-/// leading dashes ignored; without the line where none does.
-std::string config_location(const std::string& path, std::string name) {
+/// "config file 'PATH', line L" for the first line of the INI file that sets `name` (or is `name` alone), or
+/// the last one where `last` (a repeated option is an error at its repetition), leading dashes ignored;
+/// without the line where none does.
+std::string config_location(const std::string& path, std::string name, bool last = false) {
   name.erase(0, name.find_first_not_of('-'));
   std::ifstream file(path);
   std::string line;
-  for (int number = 1; !name.empty() && std::getline(file, line); ++number)
-    if (trim(line.substr(0, line.find('='))) == name)
-      return describe("config file '", path, "', line ", number);
-  return describe("config file '", path, "'");
+  int found = 0;
+  for (int number = 1; !name.empty() && (last || found == 0) && std::getline(file, line); ++number)
+    if (trim(line.substr(0, line.find('='))) == name) found = number;
+  if (found == 0) return describe("config file '", path, "'");
+  return describe("config file '", path, "', line ", found);
 }
 
 /// Parses the INI file at `path` into `values`; throws std::invalid_argument naming the file and the line of
@@ -151,6 +153,9 @@ void store_config_file(const std::string& path, const po::options_description& o
               config_location(path, option.string_key), ": '", option.string_key,
               "' is a command-line option only (remove the line)");
     po::store(parsed, values);
+  } catch (const po::multiple_occurrences& error) {
+    throw std::invalid_argument(
+        describe(config_location(path, error.get_option_name(), true), ": ", error.what()));
   } catch (const po::error_with_option_name& error) {
     throw std::invalid_argument(describe(config_location(path, error.get_option_name()), ": ", error.what()));
   } catch (const po::error& error) {
