@@ -714,7 +714,7 @@ void complete_settings(const po::variables_map& values, const BenchOptionTexts& 
                                 ? "exact,pnp-nystra"
                                 : "exact,pnp-nystra,nystromformer,cur,symmetric-nystrom,performer,linformer");
   settings.precisions = parse_precisions(values);
-  settings.seed = values["seed"].as<std::uint64_t>();
+  settings.seed = seed_option(values);
   settings.quiet = values["quiet"].as<bool>();
   if (!texts.matvec_sizes.empty()) settings.matvec_sizes = parse_index_list(texts.matvec_sizes, "matvec-n");
   if (!texts.pinv.empty()) {

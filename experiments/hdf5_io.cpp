@@ -196,6 +196,10 @@ std::string read_string_attribute(hid_t object, const std::string& name) {
   Handle type(H5Aget_type(attribute.get()), H5Tclose, "H5Aget_type");
   require(H5Tget_class(type.get()) == H5T_STRING, object_path(object), ": attribute '", name,
           "' is not a string");
+  Handle space(H5Aget_space(attribute.get()), H5Sclose, "H5Aget_space");
+  const hssize_t count = H5Sget_simple_extent_npoints(space.get());
+  require(count == 1, object_path(object), ": attribute '", name, "' holds ", count,
+          " strings, expected one");
   if (H5Tis_variable_str(type.get()) > 0) {
     Handle memory = utf8_string_type();
     char* text = nullptr;
@@ -778,6 +782,7 @@ ResultsTable ResultsTable::create(hid_t file, const std::string& group_name, std
 ResultsTable ResultsTable::open(hid_t file, const std::string& group_name, std::vector<Column> columns,
                                 const std::string& where_text) {
   ResultsTable table;
+  require(!columns.empty(), where_text, ": /", group_name, " has no columns");
   require(H5Lexists(file, group_name.c_str(), H5P_DEFAULT) > 0, where_text, ": missing group /", group_name);
   Handle group = open_group(file, group_name);
   hsize_t rows = std::numeric_limits<hsize_t>::max();

@@ -24,8 +24,22 @@ void add_common_options(po::options_description& options, bool with_threads_and_
 
 void add_seed_option(po::options_description& options) {
   options.add_options()(
-      "seed", po::value<std::uint64_t>()->default_value(0)->value_name("S"),
+      "seed", po::value<Seed>()->default_value(Seed{}, "0")->value_name("S"),
       "random seed (landmarks, synthetic data); results are deterministic for a given seed");
+}
+
+std::uint64_t seed_option(const po::variables_map& values) {
+  return values["seed"].as<Seed>().value;
+}
+
+void validate(boost::any& value, const std::vector<std::string>& texts, Seed*, int) {
+  po::validators::check_first_occurrence(value);
+  const std::string& text = po::validators::get_single_string(texts);
+  Seed seed;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seed.value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty())
+    throw po::invalid_option_value(text);
+  value = seed;
 }
 
 void add_deprecated_alias(po::options_description& options, const std::string& alias,

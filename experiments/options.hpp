@@ -36,6 +36,20 @@ void add_common_options(po::options_description& options, bool with_threads_and_
 /// Adds `--seed S` (default 0): the seed of everything random a subcommand draws.
 void add_seed_option(po::options_description& options);
 
+/// The value of --seed (add_seed_option).
+std::uint64_t seed_option(const po::variables_map& values);
+
+/// A --seed as Boost.Program_options reads it: an integer in [0, 2⁶⁴ − 1]. Read as std::uint64_t, a negative
+/// seed was taken modulo 2⁶⁴.
+struct Seed {
+  std::uint64_t value = 0;
+};
+
+/// Boost.Program_options' parser of Seed (found by argument-dependent lookup): throws
+/// po::invalid_option_value for anything but one integer in range, so messages name the option and, in a
+/// config file, the line.
+void validate(boost::any& value, const std::vector<std::string>& texts, Seed*, int);
+
 /// Adds `alias` as a deprecated spelling of the string option `name` (so listed in --help); read both with
 /// option_text.
 void add_deprecated_alias(po::options_description& options, const std::string& alias,

@@ -99,6 +99,8 @@ std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, con
                                                        std::mutex& reading) {
   std::array<SpectrumSummary, matrix_count> spectra;
   const std::string where = describe(dump.path, ": /layers/", layer.name, " batch ", b, " head ", h);
+  // The checks of sweep's evaluation (a bias row of −∞ alone leaves its softmax undefined), naming the head.
+  head.validate(where);
   const Kernel kernel = settings.kernel.shifted(head_log_shift(head, settings.kernel, where));
   const ExtendedTokens<T> extended = extended_tokens<T>(
       head.q, head.k, select_landmarks<T>(head.q, head.k, layer_landmarks(settings, layer)));
@@ -110,7 +112,7 @@ std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, con
     if (dense) return stored_spectrum(kernel_block<T>(evaluation.device, x, y, kernel));
     const SpectralResult top =
         top_singular_values(kernel_operator<T, double>(evaluation.device, x, y, kernel, evaluation.tiling()),
-                            std::min(k, head.q.rows() - 1), evaluation.spectral);
+                            k, evaluation.spectral);
     return summarize(top.values, k, settings.rank_tol, kernel.log_shift);
   };
   if (head.bias.size() > 0) {  // --reference model: the stored G and G̃ with the bias (dense is set)
@@ -266,7 +268,7 @@ SpectrumSettings parse_settings(const po::variables_map& values) {
       parse_enum<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy", command_line_strategy);
   settings.landmarks.count = values["landmarks"].as<Index>();
   settings.landmarks_given = !values["landmarks"].defaulted();
-  settings.landmarks.seed = values["seed"].as<std::uint64_t>();
+  settings.landmarks.seed = seed_option(values);
   settings.top = values["top"].as<Index>();
   settings.rank_tol = values["rank-tol"].as<double>();
   settings.evaluation.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");

@@ -203,7 +203,7 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
   grid.front_padding = values["front-padding"].as<bool>();
   grid.share_projections = values["share-projections"].as<bool>();
   grid.precision = parse_precision(values);
-  grid.seed = values["seed"].as<std::uint64_t>();
+  grid.seed = seed_option(values);
   return grid;
 }
 

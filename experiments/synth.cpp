@@ -1,8 +1,13 @@
 // `nystrom synth`: seeded synthetic attention dumps in the docs/formats.md §1 layout. Random numbers come
 // from SplitMix64 with Box–Muller normals, so a seed gives the same file on every platform and standard
 // library.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <numbers>
 
@@ -22,6 +27,12 @@ constexpr std::array synth_kind_names = {
     std::pair{SynthKind::gaussian, "gaussian"}, std::pair{SynthKind::low_rank, "low-rank"},
     std::pair{SynthKind::window, "window"}, std::pair{SynthKind::heavy_tailed, "heavy-tailed"},
     std::pair{SynthKind::block_constant, "block-constant"}};
+
+const char* to_string(SynthKind kind) {
+  for (const auto& [value, text] : synth_kind_names)
+    if (value == kind) return text;
+  throw std::logic_error("synth kind");
+}
 
 SynthKind synth_kind_from_string(const std::string& name) {
   for (const auto& [kind, text] : synth_kind_names)
@@ -134,6 +145,24 @@ void append_row_major(const Matrix<double>& x, std::vector<T>& out) {
     for (Index j = 0; j < x.cols(); ++j) out.push_back(T(x(i, j)));
 }
 
+/// The group name of layer `layer` under /layers: 00, 01, …, 10, …
+std::string layer_name(Index layer) {
+  return describe(layer < 10 ? "0" : "", layer);
+}
+
+/// Throws std::invalid_argument naming --noise when `values`, the array `array` of layer `layer` of `kind`,
+/// holds a non-finite value: the tokens' noise overflows the precision T (float32 ends near 3.4e38), or
+/// their logits overflow attn's softmax. The other generators' values are bounded (|normals| < 9).
+template <class T>
+void require_finite_layer_array(const std::vector<T>& values, const SynthSpec& spec, Index layer,
+                                SynthKind kind, const char* array) {
+  require(std::all_of(values.begin(), values.end(), [](T x) { return std::isfinite(x); }),
+          "option --noise: ", spec.noise, " is too large for --precision ",
+          std::is_same_v<T, float> ? "float" : "double", ": /layers/", layer_name(layer), "/", array,
+          " (--kind ", to_string(kind), ") would hold non-finite values; give a smaller --noise");
+}
+
+/// Layer `layer` of the dump: every head's arrays, row-major [B, H, N, ·], checked to be finite.
 template <class T>
 DumpLayerData<T> generate_layer(const SynthSpec& spec, Index layer, bool without_batch_axis) {
   const SynthKind kind = spec.kinds[layer % spec.kinds.size()];
@@ -146,6 +175,12 @@ DumpLayerData<T> generate_layer(const SynthSpec& spec, Index layer, bool without
   data.scale = 1.0 / std::sqrt(double(spec.dim));
   data.without_batch_axis = without_batch_axis;
   if (kind == SynthKind::window) data.window = spec.window;
+  // Reserved whole, so that the layer takes the memory require_feasible_size allows for, not up to twice it.
+  const Index layer_rows = spec.batch * spec.heads * spec.tokens;
+  data.q.reserve(layer_rows * spec.dim);
+  data.k.reserve(layer_rows * spec.dim);
+  data.v.reserve(layer_rows * spec.value_dim);
+  if (spec.with_attention) data.attention.reserve(layer_rows * spec.tokens);
   for (Index b = 0; b < spec.batch; ++b)
     for (Index h = 0; h < spec.heads; ++h) {
       // One independent stream per head: the head's data do not depend on the other heads or layers.
@@ -160,7 +195,57 @@ DumpLayerData<T> generate_layer(const SynthSpec& spec, Index layer, bool without
       if (spec.with_attention)
         append_row_major(attention_matrix<double>(q, k, Kernel::exponential(data.scale)), data.attention);
     }
+  for (const auto& [array, values] :
+       {std::pair{"q", &data.q}, {"k", &data.k}, {"v", &data.v}, {"attn", &data.attention}})
+    require_finite_layer_array(*values, spec, layer, kind, array);
   return data;
+}
+
+/// Sizes in gigabytes (10⁹ bytes) for messages.
+std::string gigabytes(double bytes) {
+  return describe(std::setprecision(3), bytes / 1e9, " GB");
+}
+
+/// The bytes available on the file system that will hold `output` (that of its nearest existing directory;
+/// unknown, and so unlimited, where it cannot be told).
+double free_bytes_for(const std::string& output) {
+  std::error_code error;
+  auto directory = std::filesystem::absolute(output, error).parent_path();
+  while (!std::filesystem::exists(directory, error) && directory.has_relative_path())
+    directory = directory.parent_path();
+  const auto space = std::filesystem::space(directory, error);
+  return error ? INFINITY : double(space.available);
+}
+
+/// Refuses (std::invalid_argument naming the options and the size in GB) a dump that cannot be generated:
+/// synth holds one layer in memory at a time (its arrays in the precision of `value_bytes`, and one head's
+/// in double while it is drawn, with the rank-r factors of `low_rank`), which must fit this machine's
+/// physical memory, and writes the whole dump, whose values alone (HDF5's metadata aside) must fit the free
+/// space of the output's file system. The sizes are computed in double, which no product of the options
+/// overflows (each < 2⁶³, their product < 2³¹⁵ ≪ DBL_MAX); whatever passes is far below 2⁶³ elements, so
+/// the Index arithmetic of the generators cannot overflow either.
+void require_feasible_size(const SynthSpec& spec, std::size_t value_bytes, bool low_rank,
+                           const std::string& output) {
+  const double values_per_token =
+      2 * double(spec.dim) + double(spec.value_dim) + (spec.with_attention ? double(spec.tokens) : 0.0);
+  const double head_values = double(spec.tokens) * values_per_token;
+  const double factor_values = low_rank ? double(spec.rank) * (double(spec.tokens) + double(spec.dim)) : 0.0;
+  const double layer_values = double(spec.batch) * double(spec.heads) * head_values;
+  const std::string options =
+      describe("--batch ", spec.batch, ", --heads ", spec.heads, ", --tokens ", spec.tokens, ", --dim ",
+               spec.dim, ", --value-dim ", spec.value_dim, low_rank ? describe(", --rank ", spec.rank) : "");
+  const std::string values = describe("B·H·N·(2d + dv", spec.with_attention ? " + N for --with-attn" : "",
+                                      ") ", value_bytes == sizeof(float) ? "float32" : "float64", " values");
+  const double layer_bytes =
+      layer_values * double(value_bytes) + (head_values + factor_values) * sizeof(double);
+  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  require(layer_bytes <= memory, "options ", options, ": a layer (", values,
+          low_rank ? ", and a head's rank-r factors" : "", ") takes ", gigabytes(layer_bytes),
+          " of memory while it is generated, more than this machine's ", gigabytes(memory));
+  const double dump_bytes = double(spec.layers) * layer_values * double(value_bytes);
+  const double free = free_bytes_for(output);
+  require(dump_bytes <= free, "options --layers ", spec.layers, ", ", options, ": the dump (layers·", values,
+          ") takes ", gigabytes(dump_bytes), ", more than the ", gigabytes(free), " free for ", output);
 }
 
 std::array<Index, 2> parse_window(const std::string& text, Index tokens) {
@@ -174,8 +259,8 @@ std::array<Index, 2> parse_window(const std::string& text, Index tokens) {
   require(x != std::string::npos, "option --window: '", text, "' must read HxW, e.g. 16x16");
   const auto h = parse_index_list(text.substr(0, x), "window"),
              w = parse_index_list(text.substr(x + 1), "window");
-  require(h.size() == 1 && w.size() == 1 && h[0] * w[0] == tokens, "option --window: ", text,
-          " does not cover N = ", tokens, " tokens");
+  require(h.size() == 1 && w.size() == 1 && tokens % w[0] == 0 && h[0] == tokens / w[0],
+          "option --window: ", text, " does not cover N = ", tokens, " tokens");
   return {h[0], w[0]};
 }
 
@@ -219,7 +304,7 @@ int run_synth(const Invocation& invocation) {
   spec.noise = values["noise"].as<double>();
   spec.dof = values["dof"].as<int>();
   spec.blocks = values["blocks"].as<Index>();
-  spec.seed = values["seed"].as<std::uint64_t>();
+  spec.seed = seed_option(values);
   spec.with_attention = values["with-attn"].as<bool>();
   const auto precision = parse_precision(values);
   const bool without_batch_axis = values["no-batch-axis"].as<bool>();
@@ -240,13 +325,16 @@ int run_synth(const Invocation& invocation) {
   require(spec.noise >= 0 && std::isfinite(spec.noise), "option --noise: ", spec.noise, " must be >= 0");
   require(spec.dof >= 1, "option --dof: ", spec.dof, " must be >= 1");
   require(!without_batch_axis || spec.batch == 1, "option --no-batch-axis needs --batch 1");
+  const std::string output = values["output"].as<std::string>();
+  require_feasible_size(spec, precision == "float" ? sizeof(float) : sizeof(double),
+                        uses(SynthKind::low_rank), output);
   if (uses(SynthKind::window)) spec.window = parse_window(values["window"].as<std::string>(), spec.tokens);
   apply_threads(values);
 
-  AtomicFile file(values["output"].as<std::string>(), {"synth", "nystrom-dump", "layers", "synthetic: "});
+  AtomicFile file(output, {"synth", "nystrom-dump", "layers", "synthetic: "});
   write_dump_header(file.get(), "synthetic: " + invocation.command_line);
   for (Index layer = 0; layer < spec.layers; ++layer) {
-    const std::string name = describe(layer < 10 ? "0" : "", layer);
+    const std::string name = layer_name(layer);
     if (precision == "float")
       write_dump_layer(file.get(), name, generate_layer<float>(spec, layer, without_batch_axis));
     else
@@ -254,9 +342,8 @@ int run_synth(const Invocation& invocation) {
   }
   file.commit();
   if (!values["quiet"].as<bool>())
-    std::cerr << "nystrom synth: wrote " << values["output"].as<std::string>() << " (" << spec.layers
-              << " layers x " << spec.batch * spec.heads << " heads, N = " << spec.tokens
-              << ", d = " << spec.dim << ")\n";
+    std::cerr << "nystrom synth: wrote " << output << " (" << spec.layers << " layers x "
+              << spec.batch * spec.heads << " heads, N = " << spec.tokens << ", d = " << spec.dim << ")\n";
   return 0;
 }
 

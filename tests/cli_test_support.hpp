@@ -1,10 +1,13 @@
 #pragma once
 /// @file cli_test_support.hpp
-/// Helpers of the end-to-end tests of the `nystrom` program: run it in-process with captured stderr,
-/// temporary directories, file bytes, and reading a results table back.
+/// Helpers of the end-to-end tests of the `nystrom` program: run it in-process with captured stderr (or as a
+/// process of its own), temporary directories, file bytes, and reading a results table back.
 
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -66,6 +69,35 @@ class TempDir {
 inline std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// The exit status and stderr of `nystrom args...` run as a process of its own (the built program): for runs
+/// that re-execute the program (bench --blas-core), which in-process would replace the test executable.
+inline CliRun run_program(std::vector<std::string> args) {
+  const std::string program = std::string(NYSTROM_BINARY_DIR) + "/bin/nystrom";
+  REQUIRE(fs::exists(program));
+  args.insert(args.begin(), program);
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  char err_path[] = "/tmp/nystrom_test_stderr_XXXXXX";
+  const int err = mkstemp(err_path);
+  REQUIRE(err >= 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    dup2(err, STDERR_FILENO);
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  close(err);
+  CliRun run;
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.err = file_bytes(err_path);
+  fs::remove(err_path);
+  return run;
 }
 
 /// Every column of /sweep by name, cells as stored.

@@ -71,11 +71,14 @@ TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message
     CHECK(threads.err.find("--threads: 100000") != std::string::npos);
   }
   // A bad line of a config file is named with the file and its line: help and config (command-line options
-  // only: in a config file they were silently ignored), an unknown option, a value of the wrong type.
+  // only: in a config file they were silently ignored), an unknown option, a value of the wrong type, a
+  // repeated option (at its repetition).
   const std::pair<const char*, const char*> bad_lines[] = {{"help = 1", "command-line option only"},
                                                            {"config = other.ini", "command-line option only"},
                                                            {"bogus = 3", "unrecognised option 'bogus'"},
-                                                           {"seed = abc", "'abc'"}};
+                                                           {"seed = abc", "'abc'"},
+                                                           {"seed = -1", "'-1'"},  // was read modulo 2^64
+                                                           {"layers = 2", "more than once"}};
   for (const auto& [line, named] : bad_lines) {
     CAPTURE(line);
     { std::ofstream("bad.ini") << "# synthetic\nlayers = 1\n" << line << "\n"; }
@@ -90,8 +93,95 @@ TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message
   const auto huge = run_cli({"synth", "--output", "x.h5", "--tokens", "100000000", "--dim", "100000",
                              "--heads", "1000", "--layers", "1"});
   CHECK(huge.status == 2);
-  CHECK(huge.err.find("out of memory") != std::string::npos);
+  CHECK(huge.err.find("GB of memory") != std::string::npos);
   CHECK_FALSE(fs::exists("x.h5"));
+}
+
+namespace {
+
+/// No temporary file of an AtomicFile is left in `dir`.
+void check_no_temporaries(const TempDir& dir) {
+  for (const auto& entry : fs::directory_iterator(dir.path()))
+    CHECK(entry.path().string().find(".tmp-") == std::string::npos);
+}
+
+/// `nystrom synth -o output -q` with `options`: exit 2 with a one-line message containing each of `named`,
+/// `existing` left byte-identical and no new file.
+void check_synth_refused(const TempDir& dir, const std::vector<std::string>& options,
+                         const std::vector<std::string>& named, const std::string& existing) {
+  const std::string before = file_bytes(existing);
+  for (const std::string& output : {existing, dir / "new.h5"}) {
+    std::vector<std::string> args = {"synth", "-o", output, "-q"};
+    args.insert(args.end(), options.begin(), options.end());
+    const auto run = run_cli(args);
+    CAPTURE(args);
+    CAPTURE(run.err);
+    CHECK(run.status == 2);
+    for (const auto& text : named) CHECK(run.err.find(text) != std::string::npos);
+    CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
+    CHECK(file_bytes(existing) == before);
+    CHECK_FALSE(fs::exists(dir / "new.h5"));
+  }
+  check_no_temporaries(dir);
+}
+
+}  // namespace
+
+TEST_CASE("synth refuses at once sizes beyond memory or disk, 64-bit overflows included, writing nothing") {
+  TempDir dir("synth_sizes");
+  const auto existing = dir / "existing.h5";
+  REQUIRE(run_cli({"synth", "-o", existing, "-n", "8", "-d", "2", "--heads", "1", "--layers", "1", "-q"})
+              .status == 0);
+  // Each ran until killed, generating one head or layer after another.
+  const std::string max = "9223372036854775807";
+  check_synth_refused(dir, {"-n", "8", "-d", "2", "--layers", "1", "--heads", max},
+                      {"--heads " + max, "GB of memory", "more than this machine's"}, existing);
+  check_synth_refused(dir, {"-n", "8", "-d", "2", "--layers", "1", "--batch", max},
+                      {"--batch " + max, "GB of memory"}, existing);
+  check_synth_refused(dir, {"-n", "8", "-d", "2", "--layers", "1", "--heads", "100000000000"},
+                      {"--heads 100000000000", "GB of memory"}, existing);
+  check_synth_refused(dir, {"-n", "8", "-d", "2", "--layers", max},
+                      {"--layers " + max, "the dump", "GB free for"}, existing);
+  check_synth_refused(dir, {"-n", "8", "-d", "2", "--kind", "low-rank", "--rank", max},
+                      {"--rank " + max, "rank-r factors", "GB of memory"}, existing);
+  check_synth_refused(dir, {"-n", "100000000", "-d", "2", "--heads", "1", "--with-attn"},
+                      {"--tokens 100000000", "+ N for --with-attn", "GB of memory"}, existing);
+  // 4 × (2^62 + 4) wraps around to 16 in 64 bits: it was taken for a 16-token window.
+  check_synth_refused(dir, {"-n", "16", "--kind", "window", "--window", "4611686018427387908x4"},
+                      {"option --window: 4611686018427387908x4 does not cover N = 16"}, existing);
+}
+
+TEST_CASE("synth refuses a noise level that makes non-finite values in the precision, writing nothing") {
+  TempDir dir("synth_noise");
+  const auto existing = dir / "existing.h5";
+  REQUIRE(run_cli({"synth", "-o", existing, "-n", "8", "-d", "2", "--heads", "1", "--layers", "1", "-q"})
+              .status == 0);
+  // Each wrote a dump that its own readers then refused ("/layers/00/q: non-finite value -inf").
+  const std::vector<std::string> small = {"-n", "8", "-d", "2", "--heads", "1", "--layers", "1"};
+  const auto small_dump_with = [&](std::vector<std::string> options) {
+    options.insert(options.begin(), small.begin(), small.end());
+    return options;
+  };
+  check_synth_refused(dir, small_dump_with({"--kind", "low-rank", "--noise", "1e308"}),
+                      {"option --noise: 1e+308", "--precision float", "/layers/00/q (--kind low-rank)"},
+                      existing);
+  check_synth_refused(dir, small_dump_with({"--kind", "low-rank", "--noise", "1e40"}),
+                      {"option --noise: 1e+40", "--precision float"}, existing);
+  check_synth_refused(
+      dir,
+      small_dump_with({"--kind", "low-rank", "--noise", "1e160", "--precision", "double", "--with-attn"}),
+      {"option --noise: 1e+160", "--precision double", "/layers/00/attn"}, existing);
+  // The second layer's kind overflows after the first was written: the partial file is removed too.
+  check_synth_refused(dir,
+                      {"-n", "16", "-d", "2", "--heads", "1", "--layers", "2", "--kind", "gaussian,window",
+                       "--noise", "1e40"},
+                      {"/layers/01/q (--kind window)"}, existing);
+  // Large noise that float32 holds is written, and its readers accept it.
+  const auto noisy = dir / "noisy.h5";
+  REQUIRE(run_cli({"synth", "-o", noisy, "-n", "8", "-d", "2", "--heads", "1", "--layers", "1", "--kind",
+                   "low-rank", "--noise", "1e30", "--with-attn", "-q"})
+              .status == 0);
+  CHECK(run_cli({"info", noisy}).status == 0);
 }
 
 TEST_CASE("synth writes the dump format, the reader gets back the same heads, attn is the exact softmax") {
@@ -503,4 +593,185 @@ TEST_CASE("info describes dumps and results files, --config supplies options") {
   const auto info_fixed = run_cli({"info", results});
   CHECK(info_fixed.status == 2);
   CHECK(info_fixed.err.find("/sweep/kernel: unexpected type") != std::string::npos);
+}
+
+namespace {
+
+/// Writes a 1-D array of variable-length strings as attribute `name` of `object` (h5py writes a list so).
+void write_string_array_attribute(hid_t object, const char* name, std::vector<const char*> values) {
+  cli::Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
+  REQUIRE(H5Tset_size(type.get(), H5T_VARIABLE) >= 0);
+  const hsize_t count = values.size();
+  cli::Handle space(H5Screate_simple(1, &count, nullptr), H5Sclose, "H5Screate_simple");
+  cli::Handle attribute(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+                        "H5Acreate2");
+  REQUIRE(H5Awrite(attribute.get(), type.get(), values.data()) >= 0);
+}
+
+/// Writes the results file `path`: the root attributes format (unless `format` is false) and format_version,
+/// then what `edit` adds.
+template <class Edit>
+void write_results_file(const std::string& path, Edit edit, bool format = true) {
+  cli::Handle file = cli::create_file(path);
+  if (format) cli::write_attribute(file.get(), "format", std::string("nystrom-results"));
+  cli::write_attribute(file.get(), "format_version", std::vector<std::int64_t>{3});
+  edit(file.get());
+}
+
+}  // namespace
+
+TEST_CASE("info refuses malformed results files: exit 2 naming the file and the fault, nothing on stdout") {
+  TempDir dir("info_bad");
+  const std::vector<double> zeros(5, 0.0);
+  struct Case {
+    std::string name, expect;
+    std::function<void(const std::string&)> make;
+  };
+  const std::vector<Case> cases = {
+      // Was "cannot create std::vector larger than max_size()", exit 1, after the header lines.
+      {"empty_sweep", "/sweep has no column datasets",
+       [](const std::string& p) { write_results_file(p, [](hid_t f) { cli::create_group(f, "sweep"); }); }},
+      // Was "HDF5: open group sweep failed", exit 1.
+      {"sweep_dataset", "/sweep is a dataset, expected a group of column datasets",
+       [&](const std::string& p) {
+         write_results_file(p, [&](hid_t f) { cli::write_array(f, "sweep", {3}, zeros.data()); });
+       }},
+      // Was read as a table of 3 rows.
+      {"uneven_columns", "/sweep columns have different lengths: a has 3 rows, b has 5",
+       [&](const std::string& p) {
+         write_results_file(p, [&](hid_t f) {
+           cli::Handle group = cli::create_group(f, "sweep");
+           cli::write_array(group.get(), "a", {3}, zeros.data());
+           cli::write_array(group.get(), "b", {5}, zeros.data());
+         });
+       }},
+      {"column_group", "/sweep/a is a group, expected a column dataset",
+       [](const std::string& p) { write_results_file(p, [](hid_t f) { cli::create_group(f, "sweep/a"); }); }},
+      {"column_rank", "/sweep/a has rank 2, expected a 1-D column",
+       [&](const std::string& p) {
+         write_results_file(p, [&](hid_t f) {
+           cli::Handle group = cli::create_group(f, "sweep");
+           cli::write_array(group.get(), "a", {2, 2}, zeros.data());
+         });
+       }},
+      {"spectra_dataset", "/spectra is a dataset, expected a group of layer groups",
+       [&](const std::string& p) {
+         write_results_file(p, [&](hid_t f) { cli::write_array(f, "spectra", {3}, zeros.data()); });
+       }},
+      {"spectra_layer_dataset", "/spectra/00 is a dataset, expected a group of spectrum datasets",
+       [&](const std::string& p) {
+         write_results_file(p, [&](hid_t f) {
+           cli::Handle group = cli::create_group(f, "spectra");
+           cli::write_array(group.get(), "00", {3}, zeros.data());
+         });
+       }},
+      // Was "unknown format_version 3 (this build reads format_version 1)": read as a dump.
+      {"no_format", "has no 'format' attribute and no /layers group",
+       [&](const std::string& p) {
+         write_results_file(
+             p,
+             [&](hid_t f) {
+               cli::Handle group = cli::create_group(f, "sweep");
+               cli::write_array(group.get(), "a", {3}, zeros.data());
+             },
+             false);
+       }},
+      // Was a segmentation fault: two strings read into room for one.
+      {"format_array", "/: attribute 'format' holds 2 strings, expected one",
+       [](const std::string& p) {
+         cli::Handle file = cli::create_file(p);
+         write_string_array_attribute(file.get(), "format", {"nystrom-results", "nystrom-dump"});
+       }},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    const auto path = dir / (c.name + ".h5");
+    c.make(path);
+    const auto before = file_bytes(path);
+    const auto run = run_cli({"info", path});
+    CAPTURE(run.err);
+    CHECK(run.status == 2);
+    CHECK(run.err.find(path + ": " + c.expect) != std::string::npos);
+    CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
+    CHECK(run.out.empty());
+    CHECK(file_bytes(path) == before);
+  }
+  // An attribute no writer makes, an array of strings, is shown by its size (was a segmentation fault).
+  const auto strings = dir / "strings.h5";
+  write_results_file(strings, [](hid_t f) { write_string_array_attribute(f, "names", {"alpha", "beta"}); });
+  const auto described = run_cli({"info", strings});
+  CHECK(described.status == 0);
+  CHECK(described.out.find("names = (2 strings, not shown)") != std::string::npos);
+  // A user's dump needs no attributes: without `format` but with /layers, it is a dump.
+  const auto bare = dir / "bare.h5";
+  {
+    cli::Handle file = cli::create_file(bare);
+    cli::Handle group = cli::create_group(file.get(), "layers/00");
+    for (const char* name : {"q", "k"}) write_tensor(group.get(), name, {1, 1, 5, 1}, zeros);
+  }
+  const auto dump = run_cli({"info", bare});
+  CHECK(dump.status == 0);
+  CHECK(dump.out.find("attention dump") != std::string::npos);
+}
+
+TEST_CASE("spectrum: N = 1 gives the 1x1 kernel itself on the dense and the matrix-free path") {
+  TempDir dir("spectrum_one_token");
+  const auto input = dir / "one.h5";
+  const std::vector<double> q = {0.5, -1.25, 0.75, 2.0}, k = {1.5, 0.25, -0.5, 1.0};
+  write_bad_dump(input, [&](hid_t g, auto&) {
+    write_tensor(g, "q", {1, 1, 1, 4}, q);
+    write_tensor(g, "k", {1, 1, 1, 4}, k);
+    write_tensor(g, "v", {1, 1, 1, 4}, q);
+  });
+  // G = exp(s q·k) with the default scale s = 1/√d = 1/2; one segment-means landmark is the token itself, so
+  // G̃ is the 2×2 matrix of that entry, of singular value twice it.
+  double dot = 0;
+  for (std::size_t i = 0; i < q.size(); ++i) dot += q[i] * k[i];
+  const double entry = std::exp(0.5 * dot);
+  // --memory 1 takes the matrix-free path, which asked Lanczos for N − 1 = 0 values (exit 2).
+  for (const char* memory : {"4G", "1"}) {
+    CAPTURE(memory);
+    const auto output = dir / (std::string("spectrum") + memory + ".h5");
+    const auto run = run_cli({"spectrum", "-i", input, "-o", output, "--memory", memory, "-q"});
+    CAPTURE(run.err);
+    REQUIRE(run.status == 0);
+    const auto sv_g = read_doubles(output, "spectra/00/sv_G"),
+               sv_ext = read_doubles(output, "spectra/00/sv_Gext");
+    CHECK(sv_g.dims == std::vector<hsize_t>{1, 1, 1});
+    CHECK(sv_g.values[0] == doctest::Approx(entry).epsilon(1e-12));
+    CHECK(sv_ext.values[0] == doctest::Approx(2 * entry).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("spectrum --reference model refuses a bias row of -inf alone as sweep does, naming the head") {
+  TempDir dir("spectrum_infinite_row");
+  const auto input = dir / "row.h5";
+  const std::size_t n = 16;
+  write_bad_dump(input, [&](hid_t g, auto&) {
+    std::vector<double> tokens(n * 4);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::sin(double(i));
+    for (const char* name : {"q", "k", "v"}) write_tensor(g, name, {1, 1, n, 4}, tokens);
+    std::vector<double> bias(n * n, 0.0);
+    std::fill_n(bias.begin() + 2 * n, n, -INFINITY);  // row 2: the model's scores are -inf throughout
+    write_tensor(g, "bias", {1, n, n}, bias);
+  });
+  // --reference kernel does not read the bias: an existing spectrum to keep.
+  const auto existing = dir / "spectrum.h5";
+  REQUIRE(run_cli({"spectrum", "-i", input, "-o", existing, "-m", "2", "-q"}).status == 0);
+  const auto before = file_bytes(existing);
+  // spectrum said "dense_svd: matrix contains non-finite values (NaN or Inf)", naming neither file nor head.
+  for (const std::string command : {"sweep", "spectrum"}) {
+    CAPTURE(command);
+    const auto output = command == "spectrum" ? existing : dir / "sweep.h5";
+    const auto run = run_cli({command, "-i", input, "-o", output, "-m", "2", "--reference", "model", "-q"});
+    CAPTURE(run.err);
+    CHECK(run.status == 2);
+    CHECK(run.err.find(input + ": /layers/00 batch 0 head 0: row 2 of bias + mask is -inf throughout") !=
+          std::string::npos);
+    CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
+  }
+  CHECK(file_bytes(existing) == before);
+  CHECK_FALSE(fs::exists(dir / "sweep.h5"));
+  CHECK_FALSE(fs::exists(dir / "sweep.h5.partial"));
+  check_no_temporaries(dir);
 }

@@ -756,7 +756,7 @@ TEST_CASE("bad biases throw naming the value") {
   CHECK(throws_naming([&] { head.validate("h"); }, "bias(3, 4)"));
   head.bias(3, 4) = 0;
   head.bias.row(5).setConstant(-INFINITY);
-  CHECK(throws_naming([&] { head.validate("h"); }, "bias row 5"));
+  CHECK(throws_naming([&] { head.validate("h"); }, "row 5 of bias + mask is -inf throughout"));
   head.bias.row(5).setZero();
   head.bias(2, 2) = 800;  // exp(800) overflows double: no shift recovers G
   HeadEvaluator<double> evaluator(head, {}, "head 2");

@@ -39,7 +39,7 @@ void Head<T>::validate(const std::string& where) const {
   for (Index i = 0; i < bias.rows(); ++i)
     if (!attended(i))
       throw std::invalid_argument(
-          describe(where, ": bias row ", i, " is -inf throughout (nothing to attend to)"));
+          describe(where, ": row ", i, " of bias + mask is -inf throughout (its softmax is undefined)"));
 }
 
 template struct Head<float>;
