@@ -56,11 +56,24 @@ class Random {
   double normal() {
     return std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * std::numbers::pi * uniform());
   }
-  /// Student-t with `dof` degrees of freedom: Z / sqrt(χ²_ν / ν).
+  /// Student-t with `dof` degrees of freedom: Z / sqrt(χ²_ν / ν), with χ²_ν the sum of ν squared normals up
+  /// to ν = 32 (the values of earlier files), else 2·Gamma(ν/2), whose cost does not grow with ν.
   double student_t(int dof) {
     double chi2 = 0;
-    for (int i = 0; i < dof; ++i) chi2 += std::pow(normal(), 2);
+    if (dof <= 32)
+      for (int i = 0; i < dof; ++i) chi2 += std::pow(normal(), 2);
+    else
+      chi2 = 2 * gamma(0.5 * dof);
     return normal() / std::sqrt(chi2 / dof);
+  }
+  /// Gamma(shape, 1) for shape ≥ 1: Marsaglia & Tsang (2000), "A simple method for generating gamma
+  /// variables", ACM TOMS 26(3), by rejection from a transformed normal.
+  double gamma(double shape) {
+    const double d = shape - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+    while (true) {
+      const double x = normal(), v = std::pow(1 + c * x, 3);
+      if (v > 0 && std::log(uniform()) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v;
+    }
   }
   Matrix<double> normal_matrix(Index rows, Index cols) {
     Matrix<double> m(rows, cols);
