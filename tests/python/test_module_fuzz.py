@@ -244,6 +244,23 @@ class RandomCalls:
             notes.append("nested lists")
         return Argument(values, f"{dtype.name} {shape} ({', '.join(notes)})", shape, dtype, ordinary)
 
+    def out_array(self, q, v):
+        """An `out` for attention(q, k, v): mostly an array of the output's shape and q's dtype (at times read-only
+        or Fortran-ordered), else q itself (overlapping it) or any random array."""
+        shape = (*q.shape[:-1], v.shape[-1]) if len(q.shape) >= 2 and len(v.shape) >= 2 else (3, 4)
+        dtype = q.dtype if q.dtype.kind == "f" else np.dtype(np.float64)
+        kind = self.pick("fresh", "fresh", "fresh", "read-only", "Fortran order", "q itself", "random")
+        if kind == "random":
+            return self.array()
+        if kind == "q itself":
+            return Argument(q.value, "q itself", q.shape, q.dtype, q.ordinary)
+        values = np.full(shape, np.nan, dtype)
+        if kind == "read-only":
+            values.flags.writeable = False
+        elif kind == "Fortran order":
+            values = np.asfortranarray(values)
+        return Argument(values, f"{kind} {dtype.name} {shape}", shape, dtype, True)
+
     def qkv(self):
         """q, k, v of matching shapes mostly (k q itself at times), of unrelated random shapes else."""
         q = self.array()
@@ -268,8 +285,13 @@ class RandomCalls:
     def arguments(self, name):
         """Random arguments and options for the function `name`: q, k and v, or other random arrays."""
         q, k, v = self.qkv()
-        if name in ("approximate", "attention"):
+        if name == "approximate":
             return (q, k, v), self.options(OUTPUT_OPTIONS)
+        if name == "attention":
+            options, ordinary = self.options(OUTPUT_OPTIONS)
+            if self.chance(0.3):
+                options["out"] = self.out_array(q, v)
+            return (q, k, v), (options, ordinary)
         if name == "time_attention":
             return (q, k, v), self.options((*OUTPUT_OPTIONS, "repeat"))
         if name == "evaluate":
@@ -339,12 +361,14 @@ class RandomCalls:
             arguments, (options, ordinary) = self.arguments(name)
         ordinary = ordinary and all(a.ordinary for a in arguments if isinstance(a, Argument))
         make_call(self.describe(index, name, arguments, options), ordinary, getattr(nystrom, name),
-                  *[a.value if isinstance(a, Argument) else a for a in arguments], **options)
+                  *[a.value if isinstance(a, Argument) else a for a in arguments],
+                  **{key: value.value if isinstance(value, Argument) else value for key, value in options.items()})
 
     def describe(self, index, name, arguments, options):
         words = [a.description if isinstance(a, Argument) else "the factors just made"
                  if isinstance(a, nystrom.NystromFactors) else repr(a) for a in arguments]
-        return f"seed {self.seed} call {index}: nystrom.{name}({', '.join(words)}, **{options})"
+        shown = {key: value.description if isinstance(value, Argument) else value for key, value in options.items()}
+        return f"seed {self.seed} call {index}: nystrom.{name}({', '.join(words)}, **{shown})"
 
 
 def run_random(seed, count):
