@@ -330,8 +330,12 @@ AtomicFile::AtomicFile(std::string target, const OutputKind& kind) : target_(std
   if (std::filesystem::is_symlink(target_)) target_ = std::filesystem::weakly_canonical(target_).string();
   require_replaceable(target_, kind);
   const auto parent = std::filesystem::path(target_).parent_path();
+  for (auto missing = parent; missing.has_relative_path() && !std::filesystem::exists(missing);
+       missing = missing.parent_path())
+    created_directory_ = missing;
   std::error_code error;
   if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) remove_created_directories();
   require(!error, target_, ": cannot create its directory ", parent.string(), " (", error.message(), ")");
   temporary_ = target_ + ".tmp-" + std::to_string(::getpid());
   slot_ = register_temporary(temporary_);
@@ -344,6 +348,7 @@ AtomicFile::AtomicFile(std::string target, const OutputKind& kind) : target_(std
   } catch (...) {
     unregister_temporary(slot_);
     std::filesystem::remove(temporary_, error);
+    remove_created_directories();
     throw;
   }
 }
@@ -354,6 +359,17 @@ AtomicFile::~AtomicFile() {
   file_.reset();
   std::error_code ignored;
   std::filesystem::remove(temporary_, ignored);
+  remove_created_directories();
+}
+
+void AtomicFile::remove_created_directories() const {
+  if (created_directory_.empty()) return;
+  std::error_code ignored;
+  for (auto directory = std::filesystem::path(target_).parent_path(); directory.has_relative_path();
+       directory = directory.parent_path()) {
+    std::filesystem::remove(directory, ignored);  // an empty directory only
+    if (directory == created_directory_) return;
+  }
 }
 
 void AtomicFile::commit() {

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <iosfwd>
 #include <span>
 #include <string>
@@ -103,7 +104,8 @@ void require_replaceable(const std::string& target, const OutputKind& kind);
 /// A new HDF5 file written under a temporary name in the target's directory and renamed onto the target only
 /// by commit(), so a failed run never leaves a truncated file in place of a good one. Without commit() the
 /// temporary file is removed, and so it is when SIGINT or SIGTERM ends the process first. Missing parent
-/// directories are created; a target that is a symbolic link is followed. The target must be replaceable by
+/// directories are created (and removed again, when still empty, without commit()); a target that is a
+/// symbolic link is followed. The target must be replaceable by
 /// `kind` (require_replaceable); a location that cannot be written throws std::invalid_argument naming it.
 class AtomicFile {
  public:
@@ -116,7 +118,11 @@ class AtomicFile {
   void commit();
 
  private:
+  /// Removes the directories the constructor created, innermost first, where they are empty.
+  void remove_created_directories() const;
+
   std::string target_, temporary_;
+  std::filesystem::path created_directory_;  ///< the outermost directory created for the target, if any
   int slot_ = -1;
   Handle file_;
 };

@@ -176,6 +176,11 @@ TEST_CASE("synth refuses a noise level that makes non-finite values in the preci
                       {"-n", "16", "-d", "2", "--heads", "1", "--layers", "2", "--kind", "gaussian,window",
                        "--noise", "1e40"},
                       {"/layers/01/q (--kind window)"}, existing);
+  // The directories created for the output go too; one that existed stays.
+  const auto nested = dir / "made/for/it.h5";
+  CHECK(run_cli({"synth", "-o", nested, "--kind", "low-rank", "--noise", "1e40", "-q"}).status == 2);
+  CHECK_FALSE(fs::exists(dir / "made"));
+  CHECK(fs::exists(dir.path()));
   // Large noise that float32 holds is written, and its readers accept it.
   const auto noisy = dir / "noisy.h5";
   REQUIRE(run_cli({"synth", "-o", noisy, "-n", "8", "-d", "2", "--heads", "1", "--layers", "1", "--kind",
