@@ -325,18 +325,35 @@ void unregister_temporary(int slot) {
 
 }  // namespace
 
+std::filesystem::path create_parent_directories(const std::string& target) {
+  const auto parent = std::filesystem::path(target).parent_path();
+  std::filesystem::path outermost;
+  for (auto missing = parent; missing.has_relative_path() && !std::filesystem::exists(missing);
+       missing = missing.parent_path())
+    outermost = missing;
+  std::error_code error;
+  if (!outermost.empty()) std::filesystem::create_directories(parent, error);
+  if (error) remove_created_directories(target, outermost);
+  require(!error, target, ": cannot create its directory ", parent.string(), " (", error.message(), ")");
+  return outermost;
+}
+
+void remove_created_directories(const std::string& target, const std::filesystem::path& outermost) {
+  if (outermost.empty()) return;
+  std::error_code ignored;
+  for (auto directory = std::filesystem::path(target).parent_path(); directory.has_relative_path();
+       directory = directory.parent_path()) {
+    std::filesystem::remove(directory, ignored);  // an empty directory only
+    if (directory == outermost) return;
+  }
+}
+
 AtomicFile::AtomicFile(std::string target, const OutputKind& kind) : target_(std::move(target)) {
   // A symbolic link stays one: the file it points to is replaced.
   if (std::filesystem::is_symlink(target_)) target_ = std::filesystem::weakly_canonical(target_).string();
   require_replaceable(target_, kind);
-  const auto parent = std::filesystem::path(target_).parent_path();
-  for (auto missing = parent; missing.has_relative_path() && !std::filesystem::exists(missing);
-       missing = missing.parent_path())
-    created_directory_ = missing;
+  created_directory_ = create_parent_directories(target_);
   std::error_code error;
-  if (!parent.empty()) std::filesystem::create_directories(parent, error);
-  if (error) remove_created_directories();
-  require(!error, target_, ": cannot create its directory ", parent.string(), " (", error.message(), ")");
   temporary_ = target_ + ".tmp-" + std::to_string(::getpid());
   slot_ = register_temporary(temporary_);
   try {
@@ -348,7 +365,7 @@ AtomicFile::AtomicFile(std::string target, const OutputKind& kind) : target_(std
   } catch (...) {
     unregister_temporary(slot_);
     std::filesystem::remove(temporary_, error);
-    remove_created_directories();
+    remove_created_directories(target_, created_directory_);
     throw;
   }
 }
@@ -359,17 +376,7 @@ AtomicFile::~AtomicFile() {
   file_.reset();
   std::error_code ignored;
   std::filesystem::remove(temporary_, ignored);
-  remove_created_directories();
-}
-
-void AtomicFile::remove_created_directories() const {
-  if (created_directory_.empty()) return;
-  std::error_code ignored;
-  for (auto directory = std::filesystem::path(target_).parent_path(); directory.has_relative_path();
-       directory = directory.parent_path()) {
-    std::filesystem::remove(directory, ignored);  // an empty directory only
-    if (directory == created_directory_) return;
-  }
+  remove_created_directories(target_, created_directory_);
 }
 
 void AtomicFile::commit() {

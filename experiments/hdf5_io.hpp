@@ -101,6 +101,14 @@ struct OutputKind {
 /// not of `kind` (not HDF5, another command's results, a model's dump): the files a run must not replace.
 void require_replaceable(const std::string& target, const OutputKind& kind);
 
+/// Creates the directories missing above `target` and returns the outermost one it created (empty when none
+/// was missing); throws std::invalid_argument naming `target` when they cannot be created.
+std::filesystem::path create_parent_directories(const std::string& target);
+
+/// Removes the directories above `target`, innermost first up to `outermost` (create_parent_directories),
+/// where they are empty: what a failed run created for its output.
+void remove_created_directories(const std::string& target, const std::filesystem::path& outermost);
+
 /// A new HDF5 file written under a temporary name in the target's directory and renamed onto the target only
 /// by commit(), so a failed run never leaves a truncated file in place of a good one. Without commit() the
 /// temporary file is removed, and so it is when SIGINT or SIGTERM ends the process first. Missing parent
@@ -118,9 +126,6 @@ class AtomicFile {
   void commit();
 
  private:
-  /// Removes the directories the constructor created, innermost first, where they are empty.
-  void remove_created_directories() const;
-
   std::string target_, temporary_;
   std::filesystem::path created_directory_;  ///< the outermost directory created for the target, if any
   int slot_ = -1;

@@ -68,6 +68,7 @@ void ResumeStore::open() {
     fs::copy_file(output_, temporary, fs::copy_options::overwrite_existing);
     fs::rename(temporary, partial_);
   } else if (!partial_exists_) {
+    created_directory_ = create_parent_directories(output_);
     AtomicFile created(partial_, kind());
     write_attributes_(created.get());
     ResultsTable::create(created.get(), group_, columns_);
@@ -91,8 +92,10 @@ void ResumeStore::close() {
 
 void ResumeStore::abandon() {
   close();
+  if (!created_partial_) return;
   std::error_code ignored;
-  if (created_partial_) fs::remove(partial_, ignored);
+  fs::remove(partial_, ignored);
+  remove_created_directories(output_, created_directory_);
 }
 
 hsize_t ResumeStore::commit(const std::unordered_map<std::string, std::size_t>& position) {

@@ -11,6 +11,7 @@
 /// appending, so a process killed at any moment before its first row (SIGKILL included) leaves a readable
 /// file.
 
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -50,8 +51,9 @@ class ResumeStore {
   hsize_t rows() const { return table_ ? table_->rows() : 0; }
   /// Closes the partial file (it stays for a rerun).
   void close();
-  /// Closes the partial file after a failure: removed when open() created it (no partial output of a failed
-  /// run), kept when it was resumed (its rows are an earlier run's, and this run's are as valid).
+  /// Closes the partial file after a failure: removed when open() created it, with the directories created
+  /// for it (no partial output of a failed run), kept when it was resumed (its rows are an earlier run's, and
+  /// this run's are as valid).
   void abandon();
   /// Closes the partial file and rewrites its rows onto `output`, sorted by `position` (the index of a row's
   /// key in the grid; rows of points outside this grid, from an earlier sweep into the same file, first in
@@ -68,6 +70,7 @@ class ResumeStore {
   std::vector<Column> columns_;
   AttributeWriter write_attributes_;
   bool output_exists_ = false, partial_exists_ = false, created_partial_ = false;
+  std::filesystem::path created_directory_;  ///< the outermost directory open() created for the output
   std::unordered_set<std::string> done_;
   Handle file_;
   std::optional<ResultsTable> table_;

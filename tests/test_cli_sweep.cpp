@@ -1012,6 +1012,9 @@ TEST_CASE("sweep: a point that fails midway removes the partial file of its run,
   CHECK(failed.err.find("out of memory") != std::string::npos);
   CHECK_FALSE(fs::exists(output));
   CHECK_FALSE(fs::exists(output + ".partial"));
+  // The directories created for the output go too.
+  CHECK(run_cli(sweep_args(input, dir / "made/for/out.h5", grid)).status == 2);
+  CHECK_FALSE(fs::exists(dir / "made"));
   // An interrupted run's partial file stays, with its rows, when the run resuming it fails.
   const std::vector<std::string> valid = {"--kernel",     "exp",        "--strategy",  "segment-means",
                                           "--method",     "pnp-nystra", "--landmarks", "4,8",
