@@ -197,22 +197,30 @@ MatrixArgument<T> MatrixStack<T>::matrix(Index index) const {
   return MatrixArgument<T>(data_ + offset, rows_, cols_, row_stride_, col_stride_);
 }
 
-template <class T>
-std::optional<BatchView<const T>> row_major_batch(const Array& array) {
-  const std::vector<Index> shape = shape_of(array);
-  if (shape.size() < 2 || array.dtype() != nb::dtype<T>() || array.size() == 0) return std::nullopt;
+namespace {
+
+/// The first dimension, from the last, whose stride breaks C order in `array` of shape `shape`, with the
+/// stride C order expects there; nullopt when the array is C-contiguous (dimensions of size 1 may have any
+/// stride).
+template <class A>
+std::optional<std::pair<std::size_t, std::int64_t>> c_order_break(const A& array,
+                                                                  const std::vector<Index>& shape) {
   std::int64_t contiguous = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] != 1 && array.stride(i) != contiguous) return std::nullopt;
+    if (shape[i] != 1 && array.stride(i) != contiguous) return std::pair{i, contiguous};
     contiguous *= shape[i];
   }
+  return std::nullopt;
+}
+
+/// C-ordered `data` of shape [..., rows, cols] as a batch of row-major heads, one per matrix.
+template <class T>
+BatchView<T> row_major_heads(T* data, const std::vector<Index>& shape) {
   const std::size_t lead = shape.size() - 2;
   const Index count =
       std::accumulate(shape.begin(), shape.begin() + std::ptrdiff_t(lead), Index{1}, std::multiplies<>());
-  return BatchView<const T>{static_cast<const T*>(array.data()), count, 1, shape[lead], shape[lead + 1]};
+  return {data, count, 1, shape[lead], shape[lead + 1]};
 }
-
-namespace {
 
 /// The addresses [first, last) that an array's elements span; {0, 0} for an empty array.
 template <class A>
@@ -231,6 +239,14 @@ std::pair<std::uintptr_t, std::uintptr_t> address_span(const A& array) {
 }  // namespace
 
 template <class T>
+std::optional<BatchView<const T>> row_major_batch(const Array& array) {
+  const std::vector<Index> shape = shape_of(array);
+  if (shape.size() < 2 || array.dtype() != nb::dtype<T>() || array.size() == 0 || c_order_break(array, shape))
+    return std::nullopt;
+  return row_major_heads(static_cast<const T*>(array.data()), shape);
+}
+
+template <class T>
 BatchView<T> output_batch(nb::handle out, const std::vector<Index>& shape,
                           std::initializer_list<std::pair<const Array*, const char*>> inputs) {
   nb::ndarray<> array;
@@ -244,22 +260,17 @@ BatchView<T> output_batch(nb::handle out, const std::vector<Index>& shape,
   const std::vector<Index> out_shape = shape_of(Array(array));
   require(out_shape == shape, "out has shape ", shape_text(out_shape), " but the output is ",
           shape_text(shape));
-  std::int64_t contiguous = 1;
-  for (std::size_t i = shape.size(); i-- > 0 && array.size() > 0;) {
-    require(shape[i] == 1 || array.stride(i) == contiguous, "out is not C-contiguous (its dimension ", i,
-            " has stride ", array.stride(i), ", expected ", contiguous, ")");
-    contiguous *= shape[i];
-  }
+  if (const auto broken = array.size() > 0 ? c_order_break(array, shape) : std::nullopt)
+    throw std::invalid_argument(describe("out is not C-contiguous (its dimension ", broken->first,
+                                         " has stride ", array.stride(broken->first), ", expected ",
+                                         broken->second, ")"));
   const auto [first, last] = address_span(array);
   for (const auto& [input, name] : inputs) {
     const auto [input_first, input_last] = address_span(*input);
     require(last <= input_first || input_last <= first, "out overlaps ", name,
             ", which is read while out is written; pass a separate array");
   }
-  const std::size_t lead = shape.size() - 2;
-  const Index count =
-      std::accumulate(shape.begin(), shape.begin() + std::ptrdiff_t(lead), Index{1}, std::multiplies<>());
-  return {static_cast<T*>(array.data()), count, 1, shape[lead], shape[lead + 1]};
+  return row_major_heads(static_cast<T*>(array.data()), shape);
 }
 
 void require_same_leading(const std::vector<Index>& a, const std::string& a_name, const std::vector<Index>& b,
