@@ -85,11 +85,15 @@ Matrix<T> inverted_matrix(const ConstMatrixRef<T>& A, const PinvOptions& options
 
 namespace {
 
-/// ‖I − M Z‖_F in double.
+/// M Z in double, the product behind both the residual ‖I − MZ‖_F and the next iteration step.
 template <class T>
-double identity_residual(const Matrix<T>& M, const Matrix<T>& Z) {
-  const Matrix<double> product = M.template cast<double>() * Z.template cast<double>();
-  return (Matrix<double>::Identity(M.rows(), M.cols()) - product).stableNorm();  // no overflow before 1e308
+Matrix<double> product_in_double(const Matrix<double>& M, const Matrix<T>& Z) {
+  return M * Z.template cast<double>();
+}
+
+/// ‖I − P‖_F of a square product P = M Z (in double).
+double identity_residual(const Matrix<double>& product) {
+  return (Matrix<double>::Identity(product.rows(), product.cols()) - product).stableNorm();  // no overflow
 }
 
 /// Exact pseudoinverse of M by SVD in double (docs/mathematics.md §4; spectral.hpp's dense_svd, LAPACK
@@ -107,17 +111,18 @@ void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result) 
     }
   }
   result.z = (svd.v * inverse.asDiagonal() * svd.u.transpose()).template cast<T>();
-  result.residuals.push_back(identity_residual(M, result.z));
+  result.residuals.push_back(
+      identity_residual(product_in_double(M.template cast<double>().eval(), result.z)));
   result.status = PinvStatus::converged;
 }
 
-/// One step of the iteration on M: Razavi Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))) (Nyströmformer eq. (15),
-/// PnP-Nystra §3) or Newton–Schulz X ← X(2I − MX) (LaplacianFormer Alg. 1).
+/// One step of the iteration on M from Z and MZ (the product the residual was measured on, rounded to T):
+/// Razavi Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))) (Nyströmformer eq. (15), PnP-Nystra §3) or Newton–Schulz X ←
+/// X(2I − MX) (LaplacianFormer Alg. 1).
 template <class T>
-Matrix<T> iteration_step(PinvMethod method, const Matrix<T>& M, const Matrix<T>& Z) {
-  const Index m = M.rows();
+Matrix<T> iteration_step(PinvMethod method, const Matrix<T>& Z, const Matrix<T>& MZ) {
+  const Index m = Z.rows();
   const Matrix<T> identity = Matrix<T>::Identity(m, m);
-  const Matrix<T> MZ = M * Z;
   if (method == PinvMethod::newton_schulz) return Z * (T(2) * identity - MZ);
   const Matrix<T> inner = MZ * (T(7) * identity - MZ);
   const Matrix<T> middle = MZ * (T(15) * identity - inner);
@@ -125,17 +130,19 @@ Matrix<T> iteration_step(PinvMethod method, const Matrix<T>& M, const Matrix<T>&
 }
 
 /// Runs the iteration from Z₀ = αMᵀ, recording ‖I − MZ_k‖_F in double and stopping at convergence, divergence
-/// or a non-finite value. Divergence: the residual exceeds its starting value, or grows from one step to the
-/// next by more than rounding (c·m·eps·‖M‖_F‖Z‖_F). In exact arithmetic inside the monotone ranges (ασ₁² < 2
-/// Newton–Schulz, ασ₁² < 3 Razavi) every direction's residual shrinks, so neither happens
-/// (docs/mathematics.md §4).
+/// or a non-finite value; each MZ_k is formed once, in double, for its residual and the next step.
+/// Divergence: the residual exceeds its starting value, or grows from one step to the next by more than
+/// rounding (c·m·eps·‖M‖_F‖Z‖_F). In exact arithmetic inside the monotone ranges (ασ₁² < 2 Newton–Schulz,
+/// ασ₁² < 3 Razavi) every direction's residual shrinks, so neither happens (docs/mathematics.md §4).
 template <class T>
 void iterative_pseudoinverse(const Matrix<T>& M, const PinvOptions& options, PinvResult<T>& result) {
   const Index m = M.rows();
   result.alpha = options.alpha > 0 ? options.alpha : safe_alpha<T>(M);
   // Z₀ = αMᵀ formed in double: α itself may lie beyond float's range (1e40 for a core of 1e-20).
-  result.z = (result.alpha * M.template cast<double>().transpose()).template cast<T>();
-  result.residuals.push_back(identity_residual(M, result.z));
+  const Matrix<double> M_double = M.template cast<double>();
+  result.z = (result.alpha * M_double.transpose()).template cast<T>();
+  Matrix<double> product = product_in_double(M_double, result.z);
+  result.residuals.push_back(identity_residual(product));
   const double start = result.residuals.front();
   const double rounding =
       16.0 * static_cast<double>(m) * std::numeric_limits<T>::epsilon() * static_cast<double>(M.norm());
@@ -149,9 +156,10 @@ void iterative_pseudoinverse(const Matrix<T>& M, const PinvOptions& options, Pin
     return;
   }
   for (int k = 1; k <= options.iterations; ++k) {
-    result.z = iteration_step(options.method, M, result.z);
+    result.z = iteration_step<T>(options.method, result.z, product.template cast<T>());
     result.iterations = k;
-    const double residual = identity_residual(M, result.z);
+    product = product_in_double(M_double, result.z);
+    const double residual = identity_residual(product);
     const double previous = result.residuals.back();
     result.residuals.push_back(residual);
     if (!std::isfinite(residual) || !result.z.allFinite()) {
