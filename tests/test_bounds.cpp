@@ -166,6 +166,16 @@ TEST_CASE_TEMPLATE("theorem3_constant equals (1+‖G_L G_A⁻¹‖₂)(1+‖G_A�
                           (1 + norm2(inverse * upper.template cast<double>()));
   const double cond = norm2(core.template cast<double>()) * norm2(inverse);
   CHECK(std::abs(theorem3_constant<T>(left, core, upper) - expected) <= 1e-12 * cond * cond * expected);
+  // core_terms: the same K, and σ_m(G_A) of the SVD of the core (scaled by a power of two: the same digits).
+  const CoreTerms terms = core_terms<T>(left, core, upper);
+  CHECK(terms.theorem3_k == theorem3_constant<T>(left, core, upper));
+  const double sigma_m = singular_values<T>(core)(m - 1);
+  CHECK(std::abs(terms.sigma_m_core - sigma_m) <= 2 * std::numeric_limits<double>::epsilon() * sigma_m);
+  // Landmarks that are all the tokens (m = N): G_L = G_U = G_A, so K = (1 + ‖I‖₂)² = 4 up to cond·eps.
+  CHECK(std::abs(theorem3_constant<T>(core, core, core) - 4) <=
+        64 * cond * std::numeric_limits<double>::epsilon() * 4);
+  // No tokens (N = 0): empty G_L G_A⁻¹ and G_A⁻¹G_U have norm 0, K = 1.
+  CHECK(theorem3_constant<T>(Matrix<T>(0, m), core, Matrix<T>(m, 0)) == 1);
   Matrix<T> singular = core;
   singular.row(4) = singular.row(3);
   CHECK(std::isinf(theorem3_constant<T>(left, singular, upper)));

@@ -369,6 +369,25 @@ TEST_CASE_TEMPLATE("last_error_bound certifies σ_k against a full SVD, flat and
   }
 }
 
+TEST_CASE_TEMPLATE("a stored matrix's top k come from its full SVD from k = min(rows, cols)/6 on", T, float,
+                   double) {
+  for (auto [rows, cols] : {std::pair<Index, Index>{300, 240}, {240, 300}}) {
+    CAPTURE(rows);
+    const Matrix<T> A = random_matrix<double>(rows, cols, 33).template cast<T>();
+    const Vector<double> sigma = singular_values<T>(A);
+    const SpectralResult full = top_singular_values(DenseOperator<T>(A), 40);  // 6·40 = 240
+    CHECK(full.values == sigma.head(40));
+    CHECK(full.converged);
+    CHECK(full.matvecs == 0);  // the stored matrix itself, not formed from products
+    CHECK(full.last_error_bound == 0);
+    const SpectralResult lanczos = top_singular_values(DenseOperator<T>(A), 39);
+    CHECK(lanczos.matvecs > 0);
+    REQUIRE(lanczos.values.size() == 39);
+    const double slack = std::sqrt(double(rows * cols)) * std::numeric_limits<T>::epsilon() * sigma(0);
+    CHECK(distance_to_spectrum(lanczos.values(38), sigma) <= lanczos.last_error_bound + slack);
+  }
+}
+
 TEST_CASE("small operators take the dense path and k = min(rows, cols) is allowed") {
   const Matrix<double> A = random_matrix<double>(9, 6, 31);
   const Vector<double> sigma = oracle_singular_values(A);

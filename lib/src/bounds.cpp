@@ -53,16 +53,21 @@ BoundReport evaluate_bounds(const BoundInputs& in) {
 
 namespace {
 
-/// ‖X‖₂² from the m×m symmetric Gram matrix XᵀX or XXᵀ (the largest eigenvalue).
-double largest_eigenvalue(const Matrix<double>& gram) {
-  return Eigen::SelfAdjointEigenSolver<Matrix<double>>(gram, Eigen::EigenvaluesOnly).eigenvalues().maxCoeff();
+/// ‖Y‖₂² of a dense matrix: the largest eigenvalue of its smaller Gram matrix YYᵀ or YᵀY (0 when Y is empty).
+double squared_norm(const Matrix<double>& y) {
+  if (y.size() == 0) return 0;
+  const Matrix<double> gram =
+      y.rows() <= y.cols() ? Matrix<double>(y * y.transpose()) : Matrix<double>(y.transpose() * y);
+  const double largest =
+      Eigen::SelfAdjointEigenSolver<Matrix<double>>(gram, Eigen::EigenvaluesOnly).eigenvalues().maxCoeff();
+  return std::max(0.0, largest);
 }
 
 }  // namespace
 
 template <class T>
-double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core,
-                         const ConstMatrixRef<T>& upper) {
+CoreTerms core_terms(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core,
+                     const ConstMatrixRef<T>& upper) {
   const Index m = core.rows();
   require(m > 0 && core.cols() == m, "theorem3_constant: core is ", core.rows(), "x", core.cols(),
           ", expected a nonempty square matrix");
@@ -74,26 +79,40 @@ double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>&
   require_finite(core, "theorem3_constant: core");
   // K is invariant under a common scale of the three blocks: they are divided by the power of two nearest the
   // core's largest entry, so that the Gram products below neither over- nor underflow (kernels of 1e-200).
+  // Singular values scale exactly with a power of two.
   const double largest = core.template cast<double>().cwiseAbs().maxCoeff();
   const int exponent = largest > 0 ? std::ilogb(largest) : 0;
   const auto unit_scale = [exponent](const auto& block) {
     return Matrix<double>(
         block.template cast<double>().unaryExpr([exponent](double v) { return std::ldexp(v, -exponent); }));
   };
-  const Matrix<double> a = unit_scale(core), l = unit_scale(left), u = unit_scale(upper);
-  const DenseSvd svd = dense_svd<double>(a, SvdVectors::thin);  // LAPACK dgesdd
-  const Vector<double>& sigma = svd.values;
-  if (!(sigma(m - 1) > static_cast<double>(m) * std::numeric_limits<double>::epsilon() * sigma(0)))
-    return std::numeric_limits<double>::infinity();
-  const Matrix<double> inverse = svd.v * sigma.cwiseInverse().asDiagonal() * svd.u.transpose();
-  // ‖G_L G_A⁻¹‖₂² = λ_max(G_A⁻ᵀ (G_LᵀG_L) G_A⁻¹), ‖G_A⁻¹G_U‖₂² = λ_max(G_A⁻¹ (G_U G_Uᵀ) G_A⁻ᵀ): m×m only.
-  const Matrix<double> left_gram = inverse.transpose() * (l.transpose() * l) * inverse;
-  const Matrix<double> upper_gram = inverse * (u * u.transpose()) * inverse.transpose();
-  const double left_norm = std::sqrt(std::max(0.0, largest_eigenvalue(left_gram)));
-  const double upper_norm = std::sqrt(std::max(0.0, largest_eigenvalue(upper_gram)));
-  return (1 + left_norm) * (1 + upper_norm);
+  const Matrix<double> a = unit_scale(core);
+  const Vector<double> sigma = singular_values<double>(a);  // LAPACK dgesdd, values only
+  CoreTerms terms;
+  terms.sigma_m_core = std::ldexp(sigma(m - 1), exponent);
+  if (!(sigma(m - 1) > static_cast<double>(m) * std::numeric_limits<double>::epsilon() * sigma(0))) {
+    terms.theorem3_k = std::numeric_limits<double>::infinity();
+    return terms;
+  }
+  // G_L G_A⁻¹ and G_A⁻¹ G_U by LU solves with G_A (partial pivoting; backward stable like the SVD's inverse,
+  // for a quarter of its work): (G_L G_A⁻¹)ᵀ = G_A⁻ᵀ G_Lᵀ.
+  const Eigen::PartialPivLU<Matrix<double>> lu(a);
+  const double left_norm = std::sqrt(squared_norm(lu.transpose().solve(unit_scale(left).transpose())));
+  const double upper_norm = std::sqrt(squared_norm(lu.solve(unit_scale(upper))));
+  terms.theorem3_k = (1 + left_norm) * (1 + upper_norm);
+  return terms;
 }
 
+template <class T>
+double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core,
+                         const ConstMatrixRef<T>& upper) {
+  return core_terms<T>(left, core, upper).theorem3_k;
+}
+
+template CoreTerms core_terms<float>(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,
+                                     const ConstMatrixRef<float>&);
+template CoreTerms core_terms<double>(const ConstMatrixRef<double>&, const ConstMatrixRef<double>&,
+                                      const ConstMatrixRef<double>&);
 template double theorem3_constant<float>(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,
                                          const ConstMatrixRef<float>&);
 template double theorem3_constant<double>(const ConstMatrixRef<double>&, const ConstMatrixRef<double>&,

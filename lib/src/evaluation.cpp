@@ -241,8 +241,9 @@ LandmarkTerms terms_of_valid_head(const Head<T>& head, const Kernel& kernel, con
   const Matrix<T> upper = kernel.block<T>(marks.q, head.k);
   const Matrix<T> left = kernel.block<T>(head.q, marks.k);
   LandmarkTerms terms;
-  terms.sigma_m_core = singular_values<T>(core)(m - 1);
-  terms.theorem3_k = theorem3_constant<T>(left, core, upper);
+  const CoreTerms core_part = core_terms<T>(left, core, upper);
+  terms.sigma_m_core = core_part.sigma_m_core;
+  terms.theorem3_k = core_part.theorem3_k;
   // σ₁(G̃) and σ_{m+1}(G̃) by Lanczos on G̃ᵀG̃ (stored in double, or matrix-free), with a full SVD below the
   // dense limit. A stored G̃ keeps the Lanczos σ_{m+1} when its certificate (SpectralResult::last_error_bound)
   // is within 1e-10 relative or at the floor a full SVD has too, (n + m)·eps·σ₁; otherwise it goes to the

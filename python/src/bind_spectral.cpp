@@ -149,7 +149,8 @@ void bind_spectral(nb::module_& m) {
                         lanczos_keywords | top_keywords, "SpectralResult")),
       documentation(
           "The top `count` singular values of a stored matrix by Lanczos (Spectra) on AᵀA or AAᵀ, or on "
-          "[[0, A], [Aᵀ, 0]] with augmented=True; a full SVD where the basis would span the matrix.",
+          "[[0, A], [Aᵀ, 0]] with augmented=True; a full SVD where the basis would span the matrix, and for "
+          "count ≥ min(rows, cols)/6 (where it is the faster).",
           lanczos_keywords | top_keywords));
 
   m.def(
@@ -307,8 +308,8 @@ void bind_spectral(nb::module_& m) {
       "left"_a, "core"_a, "upper"_a, nb::call_guard<Compute>(),
       nb::sig("def theorem3_constant(left: numpy.typing.ArrayLike, core: numpy.typing.ArrayLike, "
               "upper: numpy.typing.ArrayLike) -> float"),
-      "K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) for unscaled blocks G_L (N×m), G_A (m×m), G_U (m×N), via m×m Gram "
-      "matrices in double; Inf when G_A is numerically singular.");
+      "K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) for unscaled blocks G_L (N×m), G_A (m×m), G_U (m×N), in double "
+      "by LU solves with G_A; Inf when G_A is numerically singular.");
 
   m.def(
       "numerical_rank",

@@ -57,9 +57,22 @@ double bound_slack(Index n, Index m) {
 /// are unknowns (NaN bounds); throws std::invalid_argument for a negative value or theorem3_k < 0.
 BoundReport evaluate_bounds(const BoundInputs& inputs);
 
-/// K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) for the unscaled blocks (N×m, m×m, m×N), via m×m Gram matrices in
-/// double on the blocks divided by a common power of two (K is scale-invariant); +Inf when G_A is numerically
-/// singular. Throws std::invalid_argument naming the block for mismatched shapes or non-finite entries.
+/// The core's terms of the bounds: σ_m(G_A) and Theorem 3's K.
+struct CoreTerms {
+  double sigma_m_core = 0;  ///< σ_m(G_A)
+  double theorem3_k = 0;  ///< K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂), +Inf for a numerically singular G_A
+};
+
+/// σ_m(G_A) and K for the unscaled blocks G_L, G_A, G_U (N×m, m×m, m×N), in double on the blocks divided by
+/// a common power of two (K is scale-invariant): σ_m from the values-only SVD of G_A, which also decides
+/// whether G_A is numerically singular (σ_m ≤ m·eps·σ₁: K = +Inf); G_L G_A⁻¹ and G_A⁻¹G_U by LU solves with
+/// G_A and their norms from their smaller Gram matrices. Throws std::invalid_argument naming the block for
+/// mismatched shapes or non-finite entries.
+template <class T>
+CoreTerms core_terms(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core,
+                     const ConstMatrixRef<T>& upper);
+
+/// K of core_terms alone.
 template <class T>
 double theorem3_constant(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& core,
                          const ConstMatrixRef<T>& upper);

@@ -77,6 +77,8 @@ class DenseOperator {
   explicit DenseOperator(const ConstMatrixRef<T>& a) : a_(a) {}
   Index rows() const { return a_.rows(); }
   Index cols() const { return a_.cols(); }
+  /// The stored matrix A.
+  const ConstMatrixRef<T>& matrix() const { return a_; }
   /// y = A x, threaded over row panels.
   void perform_op(const T* x, T* y) const;
   /// y = Aᵀx, threaded over column panels.

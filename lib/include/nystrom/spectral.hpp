@@ -38,9 +38,10 @@ struct SpectralResult {
 /// restarted SymEigsSolver using a one-pass Gram product when the operator offers one (and also where the
 /// block basis would outgrow max(10(k + 4), 240) vectors). When the Lanczos basis would cover the whole Gram
 /// matrix (small sizes), the operator is formed densely from its products and its singular values come from a
-/// full SVD instead. Squaring limits accuracy in the worst case to an absolute error of about eps·σ₁²/σ_i on
-/// σ_i (in practice, with accurate products, the values found come out far better, near eps·σ₁):
-/// `last_error_bound` says what σ_k holds.
+/// full SVD instead; so do a stored matrix's when k ≥ min(rows, cols)/6, where the full SVD is the faster.
+/// Squaring limits accuracy in the worst case to an absolute error of about eps·σ₁²/σ_i on σ_i (in practice,
+/// with accurate products, the values found come out far better, near eps·σ₁): `last_error_bound` says what
+/// σ_k holds.
 template <class Operator>
 SpectralResult top_singular_values(const Operator& op, Index k, const SpectralOptions& options = {});
 
