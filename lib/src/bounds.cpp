@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lapack.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/spectral.hpp"
 
@@ -56,10 +57,13 @@ namespace {
 /// ‖Y‖₂² of a dense matrix: the largest eigenvalue of its smaller Gram matrix YYᵀ or YᵀY (0 when Y is empty).
 double squared_norm(const Matrix<double>& y) {
   if (y.size() == 0) return 0;
-  const Matrix<double> gram =
+  Matrix<double> gram =
       y.rows() <= y.cols() ? Matrix<double>(y * y.transpose()) : Matrix<double>(y.transpose() * y);
-  const double largest =
-      Eigen::SelfAdjointEigenSolver<Matrix<double>>(gram, Eigen::EigenvaluesOnly).eigenvalues().maxCoeff();
+  double largest = 0;
+  const lapack_int info = detail::lapack_largest_eigenvalue(gram, largest);
+  if (info != 0)
+    throw std::runtime_error(describe("theorem3_constant: LAPACK's dsyevr failed (info = ", info, ") on a ",
+                                      gram.rows(), "x", gram.cols(), " Gram matrix"));
   return std::max(0.0, largest);
 }
 

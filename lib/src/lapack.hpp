@@ -2,7 +2,8 @@
 /// @file lapack.hpp
 /// The library's one door to LAPACK (internal), through LAPACKE on column-major double matrices: the dense
 /// SVD drivers dgesdd (divide and conquer) and dgesvd (QR iteration), behind spectral.hpp's dense_svd, and
-/// the symmetric eigensolver dsyevr (MRRR) for the Rayleigh–Ritz step of spectral.cpp's block Lanczos.
+/// the symmetric eigensolver dsyevr: MRRR for the Rayleigh–Ritz step of spectral.cpp's block Lanczos,
+/// values only for the largest eigenvalue (bounds.cpp's norms).
 
 #include <lapacke.h>
 
@@ -62,6 +63,23 @@ inline lapack_int lapack_top_eigenpairs(Matrix<double>& a, Index count, Vector<d
   values = ascending.segment(found - top, top).reverse();
   vectors = z.middleCols(found - top, top).rowwise().reverse();
   return 0;
+}
+
+/// The largest eigenvalue of the symmetric n×n matrix `a` (n ≥ 1; its upper triangle is read; `a` is
+/// overwritten) by dsyevr without vectors: Householder tridiagonalization, then every eigenvalue by the
+/// Pal–Walker–Kahan QR iteration (dsterf). Bisection for the one value (range 'I') failed with info = 2 on
+/// degenerate spectra (equal tokens). Returns LAPACK's info (0 success).
+inline lapack_int lapack_largest_eigenvalue(Matrix<double>& a, double& value) {
+  const auto n = static_cast<lapack_int>(a.rows());
+  lapack_int found = 0;
+  Vector<double> ascending(n);
+  std::vector<lapack_int> support(2 * static_cast<std::size_t>(n));  // referenced only with vectors
+  double unused_vector = 0;
+  const lapack_int info =
+      LAPACKE_dsyevr(LAPACK_COL_MAJOR, 'N', 'A', 'U', n, a.data(), std::max<lapack_int>(1, n), 0.0, 0.0, 0, 0,
+                     0.0, &found, ascending.data(), &unused_vector, 1, support.data());
+  if (info == 0) value = ascending.head(found).maxCoeff();
+  return info;
 }
 
 }  // namespace nystrom::detail
