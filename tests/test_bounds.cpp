@@ -174,6 +174,13 @@ TEST_CASE_TEMPLATE("theorem3_constant equals (1+‖G_L G_A⁻¹‖₂)(1+‖G_A�
   // Landmarks that are all the tokens (m = N): G_L = G_U = G_A, so K = (1 + ‖I‖₂)² = 4 up to cond·eps.
   CHECK(std::abs(theorem3_constant<T>(core, core, core) - 4) <=
         64 * cond * std::numeric_limits<double>::epsilon() * 4);
+  // Equal tokens: G_L = G_Uᵀ = 1 (N×m) with G_A = I give Gram matrices N·11ᵀ, one eigenvalue N·m and m − 1
+  // equal zeros (bisection for the top one alone failed on such spectra); ‖1‖₂ = √(Nm), K = (1 + √(Nm))².
+  const double ones_norm = std::sqrt(double(n * m));
+  CHECK(
+      std::abs(theorem3_constant<T>(Matrix<T>::Ones(n, m), Matrix<T>::Identity(m, m), Matrix<T>::Ones(m, n)) -
+               (1 + ones_norm) * (1 + ones_norm)) <=
+      double(n * m) * std::numeric_limits<double>::epsilon() * (1 + ones_norm) * (1 + ones_norm));
   // No tokens (N = 0): empty G_L G_A⁻¹ and G_A⁻¹G_U have norm 0, K = 1.
   CHECK(theorem3_constant<T>(Matrix<T>(0, m), core, Matrix<T>(m, 0)) == 1);
   Matrix<T> singular = core;
