@@ -79,6 +79,25 @@ TEST_CASE_TEMPLATE("exact attention over several key tiles rescales its running 
   }
 }
 
+TEST_CASE_TEMPLATE(
+    "exact attention: the same bits on one, two and three threads, from 1 to 2 panels and more", T, float,
+    double) {
+  const int before = threads();
+  for (const Index queries : {1, 31, 90, 300, 511, 700}) {
+    CAPTURE(queries);
+    const Matrix<T> Q = random_matrix<T>(queries, 6, 71), K = random_matrix<T>(600, 6, 72);
+    const Matrix<T> V = random_matrix<T>(600, 3, 73);
+    set_threads(1);
+    const Matrix<T> one = exact_attention<T>(Q, K, V, Kernel::exponential(0.6));
+    for (int thread_count : {2, 3}) {
+      CAPTURE(thread_count);
+      set_threads(thread_count);
+      CHECK(exact_attention<T>(Q, K, V, Kernel::exponential(0.6)) == one);
+    }
+  }
+  set_threads(before);
+}
+
 TEST_CASE_TEMPLATE("exact attention is the same with one and two threads over ragged panels and tiles", T,
                    float, double) {
   // 1,100 queries: five 256-query panels with one and two threads (the last ragged); 1,300 keys: three tiles.

@@ -212,8 +212,9 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
                             : 0.0)
             .epsilon(1e-12));
     CHECK(table.number(r, "seconds") > 0);
-    // A row's elapsed time holds its own work and whatever shared computation it started.
-    CHECK(table.number(r, "elapsed_seconds") >= table.number(r, "seconds"));
+    // Not elapsed ≥ seconds: the rows of a landmark set share one set of factors and continue one another's
+    // iterations, and `seconds` counts that shared work on every row (test_evaluation checks the values).
+    CHECK(table.number(r, "elapsed_seconds") > 0);
   }
 
   cli::Handle file = cli::open_file(output, false);

@@ -534,6 +534,58 @@ TEST_CASE("the evaluator reuses its references, landmarks and terms across point
   CHECK(fresh.evaluate(Method::pnp_nystra, options).spectral_error == razavi.spectral_error);
 }
 
+TEST_CASE_TEMPLATE(
+    "points that differ only in the pseudoinverse share factors and iterations: the values of fresh "
+    "evaluators, bit for bit",
+    T, float, double) {
+  const Head<T> head = random_head<T>(90, 6, 3, 61);
+  const EvaluationOptions evaluation;
+  HeadEvaluator<T> evaluator(head, evaluation);
+  // Each pair of points: the second continues the first's iteration, or starts over (fewer steps, another
+  // method), or leaves it (exact).
+  const std::pair<PinvMethod, int> sequence[] = {
+      {PinvMethod::exact, 6},         {PinvMethod::razavi, 2}, {PinvMethod::razavi, 4},
+      {PinvMethod::razavi, 6},        {PinvMethod::razavi, 3}, {PinvMethod::newton_schulz, 5},
+      {PinvMethod::newton_schulz, 9}, {PinvMethod::exact, 6},  {PinvMethod::razavi, 6}};
+  PointDescription description;
+  description.n = head.tokens();
+  description.d = head.q.cols();
+  for (const Method method : {Method::pnp_nystra, Method::symmetric_nystrom})
+    for (const Stabilization stabilization :
+         {Stabilization::row_max, Stabilization::clamped, Stabilization::none}) {
+      if (method == Method::symmetric_nystrom && stabilization == Stabilization::row_max) continue;
+      for (const auto& [pinv_method, iterations] : sequence) {
+        CAPTURE(to_string(method));
+        CAPTURE(to_string(stabilization));
+        CAPTURE(to_string(pinv_method));
+        CAPTURE(iterations);
+        ApproximationOptions options = method_options(Kernel::exponential(0.4), 7);
+        NystromOptions& nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+        nystrom.stabilization = stabilization;
+        nystrom.pinv = {.method = pinv_method, .iterations = iterations};
+        const PointResult reused = evaluator.evaluate(method, options);
+        const PointResult fresh = HeadEvaluator<T>(head, evaluation).evaluate(method, options);
+        CHECK(reused.seconds > 0);
+        description.method = method;
+        description.options = options;
+        const std::vector<RecordCell> a = point_record(description, reused),
+                                      b = point_record(description, fresh);
+        REQUIRE(a.size() == b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          const std::string& name = a[i].column.name;
+          if (name.ends_with("seconds")) continue;
+          CAPTURE(name);
+          const double* x = std::get_if<double>(&a[i].value);
+          const double* y = std::get_if<double>(&b[i].value);
+          if (x && y)
+            CHECK_MESSAGE((*x == *y || (std::isnan(*x) && std::isnan(*y))), *x << " vs " << *y);
+          else
+            CHECK(a[i].value == b[i].value);
+        }
+      }
+    }
+}
+
 TEST_CASE("landmark terms overlap the point only where G̃ is stored and its products stay on one thread") {
   const EvaluationOptions evaluation;
   CHECK(overlap_landmark_terms<double>(1024, 16, evaluation));

@@ -1,7 +1,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <optional>
 
 #include "nystrom/pinv.hpp"
 #include "test_support.hpp"
@@ -27,6 +29,17 @@ Matrix<T> conditioned_matrix(Index m, double low, double high, std::uint64_t see
 template <class T>
 double largest_singular_value(const Matrix<T>& A) {
   return Eigen::JacobiSVD<Matrix<double>>(A.template cast<double>()).singularValues()(0);
+}
+
+/// True when two pseudoinverse results hold the same bits: Z, the residuals (NaN included), the status and
+/// the iteration count.
+template <class T>
+bool same_bits(const PinvResult<T>& a, const PinvResult<T>& b) {
+  const auto bytes = [](const auto& values) { return values.size() * sizeof(values.data()[0]); };
+  return a.z.rows() == b.z.rows() && a.z.cols() == b.z.cols() &&
+         std::memcmp(a.z.data(), b.z.data(), bytes(a.z)) == 0 && a.residuals.size() == b.residuals.size() &&
+         std::memcmp(a.residuals.data(), b.residuals.data(), bytes(a.residuals)) == 0 &&
+         a.status == b.status && a.iterations == b.iterations && a.alpha == b.alpha;
 }
 
 PinvOptions iterative(PinvMethod method, double alpha, int iterations, double tolerance = 0) {
@@ -332,4 +345,110 @@ TEST_CASE("bad pinv arguments throw naming the value") {
   Matrix<double> bad = A;
   bad(1, 2) = std::numeric_limits<double>::infinity();
   CHECK(throws_naming([&] { pseudoinverse<double>(bad, PinvOptions{}); }, "non-finite"));
+}
+
+TEST_CASE_TEMPLATE("an iteration run further equals pseudoinverse at every count, bit for bit", T, float,
+                   double) {
+  const Index m = 10;
+  const Matrix<T> A = conditioned_matrix<T>(m, 1, 40, 8001);
+  const double sigma1 = largest_singular_value<T>(A);
+  struct Case {
+    std::string name;
+    PinvOptions options;
+  };
+  std::vector<Case> cases;
+  for (PinvMethod method : iterative_methods) {
+    cases.push_back({"completed", iterative(method, 0, 1)});
+    cases.push_back({"converged", iterative(method, 0, 1, 1e-3)});
+    cases.push_back({"diverged", iterative(method, 20 / (sigma1 * sigma1), 1)});
+    cases.push_back({"non-finite", iterative(method, 1e300, 1)});
+    PinvOptions tikhonov = iterative(method, 0, 1);
+    tikhonov.tikhonov = 0.5;
+    cases.push_back({"tikhonov", tikhonov});
+    PinvOptions shift = iterative(method, 0, 1);
+    shift.shift = 0.25;
+    cases.push_back({"shift", shift});
+  }
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    CAPTURE(to_string(c.options.method));
+    PinvIteration<T> iteration(A, c.options);
+    for (int count : {1, 2, 3, 5, 8, 13, 30}) {
+      CAPTURE(count);
+      PinvOptions options = c.options;
+      options.iterations = count;
+      REQUIRE(iteration.continued_by(A, options));
+      iteration.run(count);
+      const PinvResult<T> continued = iteration.result();
+      CHECK(same_bits(continued, pseudoinverse<T>(A, options)));
+      CHECK(continued.seconds > 0);
+    }
+  }
+  // The statuses the cases stand for, at 30 iterations.
+  const auto status = [&](const PinvOptions& given) {
+    PinvOptions options = given;
+    options.iterations = 30;
+    return pseudoinverse<T>(A, options).status;
+  };
+  CHECK(status(cases[0].options) == PinvStatus::completed);
+  CHECK(status(cases[1].options) == PinvStatus::converged);
+  CHECK(status(cases[2].options) == PinvStatus::diverged);
+  CHECK(status(cases[3].options) == PinvStatus::non_finite);
+}
+
+TEST_CASE("an iteration is continued only by the same matrix and options and a count no smaller") {
+  const Matrix<double> A = conditioned_matrix<double>(6, 1, 3, 8101);
+  const PinvOptions options = iterative(PinvMethod::razavi, 0, 4);
+  PinvIteration<double> iteration(A, options);
+  iteration.run(4);
+  CHECK(iteration.continued_by(A, options));
+  PinvOptions other = options;
+  other.iterations = 3;
+  CHECK_FALSE(iteration.continued_by(A, other));  // fewer steps than have run
+  other = options;
+  other.method = PinvMethod::newton_schulz;
+  CHECK_FALSE(iteration.continued_by(A, other));
+  other = options;
+  other.alpha = 0.01;
+  CHECK_FALSE(iteration.continued_by(A, other));
+  other = options;
+  other.tolerance = 1e-9;
+  CHECK_FALSE(iteration.continued_by(A, other));
+  other = options;
+  other.shift = 1e-3;
+  CHECK_FALSE(iteration.continued_by(A, other));
+  Matrix<double> changed = A;
+  changed(2, 3) = std::nextafter(changed(2, 3), 10.0);  // one ulp
+  CHECK_FALSE(iteration.continued_by(changed, options));
+  CHECK_FALSE(iteration.continued_by(Matrix<double>::Identity(5, 5), options));
+  CHECK(throws_naming([&] { PinvIteration<double>(A, PinvOptions{}); },
+                      "exact pseudoinverse does not iterate"));
+  CHECK(throws_naming([&] { PinvIteration<double>(Matrix<double>::Ones(3, 4), options); },
+                      "pinv: A must be square, got 3x4"));
+}
+
+TEST_CASE_TEMPLATE("core_pseudoinverse with an iteration: continued, replaced, or exact", T, float, double) {
+  const Matrix<T> A = conditioned_matrix<T>(8, 1, 5, 8201), B = conditioned_matrix<T>(8, 1, 5, 8202);
+  std::optional<PinvIteration<T>> iteration;
+  for (int count : {2, 4, 6}) {
+    const PinvOptions options = iterative(PinvMethod::razavi, 0, count);
+    CHECK(same_bits(core_pseudoinverse<T>(A, options, iteration), core_pseudoinverse<T>(A, options)));
+    REQUIRE(iteration);
+    CHECK(iteration->continued_by(A, options));
+  }
+  // Another core, or fewer steps: a new iteration, the same results.
+  const PinvOptions two = iterative(PinvMethod::razavi, 0, 2);
+  CHECK(same_bits(core_pseudoinverse<T>(B, two, iteration), core_pseudoinverse<T>(B, two)));
+  CHECK(iteration->continued_by(B, two));
+  CHECK_FALSE(iteration->continued_by(A, two));
+  // The exact method and a non-finite core leave no iteration.
+  CHECK(
+      same_bits(core_pseudoinverse<T>(A, PinvOptions{}, iteration), core_pseudoinverse<T>(A, PinvOptions{})));
+  CHECK_FALSE(iteration);
+  iteration.emplace(A, two);
+  Matrix<T> overflowed = A;
+  overflowed(0, 0) = std::numeric_limits<T>::infinity();
+  const PinvResult<T> nan = core_pseudoinverse<T>(overflowed, two, iteration);
+  CHECK(nan.status == PinvStatus::non_finite);
+  CHECK_FALSE(iteration);
 }

@@ -49,9 +49,10 @@ Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K
   // grows, and O_P += exp(Φ − max) V_C is one GEMM whose large operand BLAS packs from contiguous columns
   // (the transposed layout made OpenBLAS gather it with a stride: 14% of the time). The shift by the row max
   // leaves O unchanged and keeps every exponent ≤ 0.
+  // Panels of 256 queries, or two panels below 512 (at least 16 queries each): a function of n alone, so
+  // that every thread count sums in the same order and gives the same bits.
   const Index n = Q.rows(), keys = K.rows();
-  const Index panel =
-      std::max<Index>(16, std::min<Index>(attention_panel_rows, (n + threads() - 1) / threads()));
+  const Index panel = std::max<Index>(16, std::min<Index>(attention_panel_rows, (n + 1) / 2));
   const Index tile = std::min<Index>(keys, attention_tile_keys);
   const Index panels = (n + panel - 1) / panel;
   // The exponential kernel's logits s·q·k as one GEMM per tile against the pre-scaled queries.

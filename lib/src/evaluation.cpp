@@ -373,6 +373,32 @@ typename HeadEvaluator<T>::LandmarkSet& HeadEvaluator<T>::landmark_set(const Lan
 }
 
 template <class T>
+const NystromFactors<T>& HeadEvaluator<T>::nystrom_factors(bool generalized, const Landmarks<T>& landmarks,
+                                                           const NystromOptions& nystrom, double& seconds) {
+  LastFactors& last = last_factors_;
+  const auto start = Clock::now();
+  // On the GPU the pseudoinverse is part of the device's computation: nothing is reused there.
+  const std::string key =
+      options_.device != Device::cpu
+          ? std::string()
+          : describe(generalized, "|", landmark_key(nystrom.landmarks), "|", kernel_key(nystrom.kernel), "|",
+                     to_string(nystrom.stabilization), "|", exact(nystrom.clamp_threshold));
+  if (key.empty() || key != last.key) {
+    last.factors = generalized ? generalized_nystrom<T>(options_.device, head_.q, head_.k, landmarks, nystrom)
+                               : symmetric_nystrom<T>(head_.q, head_.k, landmarks, nystrom);
+    last.key = key;
+    last.iteration.reset();
+    seconds = seconds_since(start);
+    last.blocks_seconds = std::max(0.0, seconds - last.factors.pinv.seconds);
+    return last.factors;
+  }
+  last.factors.options = nystrom;
+  last.factors.pinv = core_pseudoinverse<T>(last.factors.core, core_pinv_options(nystrom), last.iteration);
+  seconds = last.blocks_seconds + last.factors.pinv.seconds;
+  return last.factors;
+}
+
+template <class T>
 PointResult HeadEvaluator<T>::evaluate(Method method, const ApproximationOptions& given) {
   const auto start = Clock::now();
   const ApproximationOptions options = on_token_grid(given, head_.window, head_.prefix_tokens);
@@ -410,10 +436,9 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
   PointResult point;
   const auto measure = [&] {
     const HeadReference<T>& reference = shifted_reference(shifted);
+    double factors_seconds = 0;
+    const NystromFactors<T>& factors = nystrom_factors(generalized, set.landmarks, nystrom, factors_seconds);
     const auto point_start = Clock::now();
-    const NystromFactors<T> factors =
-        generalized ? generalized_nystrom<T>(options_.device, head_.q, head_.k, set.landmarks, nystrom)
-                    : symmetric_nystrom<T>(head_.q, head_.k, set.landmarks, nystrom);
     // ‖G − Ĝ‖₂ for the true Ĝ (row scales M_L included), docs/mathematics.md §7, of κ_c.
     detail::MatrixErrors errors;
     if (!detail::finite_factors(factors))
@@ -432,7 +457,7 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
     point.pinv_residual = factors.pinv.residual();
     point.matrix_free = reference.matrix_free;
     point.reference_seconds = reference.seconds;
-    point.seconds = seconds_since(point_start) + selection_seconds;
+    point.seconds = seconds_since(point_start) + factors_seconds + selection_seconds;
   };
   if (generalized && !set.terms.count(terms_key)) {
     std::pair<LandmarkTerms, double> computed;

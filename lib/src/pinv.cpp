@@ -1,6 +1,7 @@
 #include "nystrom/pinv.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -129,77 +130,111 @@ Matrix<T> iteration_step(PinvMethod method, const Matrix<T>& Z, const Matrix<T>&
   return T(0.25) * (Z * (T(13) * identity - middle));
 }
 
-/// Runs the iteration from Z₀ = αMᵀ, recording ‖I − MZ_k‖_F in double and stopping at convergence, divergence
+/// Throws std::invalid_argument for bad options, a non-square or empty A, or an A with NaN or Inf entries.
+template <class T>
+void require_pinv_input(const ConstMatrixRef<T>& A, const PinvOptions& options) {
+  options.validate();
+  require(A.rows() == A.cols(), "pinv: A must be square, got ", A.rows(), "x", A.cols());
+  require(A.rows() >= 1, "pinv: A is empty (", A.rows(), "x", A.cols(), ")");
+  require_finite(A, "pinv: A");
+}
+
+/// Seconds from `start` to now.
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// Z·Aᵀ for Tikhonov's (AᵀA + εI)⁻¹Aᵀ, Z itself otherwise.
+template <class T>
+void finish_tikhonov(const ConstMatrixRef<T>& A, const PinvOptions& options, PinvResult<T>& result) {
+  if (options.tikhonov > 0) result.z = (result.z * A.transpose()).eval();
+}
+
+}  // namespace
+
+/// The iteration starts from Z₀ = αMᵀ, records ‖I − MZ_k‖_F in double and stops at convergence, divergence
 /// or a non-finite value; each MZ_k is formed once, in double, for its residual and the next step.
 /// Divergence: the residual exceeds its starting value, or grows from one step to the next by more than
 /// rounding (c·m·eps·‖M‖_F‖Z‖_F). In exact arithmetic inside the monotone ranges (ασ₁² < 2 Newton–Schulz,
 /// ασ₁² < 3 Razavi) every direction's residual shrinks, so neither happens (docs/mathematics.md §4).
 template <class T>
-void iterative_pseudoinverse(const Matrix<T>& M, const PinvOptions& options, PinvResult<T>& result) {
-  const Index m = M.rows();
-  result.alpha = options.alpha > 0 ? options.alpha : safe_alpha<T>(M);
+PinvIteration<T>::PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& options)
+    : a_(A), options_(options) {
+  const auto start = std::chrono::steady_clock::now();
+  require_pinv_input(A, options);
+  require(options.method != PinvMethod::exact, "PinvIteration: the exact pseudoinverse does not iterate");
+  const Matrix<T> M = inverted_matrix<T>(A, options);
+  state_.alpha = options.alpha > 0 ? options.alpha : safe_alpha<T>(M);
   // Z₀ = αMᵀ formed in double: α itself may lie beyond float's range (1e40 for a core of 1e-20).
-  const Matrix<double> M_double = M.template cast<double>();
-  result.z = (result.alpha * M_double.transpose()).template cast<T>();
-  Matrix<double> product = product_in_double(M_double, result.z);
-  result.residuals.push_back(identity_residual(product));
-  const double start = result.residuals.front();
-  const double rounding =
-      16.0 * static_cast<double>(m) * std::numeric_limits<T>::epsilon() * static_cast<double>(M.norm());
-  result.status = PinvStatus::completed;
-  if (!std::isfinite(start) || !result.z.allFinite()) {
-    result.status = PinvStatus::non_finite;
-    return;
-  }
-  if (options.tolerance > 0 && start <= options.tolerance) {
-    result.status = PinvStatus::converged;
-    return;
-  }
-  for (int k = 1; k <= options.iterations; ++k) {
-    result.z = iteration_step<T>(options.method, result.z, product.template cast<T>());
-    result.iterations = k;
-    product = product_in_double(M_double, result.z);
-    const double residual = identity_residual(product);
-    const double previous = result.residuals.back();
-    result.residuals.push_back(residual);
-    if (!std::isfinite(residual) || !result.z.allFinite()) {
-      result.status = PinvStatus::non_finite;
-      return;
-    }
-    if (options.tolerance > 0 && residual <= options.tolerance) {
-      result.status = PinvStatus::converged;
-      return;
-    }
-    const double noise = rounding * static_cast<double>(result.z.norm());
-    if (residual > start + noise || residual > previous + noise) {
-      result.status = PinvStatus::diverged;
-      return;
-    }
-  }
+  m_ = M.template cast<double>();
+  state_.z = (state_.alpha * m_.transpose()).template cast<T>();
+  product_ = product_in_double(m_, state_.z);
+  start_ = identity_residual(product_);
+  state_.residuals.push_back(start_);
+  rounding_ = 16.0 * static_cast<double>(M.rows()) * std::numeric_limits<T>::epsilon() *
+              static_cast<double>(M.norm());
+  state_.status = PinvStatus::completed;
+  if (!std::isfinite(start_) || !state_.z.allFinite())
+    state_.status = PinvStatus::non_finite;
+  else if (options.tolerance > 0 && start_ <= options.tolerance)
+    state_.status = PinvStatus::converged;
+  state_.seconds = seconds_since(start);
 }
 
-}  // namespace
+template <class T>
+bool PinvIteration<T>::continued_by(const ConstMatrixRef<T>& A, const PinvOptions& options) const {
+  return options.method == options_.method && options.alpha == options_.alpha &&
+         options.tolerance == options_.tolerance && options.tikhonov == options_.tikhonov &&
+         options.shift == options_.shift && options.iterations >= state_.iterations &&
+         A.rows() == a_.rows() && A.cols() == a_.cols() && A == a_;
+}
+
+template <class T>
+void PinvIteration<T>::run(int iterations) {
+  const auto start = std::chrono::steady_clock::now();
+  while (state_.status == PinvStatus::completed && state_.iterations < iterations) {
+    state_.z = iteration_step<T>(options_.method, state_.z, product_.template cast<T>());
+    ++state_.iterations;
+    product_ = product_in_double(m_, state_.z);
+    const double residual = identity_residual(product_);
+    const double previous = state_.residuals.back();
+    state_.residuals.push_back(residual);
+    const double noise = rounding_ * static_cast<double>(state_.z.norm());
+    if (!std::isfinite(residual) || !state_.z.allFinite())
+      state_.status = PinvStatus::non_finite;
+    else if (options_.tolerance > 0 && residual <= options_.tolerance)
+      state_.status = PinvStatus::converged;
+    else if (residual > start_ + noise || residual > previous + noise)
+      state_.status = PinvStatus::diverged;
+  }
+  state_.seconds += seconds_since(start);
+}
+
+template <class T>
+PinvResult<T> PinvIteration<T>::result() const {
+  const auto start = std::chrono::steady_clock::now();
+  PinvResult<T> result = state_;
+  finish_tikhonov<T>(a_, options_, result);
+  result.seconds += seconds_since(start);
+  return result;
+}
 
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options) {
-  options.validate();
-  require(A.rows() == A.cols(), "pinv: A must be square, got ", A.rows(), "x", A.cols());
-  require(A.rows() >= 1, "pinv: A is empty (", A.rows(), "x", A.cols(), ")");
-  require_finite(A, "pinv: A");
-
-  // The matrix actually inverted: A, A + εI (shift), or AᵀA + εI (Tikhonov; then Z = M⁻¹Aᵀ).
-  const Index m = A.rows();
-  const Matrix<T> M = inverted_matrix<T>(A, options);
-
-  PinvResult<T> result;
-  if (options.method == PinvMethod::exact) {
-    const double cut = options.tolerance > 0 ? options.tolerance
-                                             : static_cast<double>(m) * std::numeric_limits<T>::epsilon();
-    exact_pseudoinverse(M, cut, result);
-  } else {
-    iterative_pseudoinverse(M, options, result);
+  if (options.method != PinvMethod::exact) {
+    PinvIteration<T> iteration(A, options);
+    iteration.run(options.iterations);
+    return iteration.result();
   }
-  if (options.tikhonov > 0) result.z = (result.z * A.transpose()).eval();
+  const auto start = std::chrono::steady_clock::now();
+  require_pinv_input(A, options);
+  const Index m = A.rows();
+  PinvResult<T> result;
+  const double cut =
+      options.tolerance > 0 ? options.tolerance : static_cast<double>(m) * std::numeric_limits<T>::epsilon();
+  exact_pseudoinverse(inverted_matrix<T>(A, options), cut, result);
+  finish_tikhonov<T>(A, options, result);
+  result.seconds = seconds_since(start);
   return result;
 }
 
@@ -214,6 +249,24 @@ PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOption
   return result;
 }
 
+template <class T>
+PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOptions& options,
+                                 std::optional<PinvIteration<T>>& iteration) {
+  if (options.method == PinvMethod::exact || !all_finite(core)) {
+    iteration.reset();
+    return core_pseudoinverse<T>(core, options);
+  }
+  if (!iteration || !iteration->continued_by(core, options)) iteration.emplace(core, options);
+  iteration->run(options.iterations);
+  return iteration->result();
+}
+
+template class PinvIteration<float>;
+template class PinvIteration<double>;
+template PinvResult<float> core_pseudoinverse<float>(const ConstMatrixRef<float>&, const PinvOptions&,
+                                                     std::optional<PinvIteration<float>>&);
+template PinvResult<double> core_pseudoinverse<double>(const ConstMatrixRef<double>&, const PinvOptions&,
+                                                       std::optional<PinvIteration<double>>&);
 template PinvResult<float> core_pseudoinverse<float>(const ConstMatrixRef<float>&, const PinvOptions&);
 template PinvResult<double> core_pseudoinverse<double>(const ConstMatrixRef<double>&, const PinvOptions&);
 template double batch_alpha<float>(const std::vector<Matrix<float>>&);

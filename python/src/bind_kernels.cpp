@@ -63,6 +63,9 @@ void bind_kernels(nb::module_& m) {
       .def_prop_ro(
           "rank", [](const PinvAny& self) { return self.visit([](const auto& r) { return r.rank; }); },
           "exact: the number of singular values kept.")
+      .def_prop_ro(
+          "seconds", [](const PinvAny& self) { return self.visit([](const auto& r) { return r.seconds; }); },
+          "Wall time of the computation.")
       .def("__repr__", [](const PinvAny& self) {
         return self.visit([](const auto& r) {
           return describe("PinvResult(status='", to_string(r.status), "', iterations=", r.iterations,

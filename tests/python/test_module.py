@@ -233,6 +233,7 @@ def test_iterative_pseudoinverses_follow_their_iteration(dtype, method, iteratio
     assert result.residuals.dtype == np.float64 and len(result.residuals) == iterations + 1
     np.testing.assert_allclose(result.residuals, residuals, rtol=1e-3 if dtype == np.float32 else 1e-8, atol=1e-5)
     assert result.residual == result.residuals[-1]
+    assert result.seconds > 0
     assert nystrom.safe_alpha(a) == pytest.approx(safe_alpha_ref(a.astype(float)), rel=1e-6)
 
 

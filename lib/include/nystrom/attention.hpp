@@ -11,7 +11,8 @@ namespace nystrom {
 
 /// O = (κ(Q,K) V) ⊘ (κ(Q,K) 1_N) by the online softmax over key tiles (FlashAttention's tiling): query panels
 /// spread over the OpenMP threads (single-threaded BLAS inside), one logit GEMM and one output GEMM per
-/// 256-query × 512-key tile, running row max and sums; Q: n×d, K: N×d, V: N×dv. O(nN(d + dv)) time,
+/// 256-query × 512-key tile (two panels below 512 queries), running row max and sums; Q: n×d, K: N×d, V:
+/// N×dv. The panels depend on n alone: the same bits on any thread count. O(nN(d + dv)) time,
 /// O(threads·tile·panel) memory.
 template <class T>
 Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,

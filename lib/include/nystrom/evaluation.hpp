@@ -6,7 +6,9 @@
 /// A HeadEvaluator holds one head and what its points share: per kernel the log-shift c and the head
 /// reference (G or its matrix-free operator, ‖G‖₂, the exact attention output, and for the softmax methods S
 /// = D⁻¹G and ‖S‖₂), per landmark options the landmarks (selected once and used by the factors and the bound
-/// terms alike) and, per kernel and landmarks, the Lemma 2.1 terms. The rules:
+/// terms alike) and, per kernel and landmarks, the Lemma 2.1 terms; consecutive Nyström points that differ
+/// only in the pseudoinverse share the factors and continue one iteration (pinv.hpp's PinvIteration). The
+/// rules:
 ///   - dense or matrix-free: EvaluationOptions::matrix_free (a memory budget), one rule for every subcommand;
 ///   - ‖·‖₂ of a stored matrix: Lanczos on the stored matrix (the full SVD where it does not converge, up to
 ///     dense_svd_limit); σ(G̃) of the Lemma 2.1 terms: full SVD up to dense_svd_limit, Lanczos above it;
@@ -219,8 +221,23 @@ class HeadEvaluator {
     Landmarks<T> landmarks;
     std::map<std::string, std::pair<LandmarkTerms, double>> terms;  ///< by kernel: terms, seconds
   };
+  /// The factors of the last Nyström point on the CPU with the iteration of its pseudoinverse, when it had
+  /// an iterative one.
+  struct LastFactors {
+    std::string key;  ///< what the factors but Z depend on: the method, landmarks, kernel and stabilization
+    NystromFactors<T> factors;
+    double blocks_seconds = 0;  ///< the time of the factors without their pseudoinverse
+    std::optional<PinvIteration<T>> iteration;
+  };
   /// The landmarks of `options`, selected on first use (`selected` says whether this call selected them).
   LandmarkSet& landmark_set(const LandmarkOptions& options, bool& selected);
+  /// The factors of a Nyström point on `landmarks`: on the CPU, where the last point's differ only in the
+  /// pseudoinverse, those with Z recomputed (core_pseudoinverse continuing the last point's iteration where
+  /// this one asks for more steps of it: the sweep's rows of 2, 4 and 6 iterations run 6 steps, not 12), the
+  /// same values bit for bit; otherwise computed. `seconds` is the time they take computed alone: the
+  /// blocks' and the whole iteration's, though only the new steps ran.
+  const NystromFactors<T>& nystrom_factors(bool generalized, const Landmarks<T>& landmarks,
+                                           const NystromOptions& nystrom, double& seconds);
   /// The reference of the shifted kernel, built when missing.
   const HeadReference<T>& shifted_reference(const Kernel& shifted);
   /// The softmax part of the reference (S, its row sums, ‖S‖₂), built when missing.
@@ -236,6 +253,7 @@ class HeadEvaluator {
   std::map<std::string, double> shifts_;  ///< log-shift by kernel (type and parameter)
   std::optional<HeadReference<T>> reference_;
   std::map<std::string, LandmarkSet> landmark_sets_;  ///< by landmark options
+  LastFactors last_factors_;
 };
 
 }  // namespace nystrom

@@ -4,6 +4,7 @@
 /// third-order iteration (Nyströmformer, PnP-Nystra), Newton–Schulz (LaplacianFormer); optional Tikhonov or
 /// εI regularization. A numerical failure is a status, never an exception.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,8 @@ struct PinvResult {
   std::vector<double> residuals;  ///< ‖I − MZ_k‖_F for k = 0 (start) .. iterations; one entry for exact.
                                   ///< M is the matrix actually inverted: A, A + εI (shift) or AᵀA + εI
                                   ///< (Tikhonov, where Z_k approximates M⁻¹ before the final ·Aᵀ)
-  Index rank = 0;  ///< exact: singular values kept
+  Index rank = 0;      ///< exact: singular values kept
+  double seconds = 0;  ///< wall time of the computation on the host (an iteration: all its steps so far)
   double residual() const { return residuals.empty() ? 0.0 : residuals.back(); }
 };
 
@@ -107,5 +109,41 @@ Matrix<T> inverted_matrix(const ConstMatrixRef<T>& A, const PinvOptions& options
 /// a numerical failure of the iteration is a status.
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options);
+
+/// An iterative pseudoinverse (razavi, newton-schulz) that can be run further: the iterates Z_k of one A and
+/// one start are a prefix of those of any larger iteration count, so pseudoinverse(A, options) for 2, 4 and
+/// 6 iterations costs 6 steps instead of 12 (a sweep's rows of one landmark set, evaluation.hpp). Every
+/// result equals pseudoinverse's for the same iteration count bit for bit; pseudoinverse runs the iterative
+/// methods through this class.
+template <class T>
+class PinvIteration {
+ public:
+  /// Z₀ = αMᵀ and its residual for M = inverted_matrix(A, options); throws as pseudoinverse does, and for
+  /// the exact method.
+  PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& options);
+  /// True when pseudoinverse(A, options) continues this iteration: the same A (entry for entry) and options
+  /// but a count of at least the iterations run so far.
+  bool continued_by(const ConstMatrixRef<T>& A, const PinvOptions& options) const;
+  /// Runs steps until `iterations` have run or the iteration has stopped (converged, diverged, non-finite).
+  void run(int iterations);
+  /// The pseudoinverse after the steps run so far (Tikhonov's final ·Aᵀ applied).
+  PinvResult<T> result() const;
+
+ private:
+  Matrix<T> a_;
+  PinvOptions options_;
+  Matrix<double> m_;        ///< M in double
+  Matrix<double> product_;  ///< M Z_k in double: the residual's and the next step's
+  double start_ = 0;        ///< ‖I − MZ₀‖_F
+  double rounding_ = 0;     ///< 16·m·eps·‖M‖_F: the divergence test's rounding allowance per ‖Z‖_F
+  PinvResult<T> state_;     ///< Z_k, the residuals, α, k and the status (completed while it may go on)
+};
+
+/// core_pseudoinverse that continues `iteration` where it is continued_by(core, options) (and replaces it
+/// otherwise) for an iterative method; for the exact method, or a non-finite core, core_pseudoinverse
+/// itself, and `iteration` is emptied.
+template <class T>
+PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOptions& options,
+                                 std::optional<PinvIteration<T>>& iteration);
 
 }  // namespace nystrom
