@@ -384,10 +384,10 @@ const NystromFactors<T>& HeadEvaluator<T>::nystrom_factors(bool generalized, con
           : describe(generalized, "|", landmark_key(nystrom.landmarks), "|", kernel_key(nystrom.kernel), "|",
                      to_string(nystrom.stabilization), "|", exact(nystrom.clamp_threshold));
   if (key.empty() || key != last.key) {
+    last = {};  // the old blocks freed before the new ones are made (N×m each; large on matrix-free heads)
     last.factors = generalized ? generalized_nystrom<T>(options_.device, head_.q, head_.k, landmarks, nystrom)
                                : symmetric_nystrom<T>(head_.q, head_.k, landmarks, nystrom);
     last.key = key;
-    last.iteration.reset();
     seconds = seconds_since(start);
     last.blocks_seconds = std::max(0.0, seconds - last.factors.pinv.seconds);
     return last.factors;
