@@ -58,6 +58,12 @@ TEST_CASE_TEMPLATE("exact attention equals softmax(φ(Q,K)) V, also with logits 
       const Matrix<T> A = attention_matrix<T>(Q, K, kernel);
       CHECK(relative_difference(A, S) <= tol);
       CHECK((A.template cast<double>().rowwise().sum().array() - 1).abs().maxCoeff() <= tolerance<T>(n));
+      // Into a block of a larger matrix (an outer stride): the same values to rounding (exp vectorized
+      // differently), and nothing outside it written.
+      Matrix<T> into = Matrix<T>::Constant(n + 3, n, T(-7));
+      attention_matrix<T>(Q, K, kernel, into.topRows(n));
+      CHECK(relative_difference(into.topRows(n), A.template cast<double>()) <= tolerance<T>(n));
+      CHECK((into.bottomRows(3).array() == T(-7)).all());
     }
   }
 }
@@ -157,4 +163,7 @@ TEST_CASE("exact attention rejects bad arguments naming the value") {
   Matrix<double> bad = Q;
   bad(0, 0) = INFINITY;
   CHECK(throws_naming([&] { attention_matrix<double>(bad, Q, Kernel::exponential(0.5)); }, "non-finite"));
+  Matrix<double> out(10, 9);
+  CHECK(throws_naming([&] { attention_matrix<double>(Q, Q, Kernel::exponential(0.5), out); },
+                      "attention_matrix: out is 10x9, expected 10x10"));
 }

@@ -20,20 +20,6 @@ namespace {
 constexpr Index attention_panel_rows = 256;
 constexpr Index attention_tile_keys = 512;
 
-/// Rows [r, r+b) of S = D⁻¹G: exp(φ − rowmax φ), normalized by its row sums. A shift by the row max leaves S
-/// unchanged and keeps every exponent ≤ 0.
-template <class T>
-void softmax_rows(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel, Index r,
-                  Index b, Matrix<T>& panel) {
-  panel.resize(b, K.rows());
-  kernel.exponent<T>(Q.middleRows(r, b), K, panel);
-  const Vector<T> shift = panel.rowwise().maxCoeff();
-  panel.colwise() -= shift;
-  panel = panel.array().exp().matrix();
-  const Vector<T> sums = panel.rowwise().sum();
-  panel.array().colwise() /= sums.array();
-}
-
 }  // namespace
 
 template <class T>
@@ -102,11 +88,25 @@ Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K
 }
 
 template <class T>
-Matrix<T> attention_matrix(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel) {
+void attention_matrix(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel,
+                      MatrixRef<T> out) {
   kernel.validate();
   detail::require_tokens<T>(Q, K, "attention_matrix");
-  Matrix<T> out;
-  softmax_rows<T>(Q, K, kernel, 0, Q.rows(), out);
+  require(out.rows() == Q.rows() && out.cols() == K.rows(), "attention_matrix: out is ", out.rows(), "x",
+          out.cols(), ", expected ", Q.rows(), "x", K.rows());
+  // exp(φ − rowmax φ), normalized by its row sums: the shift leaves S unchanged and keeps every exponent ≤ 0.
+  kernel.exponent<T>(Q, K, out);
+  const Vector<T> shift = out.rowwise().maxCoeff();
+  out.colwise() -= shift;
+  detail::exp_in_place(out);
+  const Vector<T> sums = out.rowwise().sum();
+  out.array().colwise() /= sums.array();
+}
+
+template <class T>
+Matrix<T> attention_matrix(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel) {
+  Matrix<T> out(Q.rows(), K.rows());
+  attention_matrix<T>(Q, K, kernel, out);
   return out;
 }
 
@@ -133,6 +133,8 @@ OutputErrors output_errors(const ConstMatrixRef<T>& exact, const ConstMatrixRef<
   template Matrix<T> exact_attention<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,                  \
                                         const ConstMatrixRef<T>&, const Kernel&);                            \
   template Matrix<T> attention_matrix<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, const Kernel&); \
+  template void attention_matrix<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, const Kernel&,       \
+                                    MatrixRef<T>);                                                           \
   template OutputErrors output_errors<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)

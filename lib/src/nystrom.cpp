@@ -63,18 +63,12 @@ void clamped_exp(Block&& x, double threshold) {
 }
 
 /// exp(φ − l 1ᵀ) in place: a stabilized kernel block from its exponent φ and row log-scales l. Two passes on
-/// purpose: Eigen vectorizes exp of a plain array but calls scalar expf on the fused broadcast expression; a
-/// contiguous block (G_U's m×b panels) is exponentiated as one flat array, since per-column passes over its
-/// m-value columns would be mostly loop overhead.
+/// purpose: Eigen vectorizes exp of a plain array but calls scalar expf on the fused broadcast expression
+/// (G_U's m×b panels are contiguous: detail::exp_in_place takes them as one flat array).
 template <class T, class Block>
 void exp_shifted_rows(Block&& exponent, const Vector<T>& log_scale) {
   exponent.colwise() -= log_scale;
-  if (exponent.outerStride() == exponent.rows()) {
-    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> flat(exponent.data(), exponent.size());
-    flat = flat.exp();
-  } else {
-    for (Index j = 0; j < exponent.cols(); ++j) exponent.col(j) = exponent.col(j).array().exp().matrix();
-  }
+  detail::exp_in_place(exponent);
 }
 
 /// The blocks from their exponents, in place: exp(φ − l) with the row log-scales l (the row maxima, or the

@@ -153,6 +153,8 @@ class MatrixBatch {
   /// Writes matrix `index` (rows × cols) of a column-major batch; may run with the GIL released, from any
   /// thread.
   void set(Index index, const ConstMatrixRef<T>& matrix);
+  /// Matrix `index` of a column-major batch, to be written in place; may run with the GIL released.
+  Eigen::Map<Matrix<T>> matrix(Index index) const { return {data_ + index * rows_ * cols_, rows_, cols_}; }
   /// The buffer of a row-major batch as a BatchView (one head per matrix), to be written in place.
   BatchView<T> view() const { return {data_, count_, 1, rows_, cols_}; }
   /// The numpy array owning the buffer (needs the GIL; call once).

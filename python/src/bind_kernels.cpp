@@ -3,6 +3,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+#include <optional>
 
 #include "arguments.hpp"
 #include "common.hpp"
@@ -216,13 +217,16 @@ void bind_kernels(nb::module_& m) {
         const KeywordArguments arguments = parse_arguments("kernel_matrix", kernel_keywords, kwargs);
         return with_scalar(common_precision({{&x, "x"}, {&y, "y"}}), [&](auto scalar) {
           using T = decltype(scalar);
-          auto out = computed([&] {
+          std::optional<MatrixBatch<T>> out;  // huge pages for a large G (MatrixBatch)
+          computed([&] {
             const MatrixArgument<T> X(x, "x"), Y(y, "y");
             require_finite(X.ref(), "kernel_matrix: x");
             require_finite(Y.ref(), "kernel_matrix: y");
-            return kernel_of(arguments, X.cols()).template block<T>(X.ref(), Y.ref());
+            const Kernel kernel = kernel_of(arguments, X.cols());
+            out.emplace(std::vector<Index>{}, X.rows(), Y.rows());
+            kernel.evaluate<T>(X.ref(), Y.ref(), out->matrix(0));
           });
-          return to_numpy(std::move(out));
+          return out->release_to_numpy();
         });
       },
       "x"_a, "y"_a, "kwargs"_a,
@@ -239,13 +243,16 @@ void bind_kernels(nb::module_& m) {
         const KeywordArguments arguments = parse_arguments("attention_matrix", kernel_keywords, kwargs);
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
           using T = decltype(scalar);
-          auto out = computed([&] {
+          std::optional<MatrixBatch<T>> out;  // huge pages for a large S (MatrixBatch)
+          computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             require_finite(Q.ref(), "attention_matrix: q");
             require_finite(K.ref(), "attention_matrix: k");
-            return attention_matrix<T>(Q.ref(), K.ref(), kernel_of(arguments, Q.cols()));
+            const Kernel kernel = kernel_of(arguments, Q.cols());
+            out.emplace(std::vector<Index>{}, Q.rows(), K.rows());
+            attention_matrix<T>(Q.ref(), K.ref(), kernel, out->matrix(0));
           });
-          return to_numpy(std::move(out));
+          return out->release_to_numpy();
         });
       },
       "q"_a, "k"_a, "kwargs"_a,

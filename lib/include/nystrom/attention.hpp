@@ -22,6 +22,12 @@ Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K
 template <class T>
 Matrix<T> attention_matrix(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel);
 
+/// The same into `out` (n×N; memory of the caller's, such as a new numpy array); throws std::invalid_argument
+/// naming its shape when it is not n×N.
+template <class T>
+void attention_matrix(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const Kernel& kernel,
+                      MatrixRef<T> out);
+
 /// Output error measures against exact attention (docs/formats.md §2): ‖O − Ô‖_F/‖O‖_F, max|O − Ô|, mean|O −
 /// Ô|.
 struct OutputErrors {

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <ostream>
 #include <string>
+#include <type_traits>
 
 #include <omp.h>
 
@@ -109,6 +110,20 @@ template <class T>
 double kernel_log_shift(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y);
 
 namespace detail {
+
+/// exp of every entry in place. A contiguous block is exponentiated as one flat array, which Eigen
+/// vectorizes throughout; column by column, each column's unaligned head and tail would go to scalar exp
+/// (other last bits), and short columns would be mostly loop overhead.
+template <class Block>
+void exp_in_place(Block&& x) {
+  using T = typename std::decay_t<Block>::Scalar;
+  if (x.outerStride() == x.rows()) {
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> flat(x.data(), x.size());
+    flat = flat.exp();
+  } else {
+    for (Index j = 0; j < x.cols(); ++j) x.col(j) = x.col(j).array().exp().matrix();
+  }
+}
 
 /// out(i, j) = factor · Σ_c |X(i,c) − Y(j,c)| (L1) or factor · Σ_c (X(i,c) − Y(j,c))² (squared L2), by direct
 /// differences (no ‖x‖² + ‖y‖² − 2xᵀy cancellation). Tiles of rows of X are packed contiguously and their
