@@ -1,7 +1,6 @@
 #include "nystrom/backend.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -16,6 +15,7 @@
 #include "nystrom/landmarks.hpp"
 #include "nystrom/matrix_free.hpp"
 #include "nystrom/operators.hpp"
+#include "wall_clock.hpp"
 
 // The one file that tests NYSTROM_WITH_CUDA: each factory below checks the device, then
 // takes the CUDA branch only when the backend is compiled in. The backend is a module loaded on first use.
@@ -346,9 +346,9 @@ double gemm_seconds(Device device, Index n) {
   const BlasThreads blas_threads(threads());  // the reference is BLAS's own multithreaded GEMM
   double best = std::numeric_limits<double>::infinity();
   for (int run = 0; run < 4; ++run) {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = detail::Clock::now();
     c.noalias() = a * b;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = detail::seconds_since(start);
     if (run > 0) best = std::min(best, seconds);  // run 0 warms up caches and BLAS threads
   }
   return best;
@@ -408,9 +408,9 @@ class CpuBatchedRunner final : public detail::BatchedRunner<T> {
   }
 
   TransferSeconds run_host(const T* q, const T* k, const T* v, T* out) override {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = detail::Clock::now();
     run(q, k, v, out);
-    return {0, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0};
+    return {0, detail::seconds_since(start), 0};
   }
 
   void wait() override {}

@@ -1,7 +1,6 @@
 #include "nystrom/evaluation.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -15,6 +14,7 @@
 #include "nystrom/error.hpp"
 #include "nystrom/operators.hpp"
 #include "nystrom/softmax.hpp"
+#include "wall_clock.hpp"
 
 namespace nystrom {
 
@@ -34,11 +34,8 @@ bool EvaluationOptions::matrix_free(Index n, std::size_t scalar_bytes) const {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using detail::Clock;
+using detail::seconds_since;
 
 /// `a` in double: moved when it is double already, else converted.
 template <class T>

@@ -1,13 +1,13 @@
 #include "nystrom/pinv.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/spectral.hpp"
+#include "wall_clock.hpp"
 
 namespace nystrom {
 
@@ -139,11 +139,6 @@ void require_pinv_input(const ConstMatrixRef<T>& A, const PinvOptions& options) 
   require_finite(A, "pinv: A");
 }
 
-/// Seconds from `start` to now.
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 /// Z·Aᵀ for Tikhonov's (AᵀA + εI)⁻¹Aᵀ, Z itself otherwise.
 template <class T>
 void finish_tikhonov(const ConstMatrixRef<T>& A, const PinvOptions& options, PinvResult<T>& result) {
@@ -160,7 +155,7 @@ void finish_tikhonov(const ConstMatrixRef<T>& A, const PinvOptions& options, Pin
 template <class T>
 PinvIteration<T>::PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& options)
     : a_(A), options_(options) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = detail::Clock::now();
   require_pinv_input(A, options);
   require(options.method != PinvMethod::exact, "PinvIteration: the exact pseudoinverse does not iterate");
   const Matrix<T> M = inverted_matrix<T>(A, options);
@@ -178,7 +173,7 @@ PinvIteration<T>::PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& o
     state_.status = PinvStatus::non_finite;
   else if (options.tolerance > 0 && start_ <= options.tolerance)
     state_.status = PinvStatus::converged;
-  state_.seconds = seconds_since(start);
+  state_.seconds = detail::seconds_since(start);
 }
 
 template <class T>
@@ -191,7 +186,7 @@ bool PinvIteration<T>::continued_by(const ConstMatrixRef<T>& A, const PinvOption
 
 template <class T>
 void PinvIteration<T>::run(int iterations) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = detail::Clock::now();
   while (state_.status == PinvStatus::completed && state_.iterations < iterations) {
     state_.z = iteration_step<T>(options_.method, state_.z, product_.template cast<T>());
     ++state_.iterations;
@@ -207,15 +202,15 @@ void PinvIteration<T>::run(int iterations) {
     else if (residual > start_ + noise || residual > previous + noise)
       state_.status = PinvStatus::diverged;
   }
-  state_.seconds += seconds_since(start);
+  state_.seconds += detail::seconds_since(start);
 }
 
 template <class T>
 PinvResult<T> PinvIteration<T>::result() const {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = detail::Clock::now();
   PinvResult<T> result = state_;
   finish_tikhonov<T>(a_, options_, result);
-  result.seconds += seconds_since(start);
+  result.seconds += detail::seconds_since(start);
   return result;
 }
 
@@ -226,7 +221,7 @@ PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& optio
     iteration.run(options.iterations);
     return iteration.result();
   }
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = detail::Clock::now();
   require_pinv_input(A, options);
   const Index m = A.rows();
   PinvResult<T> result;
@@ -234,7 +229,7 @@ PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& optio
       options.tolerance > 0 ? options.tolerance : static_cast<double>(m) * std::numeric_limits<T>::epsilon();
   exact_pseudoinverse(inverted_matrix<T>(A, options), cut, result);
   finish_tikhonov<T>(A, options, result);
-  result.seconds = seconds_since(start);
+  result.seconds = detail::seconds_since(start);
   return result;
 }
 
