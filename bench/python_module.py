@@ -15,6 +15,8 @@
    SwinIR shape of `nystrom bench --batch`): a new output array per call against `out=` (one array reused). A new
    output is allocated and first touched on every call; its pages are advised as huge pages (4 KiB ones cost about
    a third of the call), and `out=` saves the rest.
+4. The dense matrices nystrom.kernel_matrix(q, k) and nystrom.attention_matrix(q, k) (default N = 4096, d = 64, q
+   and k of 0.3·N(0, 1) entries), in float64 and float32: each a new N×N array in huge pages.
 
     .venv/bin/python bench/python_module.py [--threads T] [--repeat R] [--quick]
 
@@ -98,6 +100,17 @@ def batch(shape: tuple[int, int, int, int], m: int, repeat: int) -> None:
           f"({fresh / reused:.2f}x)")
 
 
+def dense_matrices(n: int, d: int, repeat: int) -> None:
+    rng = np.random.default_rng(3)
+    print(f"4. Dense N×N matrices, N = {n}, d = {d}, {nystrom.threads()} threads, best of {repeat}")
+    for dtype in (np.float64, np.float32):
+        q, k = (0.3 * rng.standard_normal((n, d)).astype(dtype) for _ in range(2))
+        for name in ("kernel_matrix", "attention_matrix"):
+            function = getattr(nystrom, name)
+            seconds = best(lambda: function(q, k), repeat)
+            print(f"   {name:>16} {np.dtype(dtype).name}: {1e3 * seconds:8.2f} ms")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=0, help="OpenMP (and torch) threads (0: the default)")
@@ -111,10 +124,12 @@ def main() -> int:
         overhead(128, 16, 8, 5)
         against_torch(256, 16, 8, 5)
         batch((2, 3, 128, 16), 8, 5)
+        dense_matrices(256, 16, 5)
     else:
         overhead(1024, 64, 16, arguments.repeat)
         against_torch(4096, 64, 16, arguments.repeat)
         batch((64, 6, 1024, 64), 16, min(arguments.repeat, 10))
+        dense_matrices(4096, 64, min(arguments.repeat, 15))
     return 0
 
 

@@ -722,7 +722,8 @@ void complete_settings(const po::variables_map& values, const BenchOptionTexts& 
     require(methods.size() == 1, "option --pinv: one pseudoinverse, not '", texts.pinv, "'");
     settings.pinv = methods.front();
   }
-  require(settings.iterations >= 0, "option --iterations = ", settings.iterations, " must be >= 0");
+  require(settings.iterations >= 0 && settings.iterations <= max_pinv_iterations,
+          "option --iterations = ", settings.iterations, " must be between 0 and ", max_pinv_iterations);
 }
 
 /// The tables `settings` asks for, created in `file`.

@@ -12,6 +12,7 @@
 #include <limits>
 #include <ostream>
 #include <stdexcept>
+#include <type_traits>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -528,8 +529,12 @@ std::vector<T> read_float_dataset(hid_t group, const std::string& path, const st
     std::string text;
     for (std::size_t i = 0; i < coordinate.size(); ++i)
       text += (i ? ", " : "") + std::to_string(coordinate[i]);
+    const bool float_range = std::is_same_v<T, float> && std::isinf(*bad);
     throw std::invalid_argument(
-        describe(where(path, layer, name), ": non-finite value ", double(*bad), " at [", text, "]"));
+        describe(where(path, layer, name), ": non-finite value ", double(*bad), " at [", text, "]",
+                 float_range ? " as float32 (a value in the file beyond float32's range, "
+                               "3.4e38, reads as inf; --precision double reads it)"
+                             : ""));
   }
   return data;
 }

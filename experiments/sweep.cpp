@@ -188,6 +188,8 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
   grid.features = index_list("features");  // empty: each layer's landmark counts (sweep_grid.hpp)
   grid.projected = index_list("projected");
   const auto iterations = parse_index_list(values["iterations"].as<std::string>(), "iterations", 1);
+  for (auto count : iterations)
+    require(count <= max_pinv_iterations, "option --iterations: ", count, " is above ", max_pinv_iterations);
   for (auto method :
        parse_enum_list<PinvMethod>(values["pinv"].as<std::string>(), "pinv", pinv_method_from_string)) {
     if (method == PinvMethod::exact)

@@ -285,22 +285,55 @@ TEST_CASE_TEMPLATE("safe alpha keeps alpha*sigma1^2 <= 1", T, float, double) {
   }
 }
 
-TEST_CASE_TEMPLATE("the automatic alpha at the ends of the type's range: formed in double, no overflow", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("the iterations at the ends of the type's range: no overflow, no underflow", T, float,
+                   double) {
   // A core of 1e-20 in float needs α = 1e40, beyond float (its start Z₀ = αAᵀ was infinite: status
-  // non-finite); norms of 1e155 in double made ‖A‖₁‖A‖_∞ overflow (α = 0, Z = 0 "completed").
-  for (const double scale :
-       {std::is_same_v<T, float> ? 1e-20 : 1e-150, std::is_same_v<T, float> ? 1e15 : 1e155}) {
-    CAPTURE(scale);
-    const Matrix<T> A = (conditioned_matrix<double>(6, 1, 2, 9000) * scale).template cast<T>();
-    const double target = std::is_same_v<T, double> ? 1e-13 : 10 * tolerance<T>(6);
-    const PinvResult<T> result = pseudoinverse<T>(A, iterative(PinvMethod::razavi, 0, 60, target));
-    CHECK(result.status == PinvStatus::converged);
-    const Matrix<double> oracle = dense_pinv(A.template cast<double>(), 1e-12);
-    CHECK(relative_difference(result.z.template cast<double>(), oracle) <= 1e3 * tolerance<T>(6));
+  // non-finite); norms of 1e155 in double made ‖A‖₁‖A‖_∞ overflow (α = 0, Z = 0 "completed"), and at 1e±200
+  // α = 1/(‖A‖₁‖A‖_∞) itself lies beyond double: the steps run on A scaled by a power of two.
+  const bool is_float = std::is_same_v<T, float>;
+  for (const double scale : {is_float ? 1e-20 : 1e-150, is_float ? 1e15 : 1e155, is_float ? 1e-30 : 1e-250,
+                             is_float ? 1e34 : 1e250}) {
+    for (const PinvMethod method : {PinvMethod::razavi, PinvMethod::newton_schulz}) {
+      CAPTURE(scale);
+      CAPTURE(to_string(method));
+      const Matrix<T> A = (conditioned_matrix<double>(6, 1, 2, 9000) * scale).template cast<T>();
+      const double target = std::is_same_v<T, double> ? 1e-13 : 10 * tolerance<T>(6);
+      const PinvResult<T> result = pseudoinverse<T>(A, iterative(method, 0, 60, target));
+      CHECK(result.status == PinvStatus::converged);
+      // Compared at unit scale: the Frobenius norms of a 1e250 matrix overflow.
+      const Matrix<double> oracle = dense_pinv((A.template cast<double>() / scale).eval(), 1e-12);
+      CHECK(relative_difference((result.z.template cast<double>() * scale).eval(), oracle) <=
+            1e3 * tolerance<T>(6));
+    }
   }
   CHECK(
       throws_naming([] { safe_alpha<double>(Matrix<double>::Constant(2, 2, std::nan(""))); }, "safe_alpha"));
+}
+
+TEST_CASE_TEMPLATE("the iterations commute with scaling by a power of two, bit for bit", T, float, double) {
+  // pinv(2ᵉA) = 2⁻ᵉpinv(A): the steps run on the same scaled matrix, so Z, the residuals and the status agree
+  // to the bit, and α scales by 2⁻²ᵉ; with a given α (scaled alike) too.
+  const Matrix<T> A = conditioned_matrix<T>(7, 0.01, 3, 9100);
+  for (const PinvMethod method : {PinvMethod::razavi, PinvMethod::newton_schulz}) {
+    for (const double alpha : {0.0, 0.5 / (3.0 * 3.0)}) {
+      for (const int iterations : {1, 4, 9, 40}) {
+        const PinvResult<T> base = pseudoinverse<T>(A, iterative(method, alpha, iterations));
+        for (const int e : {-40, -3, 5, 60}) {
+          CAPTURE(to_string(method));
+          CAPTURE(alpha);
+          CAPTURE(iterations);
+          CAPTURE(e);
+          const Matrix<T> scaled = A * T(std::ldexp(1.0, e));
+          PinvResult<T> result =
+              pseudoinverse<T>(scaled, iterative(method, std::ldexp(alpha, -2 * e), iterations));
+          CHECK(result.alpha == std::ldexp(base.alpha, -2 * e));
+          result.alpha = base.alpha;
+          result.z *= T(std::ldexp(1.0, e));
+          CHECK(same_bits(result, base));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE_TEMPLATE(
@@ -324,6 +357,8 @@ TEST_CASE("bad pinv arguments throw naming the value") {
   PinvOptions options;
   options.iterations = 0;
   CHECK(fails(options, "iterations = 0"));
+  options.iterations = max_pinv_iterations + 1;
+  CHECK(fails(options, "iterations = 10001 must be between 1 and 10000"));
   options = PinvOptions{};
   options.alpha = -1;
   CHECK(fails(options, "alpha = -1"));

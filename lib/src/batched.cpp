@@ -36,6 +36,10 @@ AlphaScope alpha_scope_from_string(const std::string& name) {
   return parse(name, alpha_scope_names, "alpha scope");
 }
 
+std::string batch_head_error(Index i, Index heads, const char* what) {
+  return describe("batched attention, head ", i, " (b = ", i / heads, ", h = ", i % heads, "): ", what);
+}
+
 PinvOptions* pinv_options(Method method, ApproximationOptions& options) {
   switch (method) {
     case Method::pnp_nystra:
@@ -113,8 +117,7 @@ void for_each_head(Index count, Index heads_per_batch, const Head& head) {
       head(i, scratch);
     } catch (const std::invalid_argument& error) {
       if (count == 1) throw;  // one head (a 2-D call from Python): the message needs no head
-      throw std::invalid_argument(describe("batched attention, head ", i, " (b = ", i / heads_per_batch,
-                                           ", h = ", i % heads_per_batch, "): ", error.what()));
+      throw std::invalid_argument(batch_head_error(i, heads_per_batch, error.what()));
     }
   };
   // Each thread keeps its scratch between calls (OpenMP's threads persist): fresh buffers of a few MiB per

@@ -14,6 +14,7 @@ constexpr double not_applicable = std::numeric_limits<double>::quiet_NaN();
 }
 
 bool BoundReport::holds(double slack) const {
+  require(std::isfinite(slack) && slack >= 0, "holds: slack = ", slack, " must be finite and >= 0");
   const auto respects = [&](bool applies, double bound) {
     return !applies || spectral_error <= bound + slack * (bound + sigma1_ext);
   };

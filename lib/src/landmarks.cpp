@@ -307,7 +307,9 @@ void LandmarkOptions::validate(Index n, Index d) const {
     const HeldTokens held{n, prefix_tokens};
     if (window[0] == 0 && window[1] == 0) {
       const auto side = static_cast<Index>(std::llround(std::sqrt(static_cast<double>(tokens))));
-      require(side * side == tokens, "landmarks: ", held, " is not a square; give the window h x w");
+      require(side * side == tokens, "landmarks: ", held,
+              " is not a square; window-pool needs the token grid h x w (LandmarkOptions::window; in a dump, "
+              "the layer's `window` attribute)");
     } else {
       require(window[0] * window[1] == tokens, "landmarks: window ", window[0], "x", window[1],
               " does not hold ", held, " tokens");

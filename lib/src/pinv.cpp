@@ -34,7 +34,8 @@ std::string to_string(PinvStatus status) {
 }
 
 void PinvOptions::validate() const {
-  require(iterations >= 1, "pinv: iterations = ", iterations, " must be >= 1");
+  require(iterations >= 1 && iterations <= max_pinv_iterations, "pinv: iterations = ", iterations,
+          " must be between 1 and ", max_pinv_iterations);
   require(std::isfinite(alpha) && alpha >= 0, "pinv: alpha = ", alpha, " must be finite and >= 0");
   require(std::isfinite(tolerance) && tolerance >= 0, "pinv: tolerance = ", tolerance,
           " must be finite and >= 0");
@@ -139,6 +140,19 @@ void require_pinv_input(const ConstMatrixRef<T>& A, const PinvOptions& options) 
   require_finite(A, "pinv: A");
 }
 
+/// The exponent p of M's largest entry magnitude (0 for the zero matrix): the iteration runs on 2⁻ᵖM, whose
+/// entries lie below 2 in magnitude.
+int scale_exponent(const Matrix<double>& M) {
+  const double largest = M.cwiseAbs().maxCoeff();
+  return largest > 0 ? std::ilogb(largest) : 0;
+}
+
+/// 2ᵉX entry by entry: exact wherever the result is a normal number.
+template <class T>
+Matrix<T> times_power_of_two(const Matrix<T>& X, int e) {
+  return X.unaryExpr([e](T x) { return std::ldexp(x, e); });
+}
+
 /// Z·Aᵀ for Tikhonov's (AᵀA + εI)⁻¹Aᵀ, Z itself otherwise.
 template <class T>
 void finish_tikhonov(const ConstMatrixRef<T>& A, const PinvOptions& options, PinvResult<T>& result) {
@@ -152,22 +166,28 @@ void finish_tikhonov(const ConstMatrixRef<T>& A, const PinvOptions& options, Pin
 /// Divergence: the residual exceeds its starting value, or grows from one step to the next by more than
 /// rounding (c·m·eps·‖M‖_F‖Z‖_F). In exact arithmetic inside the monotone ranges (ασ₁² < 2 Newton–Schulz,
 /// ασ₁² < 3 Razavi) every direction's residual shrinks, so neither happens (docs/mathematics.md §4).
+/// The steps run on M' = 2⁻ᵖM with its largest entry in [1, 2), from Z'₀ = 2²ᵖα M'ᵀ, and Z = 2⁻ᵖZ': the
+/// products MZ are the same numbers, so every iterate is the unscaled one bit for bit wherever that is a
+/// normal number, and a matrix of 1e±200 still gets its pseudoinverse (α = 1/(‖M‖₁‖M‖_∞) itself under- or
+/// overflows there).
 template <class T>
 PinvIteration<T>::PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& options)
     : a_(A), options_(options) {
   const auto start = detail::Clock::now();
   require_pinv_input(A, options);
   require(options.method != PinvMethod::exact, "PinvIteration: the exact pseudoinverse does not iterate");
-  const Matrix<T> M = inverted_matrix<T>(A, options);
-  state_.alpha = options.alpha > 0 ? options.alpha : safe_alpha<T>(M);
+  const Matrix<double> M = inverted_matrix<T>(A, options).template cast<double>();
+  scale_exponent_ = scale_exponent(M);
+  m_ = times_power_of_two<double>(M, -scale_exponent_);
+  const double alpha =
+      options.alpha > 0 ? std::ldexp(options.alpha, 2 * scale_exponent_) : safe_alpha<double>(m_);
+  state_.alpha = std::ldexp(alpha, -2 * scale_exponent_);
   // Z₀ = αMᵀ formed in double: α itself may lie beyond float's range (1e40 for a core of 1e-20).
-  m_ = M.template cast<double>();
-  state_.z = (state_.alpha * m_.transpose()).template cast<T>();
+  state_.z = (alpha * m_.transpose()).template cast<T>();
   product_ = product_in_double(m_, state_.z);
   start_ = identity_residual(product_);
   state_.residuals.push_back(start_);
-  rounding_ = 16.0 * static_cast<double>(M.rows()) * std::numeric_limits<T>::epsilon() *
-              static_cast<double>(M.norm());
+  rounding_ = 16.0 * static_cast<double>(M.rows()) * std::numeric_limits<T>::epsilon() * m_.norm();
   state_.status = PinvStatus::completed;
   if (!std::isfinite(start_) || !state_.z.allFinite())
     state_.status = PinvStatus::non_finite;
@@ -209,6 +229,7 @@ template <class T>
 PinvResult<T> PinvIteration<T>::result() const {
   const auto start = detail::Clock::now();
   PinvResult<T> result = state_;
+  result.z = times_power_of_two<T>(state_.z, -scale_exponent_);
   finish_tikhonov<T>(a_, options_, result);
   result.seconds += detail::seconds_since(start);
   return result;

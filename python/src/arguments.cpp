@@ -31,6 +31,15 @@ std::string text(nb::handle value) {
   return nb::cast<std::string>(value);
 }
 
+/// A bool keyword: True or False, or numpy's bool scalars (np.True_, the result of a comparison).
+bool flag(nb::handle value) {
+  const nb::handle type = value.type();
+  if (nb::hasattr(type, "__module__") && nb::cast<std::string>(type.attr("__module__")) == "numpy" &&
+      nb::cast<std::string>(type.attr("__name__")).starts_with("bool"))
+    return PyObject_IsTrue(value.ptr()) == 1;
+  return nb::cast<bool>(value);
+}
+
 Solver solver_from_string(const std::string& name) {
   if (name == "dense") return Solver::dense;
   if (name == "lanczos") return Solver::lanczos;
@@ -78,7 +87,7 @@ const Keyword keywords[] = {
      [](KeywordArguments& a, nb::handle v) { a.prefix_tokens = nb::cast<Index>(v); }},
     {"different_indices", landmark_keywords, "bool", "False",
      "selection strategies (and cur): select the rows of Q and K separately instead of the same rows",
-     [](KeywordArguments& a, nb::handle v) { a.different_indices = nb::cast<bool>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.different_indices = flag(v); }},
     {"forced", landmark_keywords, "collections.abc.Sequence[int]", "()",
      "selection strategies: token indices always selected (counted within m), e.g. a CLS token",
      [](KeywordArguments& a, nb::handle v) { a.forced = nb::cast<std::vector<Index>>(v); }},
@@ -125,12 +134,12 @@ const Keyword keywords[] = {
     {"projected", other_method_keywords, "int | None", "None", "linformer: projected length k (None: landmarks)",
      [](KeywordArguments& a, nb::handle v) { a.projected = optional_cast<Index>(v); }},
     {"share_projections", other_method_keywords, "bool", "False", "linformer: F = E (the package's share_kv)",
-     [](KeywordArguments& a, nb::handle v) { a.share_projections = nb::cast<bool>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.share_projections = flag(v); }},
     {"copy_rows", other_method_keywords, "bool", "False", "cur: copy the exact rows (R V) into the output",
-     [](KeywordArguments& a, nb::handle v) { a.copy_rows = nb::cast<bool>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.copy_rows = flag(v); }},
     {"front_padding", other_method_keywords, "bool", "False",
      "nystromformer: the package's front zero padding when N % m ≠ 0",
-     [](KeywordArguments& a, nb::handle v) { a.front_padding = nb::cast<bool>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.front_padding = flag(v); }},
     {"solver", solver_keywords, "str", "'lanczos'",
      "dense (full SVD, the oracle), lanczos (Lanczos on the stored N×N matrix) or matrix-free (Lanczos on "
      "kernel tiles evaluated on the fly, for large N)",
@@ -143,11 +152,11 @@ const Keyword keywords[] = {
      [](KeywordArguments& a, nb::handle v) { a.spectral.tolerance = nb::cast<double>(v); }},
     {"augmented", top_keywords, "bool", "False",
      "top singular values: Lanczos on [[0, A], [Aᵀ, 0]] (small values to about eps·σ₁) instead of AᵀA",
-     [](KeywordArguments& a, nb::handle v) { a.augmented = nb::cast<bool>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.augmented = flag(v); }},
     {"panel_rows", tiling_keywords, "int", "128", "matrix-free: rows of G evaluated per panel",
      [](KeywordArguments& a, nb::handle v) { a.panel_rows = nb::cast<Index>(v); }},
     {"matrix_free", evaluation_keywords, "bool", "False", "force the matrix-free path (--matrix-free)",
-     [](KeywordArguments& a, nb::handle v) { a.matrix_free = nb::cast<bool>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.matrix_free = flag(v); }},
     {"memory", evaluation_keywords, "float", "4e9",
      "bytes a dense N×N analysis may use; above it the matrix-free path is taken (--memory)",
      [](KeywordArguments& a, nb::handle v) { a.memory = nb::cast<double>(v); }},
@@ -158,7 +167,8 @@ const Keyword keywords[] = {
      [](KeywordArguments& a, nb::handle v) { a.repeat = nb::cast<int>(v); }},
     {"out", output_keywords, "numpy.typing.NDArray | None", "None",
      "a writable C-contiguous array [..., N, dv] of q's dtype that receives the output and is returned (reused "
-     "across calls, it saves allocating and first touching a new one); it must not overlap q, k or v",
+     "across calls, it saves allocating and first touching a new one); it must not overlap q, k or v; where the "
+     "call raises (a head with NaN, say), its contents are unspecified",
      [](KeywordArguments& a, nb::handle v) { a.out = v.is_none() ? nb::handle() : v; }},
 };
 // clang-format on
@@ -188,9 +198,11 @@ KeywordArguments parse_arguments(const char* function, unsigned groups, const nb
     try {
       keyword->set(arguments, value);
     } catch (const nb::cast_error&) {
-      throw nb::type_error(
-          describe(function, "(): ", name, " = ", nb::repr(value).c_str(), " is not ", keyword->annotation)
-              .c_str());
+      // An integer the keyword's C++ type cannot hold (a negative seed, a count beyond 2³¹) is out of range.
+      const std::string prefix = describe(function, "(): ", name, " = ", nb::repr(value).c_str());
+      if (PyIndex_Check(value.ptr()) && !PyBool_Check(value.ptr()))
+        throw nb::value_error((prefix + " is out of range").c_str());
+      throw nb::type_error(describe(prefix, " is not ", keyword->annotation).c_str());
     }
   }
   return arguments;
@@ -230,6 +242,7 @@ const char* documentation(const char* doc, unsigned groups) {
 }
 
 Kernel kernel_of(const KeywordArguments& arguments, Index d) {
+  require(d >= 1, "the tokens have d = ", d, " features: q and k need at least one column");
   switch (arguments.kernel) {
     case KernelType::exponential:
       return Kernel::exponential(arguments.scale.value_or(1 / std::sqrt(double(d))));

@@ -213,15 +213,6 @@ std::optional<std::pair<std::size_t, std::int64_t>> c_order_break(const A& array
   return std::nullopt;
 }
 
-/// C-ordered `data` of shape [..., rows, cols] as a batch of row-major heads, one per matrix.
-template <class T>
-BatchView<T> row_major_heads(T* data, const std::vector<Index>& shape) {
-  const std::size_t lead = shape.size() - 2;
-  const Index count =
-      std::accumulate(shape.begin(), shape.begin() + std::ptrdiff_t(lead), Index{1}, std::multiplies<>());
-  return {data, count, 1, shape[lead], shape[lead + 1]};
-}
-
 /// The addresses [first, last) that an array's elements span; {0, 0} for an empty array.
 template <class A>
 std::pair<std::uintptr_t, std::uintptr_t> address_span(const A& array) {

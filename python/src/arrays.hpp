@@ -14,6 +14,8 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <functional>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -140,6 +142,18 @@ template <class T>
 BatchView<T> output_batch(nb::handle out, const std::vector<Index>& shape,
                           std::initializer_list<std::pair<const Array*, const char*>> inputs);
 
+/// C-ordered `data` of shape [..., H, rows, cols] as a batch of row-major heads, one per matrix: H the last
+/// leading dimension (1 without one), B the product of the others, so an error names head (b, h) of a
+/// [B, H, N, d] array.
+template <class T>
+BatchView<T> row_major_heads(T* data, const std::vector<Index>& shape) {
+  const std::size_t lead = shape.size() - 2;
+  const Index heads = lead > 0 ? shape[lead - 1] : 1;
+  const Index count =
+      std::accumulate(shape.begin(), shape.begin() + std::ptrdiff_t(lead), Index{1}, std::multiplies<>());
+  return {data, heads > 0 ? count / heads : 0, heads, shape[lead], shape[lead + 1]};
+}
+
 /// A batch of `count` rows × cols matrices in one buffer, returned to Python as a numpy array of shape
 /// [leading..., rows, cols] (each matrix column-major, or row-major so that the array is C-contiguous, the
 /// matrices one after the other).
@@ -155,8 +169,12 @@ class MatrixBatch {
   void set(Index index, const ConstMatrixRef<T>& matrix);
   /// Matrix `index` of a column-major batch, to be written in place; may run with the GIL released.
   Eigen::Map<Matrix<T>> matrix(Index index) const { return {data_ + index * rows_ * cols_, rows_, cols_}; }
-  /// The buffer of a row-major batch as a BatchView (one head per matrix), to be written in place.
-  BatchView<T> view() const { return {data_, count_, 1, rows_, cols_}; }
+  /// The buffer of a row-major batch as a BatchView (row_major_heads), to be written in place.
+  BatchView<T> view() const {
+    std::vector<Index> shape = leading_;
+    shape.insert(shape.end(), {rows_, cols_});
+    return row_major_heads(data_, shape);
+  }
   /// The numpy array owning the buffer (needs the GIL; call once).
   nb::object release_to_numpy();
 

@@ -129,13 +129,20 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
   const AttentionInputs<T> inputs(q, k, v);
   const ApproximationOptions options = approximation_options(arguments, inputs.q.cols());
   const Index count = inputs.q.count();
+  const Index heads = inputs.q.leading().empty() ? 1 : inputs.q.leading().back();
   UndefinedRows undefined(arguments.method, count);
   const auto head = [&](Index index) {
     const MatrixArgument<T> Q = inputs.q.matrix(index), K = inputs.k.matrix(index),
                             V = inputs.v.matrix(index);
-    Matrix<T> output = approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options).output;
-    undefined.count(index, output);
-    return output;
+    try {
+      Matrix<T> output =
+          approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options).output;
+      undefined.count(index, output);
+      return output;
+    } catch (const std::invalid_argument& error) {
+      if (count == 1) throw;  // one head: the message needs no head
+      throw std::invalid_argument(batch_head_error(index, heads, error.what()));
+    }
   };
   // Every head into the row-major batch `out`: in place from row-major inputs, else through head().
   const auto into = [&](const BatchView<T>& out) {
@@ -334,7 +341,9 @@ void bind_attention(nb::module_& m) {
           "only: no gradients. Where PnP-Nystra's or symmetric Nyström's row sums Ĝ1 vanish or are not "
           "finite "
           "(a core that under- or overflowed: logits far beyond exp's range), those rows are NaN and a "
-          "RuntimeWarning counts them.",
+          "RuntimeWarning counts them. An error in one head of a batch names it: head i (b, h) of the "
+          "leading dimensions [..., H], h the index in the last of them and b the flat index over the "
+          "others.",
           method_keywords | output_keywords));
 
   m.def(

@@ -225,6 +225,7 @@ void bind_kernels(nb::module_& m) {
             const Kernel kernel = kernel_of(arguments, X.cols());
             out.emplace(std::vector<Index>{}, X.rows(), Y.rows());
             kernel.evaluate<T>(X.ref(), Y.ref(), out->matrix(0));
+            require_kernel_in_range<T>(out->matrix(0), X.ref(), Y.ref(), kernel, "kernel_matrix");
           });
           return out->release_to_numpy();
         });

@@ -28,11 +28,16 @@ SpectralResult top_values(const char* function, const Operator& op, Index count,
                              : top_singular_values(op, count, options);
 }
 
-/// ‖A‖₂ of a stored matrix by the chosen solver (dense or lanczos).
+/// ‖A‖₂ of a stored matrix by the chosen solver (dense or lanczos), computed for 2⁻ᵖA with its largest
+/// entry in [1, 2) (an exact scaling): Lanczos's products AᵀAx of a float32 A with entries beyond 1e19
+/// would overflow.
 template <class T>
-double stored_norm(const Matrix<T>& a, const KeywordArguments& arguments) {
-  if (arguments.solver == Solver::dense) return singular_values<T>(a)(0);
-  return spectral_norm(DenseOperator<T>(a), spectral_options(arguments)).values(0);
+double stored_norm(Matrix<T> a, const KeywordArguments& arguments) {
+  const T largest = a.cwiseAbs().maxCoeff();  // a non-finite A is left to the solvers' own messages
+  const int p = std::isfinite(largest) && largest > 0 ? std::ilogb(largest) : 0;
+  a = a.unaryExpr([p](T x) { return std::ldexp(x, -p); });
+  if (arguments.solver == Solver::dense) return std::ldexp(singular_values<T>(a)(0), p);
+  return std::ldexp(spectral_norm(DenseOperator<T>(a), spectral_options(arguments)).values(0), p);
 }
 
 /// The tokens and the factors of one call, the factors in the tokens' precision.
@@ -169,7 +174,11 @@ void bind_spectral(nb::module_& m) {
                   .values(0);
             require_finite(Q.ref(), "kernel_norm: q");
             require_finite(K.ref(), "kernel_norm: k");
-            return stored_norm<T>(kernel.block<T>(Q.ref(), K.ref()), arguments);
+            // An entry beyond T's range: ‖G‖₂ = e^c‖κ_c(Q, K)‖₂ with c the largest logit (mathematics.md §1).
+            Matrix<T> g = kernel.block<T>(Q.ref(), K.ref());
+            const double c = all_finite(g) ? 0.0 : kernel_log_shift<T>(kernel, Q.ref(), K.ref());
+            if (c > 0) g = kernel.shifted(c).block<T>(Q.ref(), K.ref());
+            return std::exp(c) * stored_norm<T>(std::move(g), arguments);
           });
         });
       },
@@ -216,8 +225,10 @@ void bind_spectral(nb::module_& m) {
               return matrix_free_error_norm<T>(in.q.ref(), in.k.ref(), in.factors, kernel,
                                                spectral_options(arguments), tiling_options(arguments))
                   .values(0);
-            const Matrix<T> error = kernel.block<T>(in.q.ref(), in.k.ref()) - in.factors.dense();
-            return stored_norm<T>(error, arguments);
+            Matrix<T> g = kernel.block<T>(in.q.ref(), in.k.ref());
+            require_kernel_in_range<T>(g, in.q.ref(), in.k.ref(), kernel, "error_norm");
+            g -= in.factors.dense();
+            return stored_norm<T>(std::move(g), arguments);
           });
         });
       },
@@ -265,8 +276,14 @@ void bind_spectral(nb::module_& m) {
             Head<T> head;
             head.q = in.q.ref();
             head.k = in.k.ref();
-            return landmark_terms<T>(head, in.factors.options.kernel, in.factors.landmarks,
-                                     evaluation_options(arguments));
+            // On κ_c, c the largest logit, as the sweep: the σ scale by e^c, K does not (mathematics.md §1).
+            const Kernel& kernel = in.factors.options.kernel;
+            const double c = kernel_log_shift<T>(kernel, head.q, head.k);
+            LandmarkTerms terms = landmark_terms<T>(head, kernel.shifted(c), in.factors.landmarks,
+                                                    evaluation_options(arguments));
+            for (double* sigma : {&terms.sigma1_ext, &terms.sigma_m1_ext, &terms.sigma_m_core})
+              *sigma *= std::exp(c);
+            return terms;
           });
         });
       },

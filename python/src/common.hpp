@@ -64,6 +64,20 @@ auto computed(F&& f) {
   return f();
 }
 
+/// Throws std::invalid_argument, naming `where`, the largest exponent and T's limit, when the kernel block
+/// `g` = κ(X, Y) in T has an entry that overflowed (the inputs being finite): the exponential kernel's logits
+/// beyond log(max T), 88.7 in float32. The check reads g once; the logits are computed only to name them.
+template <class T>
+void require_kernel_in_range(const ConstMatrixRef<T>& g, const ConstMatrixRef<T>& X,
+                             const ConstMatrixRef<T>& Y, const Kernel& kernel, const char* where) {
+  if (all_finite(g)) return;
+  throw std::invalid_argument(
+      describe(where, ": ", kernel, " overflows ", sizeof(T) == 4 ? "float32" : "float64",
+               ": its largest exponent ", largest_exponent<T>(kernel, X, Y),
+               " exceeds log(max) = ", std::log(double(std::numeric_limits<T>::max())),
+               sizeof(T) == 4 ? "; float64 arrays hold entries up to e^709" : ""));
+}
+
 /// Registration of each binding file's functions and classes.
 void bind_kernels(nb::module_& m);    // kernels, landmarks, pseudoinverses, Nyström factors
 void bind_attention(nb::module_& m);  // attention outputs, approximations and their errors

@@ -542,6 +542,80 @@ def test_spectral_norms_of_rank_one_zero_and_overflowing_operators(dtype):
             call()
 
 
+def test_float32_kernels_beyond_its_range():
+    # Logits up to 49 (entries 2e21: finite in float32, but the Gram products of Lanczos are not) and 113
+    # (entries beyond float32): norms and the Lemma 2.1 terms as float64 gives them, through the log-shift and
+    # an exact power-of-two scaling; a dense block that cannot be stored in float32 is refused naming the logit.
+    q, k = tokens(64, 8, seed=3), tokens(64, 8, seed=4)
+    for scale in (13.0, 30.0):
+        q64 = scale * q
+        q32, k32 = q64.astype(np.float32), k.astype(np.float32)
+        reference = nystrom.kernel_norm(q32.astype(float), k32.astype(float), solver="dense")
+        # exp carries the float32 rounding of its logit x relatively as eps·|x|.
+        tolerance = 16 * np.finfo(np.float32).eps * np.max(q32.astype(float) @ k32.astype(float).T) / np.sqrt(8)
+        for solver in ("dense", "lanczos", "matrix-free"):
+            assert abs(nystrom.kernel_norm(q32, k32, solver=solver) / reference - 1) < tolerance, (scale, solver)
+        factors32 = nystrom.nystrom_factors(q32, k32, landmarks=6, strategy="step")
+        factors64 = nystrom.nystrom_factors(q32.astype(float), k32.astype(float), landmarks=6, strategy="step")
+        terms32 = nystrom.landmark_terms(q32, k32, factors32)
+        terms64 = nystrom.landmark_terms(q32.astype(float), k32.astype(float), factors64)
+        # σ_m(G_A) at the larger scale lies 53 orders below σ₁(G̃): beyond float32's range, 0 there.
+        for name in ("sigma1_ext", "sigma_m1_ext") + (("sigma_m_core",) if scale == 13.0 else ()):
+            assert abs(getattr(terms32, name) / getattr(terms64, name) - 1) < tolerance, (scale, name)
+        if scale == 30.0:
+            for call in (lambda: nystrom.kernel_matrix(q32, k32),
+                         lambda: nystrom.error_norm(q32, k32, factors32, solver="lanczos")):
+                with pytest.raises(ValueError, match=r"overflows float32: its largest exponent 11[0-9.]+ exceeds "
+                                                     r"log\(max\) = 88.72"):
+                    call()
+        else:
+            error = nystrom.error_norm(q32, k32, factors32, solver="lanczos")
+            assert abs(error / nystrom.error_norm(q32, k32, factors32, solver="dense") - 1) < tolerance
+
+
+def test_errors_name_the_head_and_the_value():
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((3, 4, 33, 8)) for _ in range(3))
+    q[2, 3, 0, 0] = np.nan
+    for layout in (np.ascontiguousarray, np.asfortranarray):
+        with pytest.raises(ValueError, match=r"head 11 \(b = 2, h = 3\)"):
+            nystrom.attention(layout(q), k, v, method="pnp-nystra", landmarks=4)
+    for call, message in (
+        (lambda: nystrom.kernel_matrix(q[0, 0, :, :0], k[0, 0, :, :0]), "the tokens have d = 0 features"),
+        (lambda: nystrom.attention(k[0, 0, :, :0], k[0, 0, :, :0], v[0, 0]), "the tokens have d = 0 features"),
+        (lambda: nystrom.attention(k[0, 0], k[0, 0], v[0, 0], method="cur", landmarks=4, strategy="random",
+                                   seed=-1), r"seed = -1 is out of range"),
+        (lambda: nystrom.pseudoinverse(np.eye(3), pinv="razavi", iterations=10**5),
+         "iterations = 100000 must be between 1 and 10000"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
+    report = nystrom.evaluate_bounds(sigma1_ext=2.0, sigma_m1_ext=0.1, sigma_m_core=1.0, spectral_error=0.05,
+                                     theorem3_k=3.0)
+    for slack in (np.nan, -1.0):
+        with pytest.raises(ValueError, match="holds: slack = "):
+            report.holds(slack)
+    flagged = nystrom.attention(k[0, 0], k[0, 0], v[0, 0], method="cur", landmarks=4, strategy="random",
+                                different_indices=np.bool_(True))
+    plain = nystrom.attention(k[0, 0], k[0, 0], v[0, 0], method="cur", landmarks=4, strategy="random",
+                              different_indices=True)
+    np.testing.assert_array_equal(flagged, plain)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale", (1e-250, 1e250))
+def test_iterative_pseudoinverses_at_the_ends_of_double(dtype, scale):
+    # α = 1/(‖A‖₁‖A‖_∞) under- or overflows here (Z was 0, "completed"); the steps run on A scaled by a power
+    # of two. In float32 the same at 1e∓30.
+    scale = scale if dtype == np.float64 else (1e-30 if scale < 1 else 1e30)
+    a = np.random.default_rng(6).standard_normal((6, 6)) + 6 * np.eye(6)
+    for pinv in ("razavi", "newton-schulz"):
+        result = nystrom.pseudoinverse((scale * a).astype(dtype), pinv=pinv, iterations=60,
+                                       tolerance=1e-12 if dtype == np.float64 else 1e-5)
+        assert result.status == "converged", pinv
+        assert relative(result.z.astype(float) * scale, np.linalg.pinv(a)) < TOLERANCE[dtype], pinv
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_evaluate_against_dense_matrices(dtype):
     q, k, v = qkv(n=40, dtype=dtype)

@@ -90,6 +90,10 @@ struct BatchedDiagnostics {
   double alpha = 0;
 };
 
+/// The message of an error in head i of a batch with H = `heads` heads per entry: "batched attention, head i
+/// (b = i / H, h = i % H): what".
+std::string batch_head_error(Index i, Index heads, const char* what);
+
 /// The pseudoinverse options `method` reads from `options` (pnp-nystra, symmetric-nystrom, nystromformer,
 /// cur), or null for the methods without a pseudoinverse (performer, linformer, exact).
 PinvOptions* pinv_options(Method method, ApproximationOptions& options);

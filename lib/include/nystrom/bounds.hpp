@@ -4,7 +4,7 @@
 /// σ₁(G̃), σ_{m+1} = σ_{m+1}(G̃), a = σ_m(G_A):
 ///   ratio      σ_{m+1}/a                                    (a term, always reported)
 ///   theorem 1  ‖E‖₂ ≤ σ₁²/(a − σ_{m+1}) · σ_{m+1}/a        applies when a > σ_{m+1}
-///   theorem 2  ‖E‖₂ ≤ 2σ₁² σ_{m+1}/a²                      always
+///   theorem 2  ‖E‖₂ ≤ 2σ₁² σ_{m+1}/a²                      applies when a > 0
 ///   theorem 3  ‖E‖₂ ≤ K σ_{m+1}, K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂)   applies when K σ_{m+1} < a
 ///   C_emp = ‖E‖₂ · a / σ_{m+1}, and C_emp / σ₁²
 /// A bound that does not apply is NaN with its flag false.
@@ -40,7 +40,8 @@ struct BoundReport {
   bool theorem2_applies = false;  ///< false only when σ_m(G_A) = 0
   bool theorem3_applies = false;
   /// True when every applicable bound B satisfies ‖E‖₂ ≤ B + slack·(B + σ₁(G̃)) (rounding in E is relative to
-  /// σ₁; bound_slack for an E computed in a given precision).
+  /// σ₁; bound_slack for an E computed in a given precision). Throws std::invalid_argument unless slack is
+  /// finite and ≥ 0.
   bool holds(double slack = 1e-10) const;
 };
 

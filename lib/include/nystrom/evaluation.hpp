@@ -17,7 +17,7 @@
 ///   - the error matrix: E = G − Ĝ for pnp-nystra and symmetric-nystrom, S − Ŝ for the softmax methods;
 ///   - large logits: kernel matrices of κ_c = e^{−c}κ (kernels.hpp, c = kernel_log_shift) give every σ, ‖E‖
 ///     and bound scaled by e^{−c} exactly; they are reported multiplied back by e^{c} in double (column
-///     log_shift = c). Relative errors, S and the outputs do not depend on c (docs/mathematics.md §7).
+///     log_shift = c). Relative errors, S and the outputs do not depend on c (docs/mathematics.md §1).
 /// The exact side: a head with an additive score term B (Head::bias, the model's bias and mask) has
 /// G_c = exp(φ(Q, K) + B − c), S its rows normalised and O = S V (docs/mathematics.md §7.1), stored, never
 /// matrix-free (the N×N term is stored already); the approximations still see Q and K alone. Without B the

@@ -7,7 +7,7 @@
 ///   Gaussian     φ = −‖q − k‖₂² / (2h²)     (LaplacianFormer, for comparison)
 /// with a log-shift c (`log_shift`, 0 by default): κ_c = e^{−c}κ, so a head whose logits reach a few hundred
 /// has kernel matrices, Gram products and spectra of representable size, every singular value, norm and
-/// error bound scaled by exactly e^{−c} (docs/mathematics.md §7).
+/// error bound scaled by exactly e^{−c} (docs/mathematics.md §1, "Large logits").
 /// Callers evaluate only the panels they need, `kernel.block(Q.middleRows(r, b), K)`; nothing here forms an
 /// N×N matrix unless the caller passes all N rows on both sides.
 
@@ -101,11 +101,12 @@ constexpr double double_exponent_limit = 709.782712893384;
 template <class T>
 double largest_exponent(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y);
 
-/// The log-shift c for the kernel matrices of the tokens X, Y (docs/mathematics.md §7): max(0, largest
-/// exponent) for the exponential kernel, so every entry of κ_c(X, Y) is ≤ 1, and so is every entry of the
-/// landmark blocks of G̃ (landmarks are rows or averages of rows, and s·q̄ᵀk is then an average of logits);
-/// 0 for the Laplacian and Gaussian kernels (φ ≤ 0 already). Throws std::invalid_argument naming the largest
-/// logit when exp of it overflows double (above double_exponent_limit), where no shift recovers G in double.
+/// The log-shift c for the kernel matrices of the tokens X, Y (docs/mathematics.md §1, "Large logits"):
+/// max(0, largest exponent) for the exponential kernel, so every entry of κ_c(X, Y) is ≤ 1, and so is every
+/// entry of the landmark blocks of G̃ (landmarks are rows or averages of rows, and s·q̄ᵀk is then an average of
+/// logits); 0 for the Laplacian and Gaussian kernels (φ ≤ 0 already). Throws std::invalid_argument naming the
+/// largest logit when exp of it overflows double (above double_exponent_limit), where no shift recovers G in
+/// double.
 template <class T>
 double kernel_log_shift(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y);
 

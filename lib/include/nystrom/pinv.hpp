@@ -48,10 +48,15 @@ enum class PinvStatus {
 /// "converged", "completed", "diverged", "non-finite".
 std::string to_string(PinvStatus status);
 
+/// The most iterations an iterative pseudoinverse runs. From the safe α a direction with ασ² = x ≪ 1 needs
+/// about log(1/x)/log(13/4) Razavi or log₂(1/x) Newton–Schulz steps before its quadratic or cubic phase:
+/// under 1100 even for x = 1e-300; beyond that the steps only repeat rounding.
+constexpr int max_pinv_iterations = 10000;
+
 /// Options for pseudoinverse.
 struct PinvOptions {
   PinvMethod method = PinvMethod::exact;
-  int iterations = 6;  ///< iterative methods: number of iterations (≥ 1)
+  int iterations = 6;  ///< iterative methods: number of iterations (1 ≤ iterations ≤ max_pinv_iterations)
   double alpha = 0;  ///< iterative start Z₀ = αAᵀ; 0 selects the per-matrix safe α = 1/(‖A‖₁‖A‖_∞)
   double tolerance =
       0;  ///< exact: relative singular-value cut (0: max(m)·eps); iterative: stop when ‖I−AZ‖_F ≤ it
@@ -132,11 +137,12 @@ class PinvIteration {
  private:
   Matrix<T> a_;
   PinvOptions options_;
-  Matrix<double> m_;        ///< M in double
-  Matrix<double> product_;  ///< M Z_k in double: the residual's and the next step's
+  int scale_exponent_ = 0;  ///< p: the steps run on M' = 2⁻ᵖM and Z' = 2ᵖZ
+  Matrix<double> m_;        ///< M' in double
+  Matrix<double> product_;  ///< M'Z'_k = M Z_k in double: the residual's and the next step's
   double start_ = 0;        ///< ‖I − MZ₀‖_F
-  double rounding_ = 0;     ///< 16·m·eps·‖M‖_F: the divergence test's rounding allowance per ‖Z‖_F
-  PinvResult<T> state_;     ///< Z_k, the residuals, α, k and the status (completed while it may go on)
+  double rounding_ = 0;  ///< 16·m·eps·‖M'‖_F: the divergence test's rounding allowance per ‖Z'‖_F
+  PinvResult<T> state_;  ///< Z'_k, the residuals, α, k and the status (completed while it may go on)
 };
 
 /// core_pseudoinverse that continues `iteration` where it is continued_by(core, options) (and replaces it
