@@ -320,8 +320,9 @@ long double long_norm2(const LongMatrix& a) {
 }
 
 /// A head of n tokens whose logits are those of Gaussian tokens plus a common offset, s·qᵀk = L + s·q̃ᵀk̃,
-/// with the largest of them `largest` (a last coordinate √(L/s) on every token): G = e^{L}·G̃, the situation
-/// of real heads with large logits. K = Q makes G̃ positive definite, so Nyström approximates it well.
+/// with the largest of them `largest` (a last coordinate √(|L|/s) on every token, negated on the keys for
+/// L < 0): G = e^{L}·G̃, the situation of real heads with large logits. K = Q makes G̃ positive definite, so
+/// Nyström approximates it well.
 template <class T>
 Head<T> large_logit_head(Index n, double largest, Kernel& kernel) {
   const Index d = 7;
@@ -329,12 +330,12 @@ Head<T> large_logit_head(Index n, double largest, Kernel& kernel) {
   Head<double> generic = random_head<double>(n, d - 1, 3, 41);
   generic.k = generic.q;
   const double offset = largest - kernel.param * (generic.q * generic.k.transpose()).maxCoeff();  // L
-  const double coordinate = std::sqrt(offset / kernel.param);
+  const double coordinate = std::sqrt(std::abs(offset) / kernel.param);
   Head<T> head;
   head.q.resize(n, d);
   head.k.resize(n, d);
   head.q << generic.q.template cast<T>(), Vector<T>::Constant(n, T(coordinate));
-  head.k << generic.k.template cast<T>(), Vector<T>::Constant(n, T(coordinate));
+  head.k << generic.k.template cast<T>(), Vector<T>::Constant(n, T(offset < 0 ? -coordinate : coordinate));
   head.v = generic.v.template cast<T>();
   return head;
 }
@@ -404,6 +405,48 @@ TEST_CASE_TEMPLATE(
       const double softmax_error = norm2(expected.reference - expected.approximate);
       CHECK(near(softmax.spectral_error, softmax_error, tol, norm2(expected.reference)));
       CHECK(std::isfinite(softmax.output_relative_error));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE(
+    "logits far below 0: analysed on e^(-c) G with c < 0, every relative quantity as at logits of 5", T,
+    float, double) {
+  // G = e^{L}·G̃ for the same G̃ at every L: below −½·log(max T) the entries' squares underflow (all of G from
+  // −87 in float, −745 in double), and the relative error was NaN (0/0) or wrong. With c = L the analysed
+  // κ_c is the same matrix at every L, up to the rounding of the logits in T (eps·|L|, amplified by G_A's
+  // condition).
+  const Index n = 64, m = 5;
+  Kernel kernel;
+  ApproximationOptions options;
+  const auto point_at = [&](double largest, bool matrix_free) {
+    const Head<T> head = large_logit_head<T>(n, largest, kernel);
+    options = method_options(kernel, m);
+    options.nystrom.landmarks.strategy = LandmarkStrategy::step;
+    EvaluationOptions evaluation;
+    evaluation.force_matrix_free = matrix_free;
+    return HeadEvaluator<T>(head, evaluation).evaluate(Method::pnp_nystra, options);
+  };
+  const bool is_float = std::is_same_v<T, float>;
+  for (const bool matrix_free : {false, true}) {
+    const PointResult expected = point_at(5, matrix_free);
+    const double condition = expected.sigma1_ext / expected.sigma_m_core;  // ≥ G_A's: σ₁(G̃) ≥ σ₁(G_A)
+    for (const double largest : {is_float ? -60.0 : -500.0, is_float ? -120.0 : -1000.0}) {
+      CAPTURE(matrix_free);
+      CAPTURE(largest);
+      const PointResult point = point_at(largest, matrix_free);
+      CHECK(point.log_shift == doctest::Approx(largest).epsilon(1e-5));
+      const double tol = 8 * std::numeric_limits<T>::epsilon() * -largest * condition;
+      CHECK(near(point.relative_spectral_error, expected.relative_spectral_error, tol, 1));
+      CHECK(near(point.output_relative_error, expected.output_relative_error, tol, 1));
+      CHECK(near(point.bound_ratio, expected.bound_ratio, tol, 1));
+      CHECK(near(point.theorem3_k, expected.theorem3_k, tol, 1));
+      // The absolute error, multiplied back by e^c in double, underflows there below c ≈ −745.
+      const double scale = std::exp(largest - 5);
+      if (scale >= std::numeric_limits<double>::min())
+        CHECK(near(point.spectral_error / scale, expected.spectral_error, tol, expected.spectral_error));
+      else
+        CHECK(point.spectral_error < std::numeric_limits<double>::min());
     }
   }
 }

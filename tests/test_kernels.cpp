@@ -162,10 +162,23 @@ TEST_CASE_TEMPLATE("a log-shift c evaluates exp(φ − c), the largest exponent 
     CHECK(kernel_log_shift<T>(kernel, X, Y) ==
           (kernel.type == KernelType::exponential ? std::max(0.0, exponent.maxCoeff()) : 0.0));
   }
-  // All logits negative (positive against negative coordinates): no shift, the entries are below 1 already.
+  // All logits negative (positive against negative coordinates): no shift, the entries are below 1 already;
+  // far below, where the entries' squares underflow T, c is the largest logit.
   const Matrix<T> positive = X.cwiseAbs(), negative = -Y.cwiseAbs();
   CHECK(largest_exponent<T>(Kernel::exponential(0.7), positive, negative) < 0);
   CHECK(kernel_log_shift<T>(Kernel::exponential(0.7), positive, negative) == 0);
+  const double underflow = -0.5 * std::log(double(std::numeric_limits<T>::max()));  // −44.4, −354.9
+  for (const double largest : {-1000.0, 2 * underflow, 1.01 * underflow, 0.99 * underflow, -1.0, 0.0, 3.0}) {
+    CAPTURE(largest);
+    const bool shifted = largest > 0 || largest < underflow;
+    CHECK(log_shift_for<T>(Kernel::exponential(0.7), largest) == (shifted ? largest : 0.0));
+    CHECK(log_shift_for<T>(Kernel::laplacian(2.0), largest) == std::max(0.0, largest));
+  }
+  const Matrix<T> far = (positive.array() + T(5000)).matrix();  // logits below −0.7·5000·min_j ‖y_j‖₁
+  const double far_largest = largest_exponent<T>(Kernel::exponential(0.7), far, negative);
+  CHECK(far_largest < 2 * underflow);
+  CHECK(kernel_log_shift<T>(Kernel::exponential(0.7), far, negative) == far_largest);
+  CHECK(kernel_log_shift<T>(Kernel::laplacian(2.0), far, negative) == 0);
   // A logit whose exp overflows double is named.
   const Matrix<T> big = Matrix<T>::Constant(3, 2, T(20));
   CHECK(throws_naming([&] { kernel_log_shift<T>(Kernel::exponential(1.0), big, big); }, "largest logit 800"));

@@ -142,12 +142,14 @@ auto naming_kernel(const std::string& where, const Kernel& kernel, const Check& 
 template <class T>
 double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::string& where) {
   return naming_kernel(where, kernel, [&] {
-    const double shift = kernel_log_shift<T>(kernel, head.q, head.k);
-    if (head.bias.size() == 0) return shift;
-    const double largest = double(head_exponent(head, kernel).maxCoeff());
-    require(largest <= double_exponent_limit, "the largest exponent with the bias, ", largest,
+    if (head.bias.size() == 0) return kernel_log_shift<T>(kernel, head.q, head.k);
+    // The approximations see the logits without the bias: c covers both.
+    const double biased = double(head_exponent(head, kernel).maxCoeff());
+    require(biased <= double_exponent_limit, "the largest exponent with the bias, ", biased,
             ", overflows exp in double (above ", double_exponent_limit, ")");
-    return std::max(shift, largest);
+    const double unbiased =
+        kernel.type == KernelType::exponential ? largest_exponent<T>(kernel, head.q, head.k) : biased;
+    return log_shift_for<T>(kernel, std::max(unbiased, biased));
   });
 }
 

@@ -1,6 +1,7 @@
 #include "nystrom/kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <ostream>
 #include <sstream>
@@ -90,16 +91,22 @@ double largest_exponent(const Kernel& kernel, const ConstMatrixRef<T>& X, const 
 }
 
 template <class T>
-double kernel_log_shift(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y) {
-  if (kernel.type != KernelType::exponential) return 0;
-  const double largest = largest_exponent<T>(kernel, X, Y);
+double log_shift_for(const Kernel& kernel, double largest) {
   require(largest <= double_exponent_limit, "largest logit ", largest, " exceeds ", double_exponent_limit,
           " = log(DBL_MAX): exp of it overflows even in double");
-  return std::max(0.0, largest);
+  const double underflow = -0.5 * std::log(double(std::numeric_limits<T>::max()));
+  return kernel.type == KernelType::exponential && largest < underflow ? largest : std::max(0.0, largest);
+}
+
+template <class T>
+double kernel_log_shift(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y) {
+  if (kernel.type != KernelType::exponential) return 0;
+  return log_shift_for<T>(kernel, largest_exponent<T>(kernel, X, Y));
 }
 
 #define NYSTROM_INSTANTIATE(T)                                                                            \
   template double largest_exponent<T>(const Kernel&, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&); \
+  template double log_shift_for<T>(const Kernel&, double);                                                \
   template double kernel_log_shift<T>(const Kernel&, const ConstMatrixRef<T>&, const ConstMatrixRef<T>&);
 NYSTROM_INSTANTIATE(float)
 NYSTROM_INSTANTIATE(double)

@@ -42,11 +42,14 @@ PinvOptions core_pinv_options(const NystromOptions& options) {
   PinvOptions pinv = options.pinv;
   const double c = options.kernel.log_shift;
   if (options.stabilization != Stabilization::none || c == 0) return pinv;
-  pinv.shift *= std::exp(-c);
-  pinv.tikhonov *= std::exp(-2 * c);
-  // α = 0 asks for the automatic start; a given α of κ's core is e^{2c} times κ_c's (at most the largest
-  // double).
-  if (pinv.alpha > 0) pinv.alpha = std::min(pinv.alpha * std::exp(2 * c), std::numeric_limits<double>::max());
+  // Each scaled by a power of e^{−c} (at most the largest double: ε of a core of entries e^{−1000} is all of
+  // κ_c's); 0 stays 0, for α the automatic start.
+  const auto scaled = [](double value, double factor) {
+    return value > 0 ? std::min(value * factor, std::numeric_limits<double>::max()) : value;
+  };
+  pinv.shift = scaled(pinv.shift, std::exp(-c));
+  pinv.tikhonov = scaled(pinv.tikhonov, std::exp(-2 * c));
+  pinv.alpha = scaled(pinv.alpha, std::exp(2 * c));
   return pinv;
 }
 

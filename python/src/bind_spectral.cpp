@@ -174,11 +174,10 @@ void bind_spectral(nb::module_& m) {
                   .values(0);
             require_finite(Q.ref(), "kernel_norm: q");
             require_finite(K.ref(), "kernel_norm: k");
-            // An entry beyond T's range: ‖G‖₂ = e^c‖κ_c(Q, K)‖₂ with c the largest logit (mathematics.md §1).
-            Matrix<T> g = kernel.block<T>(Q.ref(), K.ref());
-            const double c = all_finite(g) ? 0.0 : kernel_log_shift<T>(kernel, Q.ref(), K.ref());
-            if (c > 0) g = kernel.shifted(c).block<T>(Q.ref(), K.ref());
-            return std::exp(c) * stored_norm<T>(std::move(g), arguments);
+            // ‖G‖₂ = e^c‖κ_c(Q, K)‖₂ with the sweep's log-shift c: logits beyond T's range either way
+            // (mathematics.md §1).
+            const double c = kernel_log_shift<T>(kernel, Q.ref(), K.ref());
+            return std::exp(c) * stored_norm<T>(kernel.shifted(c).block<T>(Q.ref(), K.ref()), arguments);
           });
         });
       },

@@ -136,10 +136,10 @@ struct HeadReference {
   std::optional<Attention> attention;
 };
 
-/// kernel_log_shift of the head's tokens, its error naming `where` and the kernel. With a bias (Head::bias)
-/// the larger of that and the largest exponent of the exact side, max_ij (φ(Q, K) + B)_ij, so both the
-/// approximations' kernel blocks and G_c have entries ≤ 1; the error also names that exponent when exp of it
-/// overflows double.
+/// The head's log-shift c, its error naming `where` and the kernel: kernel_log_shift of its tokens, or with a
+/// bias (Head::bias) log_shift_for the larger of the tokens' largest exponent and the exact side's, max_ij
+/// (φ(Q, K) + B)_ij, so both the approximations' kernel blocks and G_c have entries ≤ 1; the error also names
+/// that exponent when exp of it overflows double.
 template <class T>
 double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::string& where);
 

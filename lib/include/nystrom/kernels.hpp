@@ -101,12 +101,20 @@ constexpr double double_exponent_limit = 709.782712893384;
 template <class T>
 double largest_exponent(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y);
 
-/// The log-shift c for the kernel matrices of the tokens X, Y (docs/mathematics.md §1, "Large logits"):
-/// max(0, largest exponent) for the exponential kernel, so every entry of κ_c(X, Y) is ≤ 1, and so is every
-/// entry of the landmark blocks of G̃ (landmarks are rows or averages of rows, and s·q̄ᵀk is then an average of
-/// logits); 0 for the Laplacian and Gaussian kernels (φ ≤ 0 already). Throws std::invalid_argument naming the
-/// largest logit when exp of it overflows double (above double_exponent_limit), where no shift recovers G in
-/// double.
+/// The log-shift c of kernel matrices in T whose largest exponent is `largest` (docs/mathematics.md §1,
+/// "Large logits"): for the exponential kernel `largest` itself where it is above 0 (entries beyond 1,
+/// overflowing from 88.7 in float and 709.8 in double) or below −½·log(max T) (entries whose squares
+/// underflow T; all of G from −87 in float and −745 in double), else 0; so every entry of κ_c(X, Y) is ≤ 1,
+/// and so is every entry of the landmark blocks of G̃ (landmarks are rows or averages of rows, and s·q̄ᵀk is
+/// then an average of logits). For the Laplacian and Gaussian kernels max(0, largest): their landmark blocks
+/// are not bounded by the tokens' largest exponent (a landmark pair may lie far closer than any token pair),
+/// so no negative shift keeps them representable. Throws std::invalid_argument naming the largest logit when
+/// exp of it overflows double (above double_exponent_limit), where no shift recovers G in double.
+template <class T>
+double log_shift_for(const Kernel& kernel, double largest);
+
+/// log_shift_for the kernel matrices of the tokens X, Y: 0 for the Laplacian and Gaussian kernels (φ ≤ 0),
+/// the exponential kernel's from one pass over the logits (largest_exponent).
 template <class T>
 double kernel_log_shift(const Kernel& kernel, const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y);
 
