@@ -179,6 +179,9 @@ TEST_CASE_TEMPLATE("a log-shift c evaluates exp(φ − c), the largest exponent 
   CHECK(far_largest < 2 * underflow);
   CHECK(kernel_log_shift<T>(Kernel::exponential(0.7), far, negative) == far_largest);
   CHECK(kernel_log_shift<T>(Kernel::laplacian(2.0), far, negative) == 0);
+  // Exponents that overflowed T as they were computed (products of tokens of 2e19 in float) are named.
+  for (const double largest : {-INFINITY, INFINITY, NAN})
+    CHECK(throws_naming([&] { log_shift_for<T>(Kernel::exponential(0.7), largest); }, "is not finite"));
   // A logit whose exp overflows double is named.
   const Matrix<T> big = Matrix<T>::Constant(3, 2, T(20));
   CHECK(throws_naming([&] { kernel_log_shift<T>(Kernel::exponential(1.0), big, big); }, "largest logit 800"));

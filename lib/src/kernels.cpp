@@ -5,6 +5,7 @@
 #include <limits>
 #include <ostream>
 #include <sstream>
+#include <type_traits>
 
 #include "nystrom/enum_names.hpp"
 
@@ -92,6 +93,10 @@ double largest_exponent(const Kernel& kernel, const ConstMatrixRef<T>& X, const 
 
 template <class T>
 double log_shift_for(const Kernel& kernel, double largest) {
+  const bool is_float = std::is_same_v<T, float>;
+  require(std::isfinite(largest), "largest logit ", largest, " is not finite: the exponents overflow ",
+          is_float ? "float32 (tokens whose products exceed 3.4e38; --precision double computes them)"
+                   : "float64");
   require(largest <= double_exponent_limit, "largest logit ", largest, " exceeds ", double_exponent_limit,
           " = log(DBL_MAX): exp of it overflows even in double");
   const double underflow = -0.5 * std::log(double(std::numeric_limits<T>::max()));

@@ -109,7 +109,8 @@ double largest_exponent(const Kernel& kernel, const ConstMatrixRef<T>& X, const 
 /// then an average of logits). For the Laplacian and Gaussian kernels max(0, largest): their landmark blocks
 /// are not bounded by the tokens' largest exponent (a landmark pair may lie far closer than any token pair),
 /// so no negative shift keeps them representable. Throws std::invalid_argument naming the largest logit when
-/// exp of it overflows double (above double_exponent_limit), where no shift recovers G in double.
+/// exp of it overflows double (above double_exponent_limit), where no shift recovers G in double, or when it
+/// is not finite (exponents that overflowed T as they were computed).
 template <class T>
 double log_shift_for(const Kernel& kernel, double largest);
 
