@@ -417,11 +417,10 @@ TEST_CASE_TEMPLATE(
   // κ_c is the same matrix at every L, up to the rounding of the logits in T (eps·|L|, amplified by G_A's
   // condition).
   const Index n = 64, m = 5;
-  Kernel kernel;
-  ApproximationOptions options;
   const auto point_at = [&](double largest, bool matrix_free) {
+    Kernel kernel;
     const Head<T> head = large_logit_head<T>(n, largest, kernel);
-    options = method_options(kernel, m);
+    ApproximationOptions options = method_options(kernel, m);
     options.nystrom.landmarks.strategy = LandmarkStrategy::step;
     EvaluationOptions evaluation;
     evaluation.force_matrix_free = matrix_free;
