@@ -389,7 +389,6 @@ TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave a
       {{"--n", "16", "--precision", "float", "--dtype", "float32"}, {"--precision and --dtype"}},
       {{"--n", "16", "--threads", "1", "--threads-list", "2"}, {"--threads and --threads-list"}},
       {{"--n", "64,32", "--landmarks", "40"}, {"--landmarks = 40", "--n = 32"}},
-      {{"--n", "64", "--method", "linformer", "--projected", "65"}, {"--projected = 65", "linformer"}},
       {{"--n", "0"}, {"--n", "0"}},
       {{"--n", "16", "--threads", "1,-1"}, {"--threads", "-1"}},
       {{"--n", "16", "--gemm-n", "-1"}, {"--gemm-n = -1"}},
@@ -492,6 +491,26 @@ TEST_CASE(
     CHECK(matvec.number(r, "gemm_fraction") ==
           matvec.number(r, "gflops") / gemm_gflops.at(context_of(matvec, r)));
   }
+}
+
+TEST_CASE("bench: Linformer's k and Performer's r may exceed N, as in the sweep; landmarks may not") {
+  TempDir dir("bench_sizes");
+  const auto output = dir / "bench.h5";
+  const auto run = run_bench(output, {"--n", "16", "--precision", "double", "--threads", "1", "--method",
+                                      "linformer,performer", "--projected", "24", "--features", "40",
+                                      "--gemm-n", "0", "--steps", "0"});
+  REQUIRE_MESSAGE(run.status == 0, run.err);
+  const Table bench = read_table(output, "bench", bench_columns);
+  REQUIRE(bench.rows.size() == 2);
+  const std::array<double, 3> linformer = {0, 0, 24}, performer = {0, 40, 0};
+  CHECK(size_cells(bench, 0) == linformer);
+  CHECK(size_cells(bench, 1) == performer);
+  for (std::size_t r = 0; r < 2; ++r) CHECK(std::isfinite(bench.number(r, "output_relative_error")));
+  const auto landmarks = run_bench(dir / "refused.h5", {"--n", "16", "--method", "cur", "--landmarks", "17"});
+  CHECK(landmarks.status == 2);
+  CHECK_MESSAGE(landmarks.err.find("--landmarks = 17 exceeds the smallest --n = 16 (method cur)") !=
+                    std::string::npos,
+                landmarks.err);
 }
 
 TEST_CASE(
