@@ -599,8 +599,8 @@ void validate(const BenchSettings& settings) {
   // Landmarks are tokens, so m ≤ N; Linformer's k and Performer's r may exceed N, as in the sweep.
   for (auto method : settings.methods) {
     if (method == Method::exact || method == Method::performer || method == Method::linformer) continue;
-    require(settings.landmarks <= smallest, "option --landmarks = ", settings.landmarks, " exceeds the smallest ",
-            smallest_option, " (method ", to_string(method), ")");
+    require(settings.landmarks <= smallest, "option --landmarks = ", settings.landmarks,
+            " exceeds the smallest ", smallest_option, " (method ", to_string(method), ")");
   }
   require(!steps || settings.landmarks <= smallest, "option --landmarks = ", settings.landmarks,
           " exceeds the smallest ", smallest_option, " (the PnP-Nystra step table; --steps 0 skips it)");

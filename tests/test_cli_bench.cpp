@@ -496,9 +496,9 @@ TEST_CASE(
 TEST_CASE("bench: Linformer's k and Performer's r may exceed N, as in the sweep; landmarks may not") {
   TempDir dir("bench_sizes");
   const auto output = dir / "bench.h5";
-  const auto run = run_bench(output, {"--n", "16", "--precision", "double", "--threads", "1", "--method",
-                                      "linformer,performer", "--projected", "24", "--features", "40",
-                                      "--gemm-n", "0", "--steps", "0"});
+  const auto run = run_bench(
+      output, {"--n", "16", "--precision", "double", "--threads", "1", "--method", "linformer,performer",
+               "--projected", "24", "--features", "40", "--gemm-n", "0", "--steps", "0"});
   REQUIRE_MESSAGE(run.status == 0, run.err);
   const Table bench = read_table(output, "bench", bench_columns);
   REQUIRE(bench.rows.size() == 2);
@@ -508,9 +508,9 @@ TEST_CASE("bench: Linformer's k and Performer's r may exceed N, as in the sweep;
   for (std::size_t r = 0; r < 2; ++r) CHECK(std::isfinite(bench.number(r, "output_relative_error")));
   const auto landmarks = run_bench(dir / "refused.h5", {"--n", "16", "--method", "cur", "--landmarks", "17"});
   CHECK(landmarks.status == 2);
-  CHECK_MESSAGE(landmarks.err.find("--landmarks = 17 exceeds the smallest --n = 16 (method cur)") !=
-                    std::string::npos,
-                landmarks.err);
+  CHECK_MESSAGE(
+      landmarks.err.find("--landmarks = 17 exceeds the smallest --n = 16 (method cur)") != std::string::npos,
+      landmarks.err);
 }
 
 TEST_CASE(

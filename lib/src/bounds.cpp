@@ -5,6 +5,7 @@
 
 #include "lapack.hpp"
 #include "nystrom/error.hpp"
+#include "nystrom/power_of_two.hpp"
 #include "nystrom/spectral.hpp"
 
 namespace nystrom {
@@ -85,11 +86,9 @@ CoreTerms core_terms(const ConstMatrixRef<T>& left, const ConstMatrixRef<T>& cor
   // K is invariant under a common scale of the three blocks: they are divided by the power of two nearest the
   // core's largest entry, so that the Gram products below neither over- nor underflow (kernels of 1e-200).
   // Singular values scale exactly with a power of two.
-  const double largest = core.template cast<double>().cwiseAbs().maxCoeff();
-  const int exponent = largest > 0 ? std::ilogb(largest) : 0;
+  const int exponent = largest_exponent(core);
   const auto unit_scale = [exponent](const auto& block) {
-    return Matrix<double>(
-        block.template cast<double>().unaryExpr([exponent](double v) { return std::ldexp(v, -exponent); }));
+    return Matrix<double>(times_power_of_two(block.template cast<double>(), -exponent));
   };
   const Matrix<double> a = unit_scale(core);
   const Vector<double> sigma = singular_values<double>(a);  // LAPACK dgesdd, values only

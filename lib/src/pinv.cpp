@@ -6,6 +6,7 @@
 
 #include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
+#include "nystrom/power_of_two.hpp"
 #include "nystrom/spectral.hpp"
 #include "wall_clock.hpp"
 
@@ -140,19 +141,6 @@ void require_pinv_input(const ConstMatrixRef<T>& A, const PinvOptions& options) 
   require_finite(A, "pinv: A");
 }
 
-/// The exponent p of M's largest entry magnitude (0 for the zero matrix): the iteration runs on 2⁻ᵖM, whose
-/// entries lie below 2 in magnitude.
-int scale_exponent(const Matrix<double>& M) {
-  const double largest = M.cwiseAbs().maxCoeff();
-  return largest > 0 ? std::ilogb(largest) : 0;
-}
-
-/// 2ᵉX entry by entry: exact wherever the result is a normal number.
-template <class T>
-Matrix<T> times_power_of_two(const Matrix<T>& X, int e) {
-  return X.unaryExpr([e](T x) { return std::ldexp(x, e); });
-}
-
 /// Z·Aᵀ for Tikhonov's (AᵀA + εI)⁻¹Aᵀ, Z itself otherwise.
 template <class T>
 void finish_tikhonov(const ConstMatrixRef<T>& A, const PinvOptions& options, PinvResult<T>& result) {
@@ -177,8 +165,8 @@ PinvIteration<T>::PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& o
   require_pinv_input(A, options);
   require(options.method != PinvMethod::exact, "PinvIteration: the exact pseudoinverse does not iterate");
   const Matrix<double> M = inverted_matrix<T>(A, options).template cast<double>();
-  scale_exponent_ = scale_exponent(M);
-  m_ = times_power_of_two<double>(M, -scale_exponent_);
+  scale_exponent_ = largest_exponent(M);
+  m_ = times_power_of_two(M, -scale_exponent_);
   const double alpha =
       options.alpha > 0 ? std::ldexp(options.alpha, 2 * scale_exponent_) : safe_alpha<double>(m_);
   state_.alpha = std::ldexp(alpha, -2 * scale_exponent_);
@@ -229,7 +217,7 @@ template <class T>
 PinvResult<T> PinvIteration<T>::result() const {
   const auto start = detail::Clock::now();
   PinvResult<T> result = state_;
-  result.z = times_power_of_two<T>(state_.z, -scale_exponent_);
+  result.z = times_power_of_two(state_.z, -scale_exponent_);
   finish_tikhonov<T>(a_, options_, result);
   result.seconds += detail::seconds_since(start);
   return result;

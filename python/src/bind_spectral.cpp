@@ -9,6 +9,7 @@
 #include "nystrom/head.hpp"
 #include "nystrom/matrix_free.hpp"
 #include "nystrom/operators.hpp"
+#include "nystrom/power_of_two.hpp"
 #include "nystrom/spectral.hpp"
 
 namespace nystrom::python {
@@ -33,9 +34,8 @@ SpectralResult top_values(const char* function, const Operator& op, Index count,
 /// would overflow.
 template <class T>
 double stored_norm(Matrix<T> a, const KeywordArguments& arguments) {
-  const T largest = a.cwiseAbs().maxCoeff();  // a non-finite A is left to the solvers' own messages
-  const int p = std::isfinite(largest) && largest > 0 ? std::ilogb(largest) : 0;
-  a = a.unaryExpr([p](T x) { return std::ldexp(x, -p); });
+  const int p = largest_exponent(a);  // a non-finite A is left to the solvers' own messages
+  a = times_power_of_two(a, -p);
   if (arguments.solver == Solver::dense) return std::ldexp(singular_values<T>(a)(0), p);
   return std::ldexp(spectral_norm(DenseOperator<T>(a), spectral_options(arguments)).values(0), p);
 }
