@@ -225,11 +225,47 @@ TEST_CASE_TEMPLATE("every method's point equals independent dense oracles", T, f
       CHECK(near(point.bound_ratio, bounds.ratio, tol * condition));
       CHECK(near(point.theorem2_bound, bounds.theorem2, tol * condition * condition));
       CHECK(near(point.c_emp, bounds.c_emp, tol * condition));
-      CHECK(point.bounds_hold == bounds.holds(bound_slack<T>(n, m)));
+      CHECK(point.bounds_hold == bounds.holds(bound_slack<T>(n, m, sigma(0), core(m - 1))));
       CHECK(point.pinv_residual <= 1e3 * tol * condition);
       CHECK(point.landmark_seconds > 0);
     }
     CHECK(evaluator.reference(kernel).g_norm2 > 0);
+  }
+}
+
+TEST_CASE(
+    "bounds_hold checks Lemma 2.1 where Ĝ is G_L G_A⁺ G_U, within the rounding a solve with G_A allows") {
+  // m = N: the landmarks are the tokens, G̃ has rank N, σ_{m+1}(G̃) is rounding and Ĝ = G (Corollary 2.2), so
+  // every applicable bound is near 0 and ‖E‖₂ is the rounding of G_L G_A⁺ G_U. For tokens of d = 2 the core
+  // is ill conditioned and that rounding is eps·κ(G_A)·σ₁, far above eps·σ₁.
+  const Index n = 30;
+  const Head<double> head = random_head<double>(n, 2, 0, 7, 1.0);
+  HeadEvaluator<double> evaluator(head, EvaluationOptions{});
+  ApproximationOptions options;
+  options.kernel = Kernel::exponential(1.0);
+  options.nystrom.landmarks.count = n;
+  const PointResult exact = evaluator.evaluate(Method::pnp_nystra, options);
+  const double condition = exact.sigma1_ext / exact.sigma_m_core;
+  REQUIRE(condition > 1e8);
+  REQUIRE(std::isfinite(exact.theorem3_bound));
+  // Beyond a slack of eps·σ₁ (the bound is rounding), within eps·κ·σ₁.
+  CHECK(exact.spectral_error > exact.theorem3_bound + 1e-10 * (exact.theorem3_bound + exact.sigma1_ext));
+  CHECK(exact.spectral_error < 2 * n * std::numeric_limits<double>::epsilon() * condition * exact.sigma1_ext);
+  CHECK(exact.bounds_hold);
+
+  // Ĝ of other pseudoinverses and of the clamped kernel is not the lemma's: the bounds are reported for
+  // comparison, and nothing is checked against them.
+  ApproximationOptions razavi = options;
+  razavi.nystrom.pinv.method = PinvMethod::razavi;
+  razavi.nystrom.pinv.iterations = 1;
+  ApproximationOptions clamped = options;
+  clamped.nystrom.stabilization = Stabilization::clamped;
+  clamped.nystrom.clamp_threshold = -1;
+  for (const auto& other : {razavi, clamped}) {
+    const PointResult point = evaluator.evaluate(Method::pnp_nystra, other);
+    CHECK(point.theorem3_bound == exact.theorem3_bound);
+    CHECK(point.spectral_error > 1e-3 * exact.sigma1_ext);
+    CHECK(point.bounds_hold);
   }
 }
 

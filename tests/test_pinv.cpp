@@ -227,6 +227,32 @@ TEST_CASE_TEMPLATE("divergence is reported for alpha beyond the convergence rang
   CHECK(overflow.status == PinvStatus::non_finite);
 }
 
+TEST_CASE_TEMPLATE("a singular matrix: the iterates reach A⁺, then long runs are reported diverged", T, float,
+                   double) {
+  // Rank 3 of 6: in floating point the null directions carry rounding, which every step amplifies by 13/4
+  // (Razavi) or 2 (Newton–Schulz) where MZ cannot see it, until the products' rounding lifts the residual.
+  const Index m = 6, rank = 3;
+  const Matrix<double> exact = random_matrix<double>(m, rank, 51) * random_matrix<double>(rank, m, 52);
+  const Matrix<T> A = exact.template cast<T>();
+  // In float the rounded A has rank 6, its three extra singular values at float rounding: cut there.
+  const Matrix<double> expected =
+      dense_pinv(A.template cast<double>(), 100 * double(std::numeric_limits<T>::epsilon()));
+  for (const PinvMethod method : iterative_methods) {
+    CAPTURE(to_string(method));
+    const PinvResult<T> early =
+        pseudoinverse<T>(A, iterative(method, 0, method == PinvMethod::razavi ? 10 : 20));
+    CHECK(early.status == PinvStatus::completed);
+    CHECK((early.z.template cast<double>() - expected).norm() <= 1e3 * tolerance<T>(m) * expected.norm());
+    // The residual stays at √(m − rank) while Z grows; it then rises above its start, and the run stops
+    // there.
+    const PinvResult<T> late = pseudoinverse<T>(A, iterative(method, 0, 1000));
+    CHECK(late.status == PinvStatus::diverged);
+    CHECK(late.iterations < 1000);
+    CHECK(std::isfinite(late.residual()));
+    CHECK(late.residual() > late.residuals.front());
+  }
+}
+
 TEST_CASE("Razavi's scalar map: alpha*sigma1^2 slightly above 4 still converges") {
   // Derived: I − AZ_{k+1} = ¼E³(3I + E) with E = I − AZ_k, so a direction with e = 1 − ασ² < −3 maps to a
   // positive e; it diverges only when e³(3 + e)/4 > 1, i.e. ασ₁² ≳ 4.13. At ασ₁² = 4.05, e = −3.05 maps to

@@ -94,9 +94,20 @@ void set_output_errors(const Matrix<T>& exact, const Matrix<T>& approximate, Poi
   point.output_mean_abs_error = errors.mean_abs;
 }
 
+/// Whether a pnp-nystra point's Ĝ is the G_L G_A⁺ G_U of PnP-Nystra Lemma 2.1 for the G̃ of its landmark
+/// terms: the exact pseudoinverse with its default cut and no regularization, the kernel's own blocks (not
+/// the clamped exponential), and no model score terms on the exact side.
+template <class T>
+bool lemma_approximation(const NystromOptions& options, const Head<T>& head) {
+  const PinvOptions& pinv = options.pinv;
+  return pinv.method == PinvMethod::exact && pinv.tolerance == 0 && pinv.tikhonov == 0 && pinv.shift == 0 &&
+         options.stabilization != Stabilization::clamped && head.bias.size() == 0;
+}
+
 /// Completes a pnp-nystra point (its errors still of κ_c) with its landmark terms: σ₁(G̃), σ_{m+1}(G̃),
-/// σ_m(G_A), K, the theorem bounds, c_emp and bounds_hold within `slack` (bounds.hpp, bound_slack).
-void apply_landmark_terms(const LandmarkTerms& terms, double slack, PointResult& point) {
+/// σ_m(G_A), K, the theorem bounds and c_emp; bounds_hold within `slack` (bounds.hpp, bound_slack) where the
+/// point's Ĝ is the lemma's (`lemma`), else 1: the lemma states nothing about it.
+void apply_landmark_terms(const LandmarkTerms& terms, double slack, bool lemma, PointResult& point) {
   point.sigma1_ext = terms.sigma1_ext;
   point.sigma_m1_ext = terms.sigma_m1_ext;
   point.sigma_m_core = terms.sigma_m_core;
@@ -111,7 +122,7 @@ void apply_landmark_terms(const LandmarkTerms& terms, double slack, PointResult&
   point.theorem3_bound = bounds.theorem3;
   point.c_emp = bounds.c_emp;
   point.c_emp_normalized = bounds.c_emp_normalized;
-  point.bounds_hold = bounds.holds(slack);
+  point.bounds_hold = !lemma || bounds.holds(slack);
 }
 
 /// Multiplies the absolute kernel quantities of a point of κ_c back to κ: every σ, norm and bound by e^{c}
@@ -472,7 +483,9 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
   }
   if (generalized) {
     const auto& [terms, seconds] = set.terms.at(terms_key);
-    apply_landmark_terms(terms, bound_slack<T>(head_.tokens(), set.landmarks.q.rows()), point);
+    apply_landmark_terms(
+        terms, bound_slack<T>(head_.tokens(), set.landmarks.q.rows(), terms.sigma1_ext, terms.sigma_m_core),
+        lemma_approximation(nystrom, head_), point);
     point.landmark_seconds = seconds;
   }
   scale_to_kernel(point, shifted.log_shift);

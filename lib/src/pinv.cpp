@@ -202,12 +202,14 @@ void PinvIteration<T>::run(int iterations) {
     const double residual = identity_residual(product_);
     const double previous = state_.residuals.back();
     state_.residuals.push_back(residual);
+    // The rounding of MZ grows with ‖Z‖; a Z grown so large that it reaches the starting residual (rounding
+    // outside range(M) amplified by every step) excuses no rise above the start.
     const double noise = rounding_ * static_cast<double>(state_.z.norm());
     if (!std::isfinite(residual) || !state_.z.allFinite())
       state_.status = PinvStatus::non_finite;
     else if (options_.tolerance > 0 && residual <= options_.tolerance)
       state_.status = PinvStatus::converged;
-    else if (residual > start_ + noise || residual > previous + noise)
+    else if (residual > start_ + std::min(noise, start_) || residual > previous + noise)
       state_.status = PinvStatus::diverged;
   }
   state_.seconds += detail::seconds_since(start);

@@ -46,12 +46,18 @@ struct BoundReport {
 };
 
 /// The slack of BoundReport::holds for an error of an approximation computed in T from N tokens and m
-/// landmarks: max(10⁻¹⁰, (N + m)·eps(T)), the larger of a fixed margin and the rounding floor of E relative
-/// to σ₁ (the floor a full SVD has too). In double it is 10⁻¹⁰ below N + m ≈ 450,000; in float an exactly
-/// recovered kernel (Corollary 2.2) leaves E at float rounding, about eps(float)·σ₁, far above 10⁻¹⁰σ₁.
+/// landmarks: max(10⁻¹⁰, (N + m)·eps(T)·max(1, σ₁(G̃)/σ_m(G_A))), the larger of a fixed margin and the
+/// rounding floor of E relative to σ₁ (the floor a full SVD has too), which solving with G_A amplifies by up
+/// to its condition number σ₁(G_A)/σ_m(G_A) ≤ σ₁(G̃)/σ_m(G_A) (Higham, Accuracy and Stability of Numerical
+/// Algorithms, §7.1: the forward error of a backward-stable solve). In double it is 10⁻¹⁰ below N + m ≈
+/// 450,000 for a well-conditioned core; in float an exactly recovered kernel (Corollary 2.2) leaves E at
+/// float rounding, about eps(float)·σ₁, far above 10⁻¹⁰σ₁. A singular or unknown σ_m(G_A) adds no factor (no
+/// bound applies).
 template <class T>
-double bound_slack(Index n, Index m) {
-  return std::max(1e-10, double(n + m) * double(std::numeric_limits<T>::epsilon()));
+double bound_slack(Index n, Index m, double sigma1_ext = 0, double sigma_m_core = 0) {
+  const double condition = sigma_m_core > 0 && sigma1_ext > sigma_m_core ? sigma1_ext / sigma_m_core : 1.0;
+  const double slack = std::max(1e-10, double(n + m) * double(std::numeric_limits<T>::epsilon()) * condition);
+  return std::min(slack, std::numeric_limits<double>::max());  // finite, as holds requires
 }
 
 /// Evaluates the bounds from their inputs, in units of σ₁(G̃) (any kernel scale double holds). NaN inputs

@@ -108,7 +108,8 @@ struct PointResult {
   double pinv_residual = nan;
   std::optional<PinvStatus> pinv_status;         ///< none for methods without a pseudoinverse
   std::optional<bool> landmark_terms_converged;  ///< pnp-nystra: the Lanczos run for σ(G̃) converged
-  bool bounds_hold = true;                       ///< every applicable bound ≥ the measured error
+  bool bounds_hold =
+      true;  ///< every applicable bound ≥ the measured error, where Ĝ is Lemma 2.1's (else true)
   bool matrix_free = false;
   double log_shift = 0;          ///< c of κ_c for this head and kernel (kernel_log_shift)
   double seconds = 0;            ///< the point's own work (landmark selection, factors, errors, output)
