@@ -62,7 +62,7 @@ void report(const std::string& subcommand, const std::string& message) {
 }  // namespace
 
 int run(int argc, char** argv) {
-  silence_hdf5_errors();
+  prepare_hdf5();
   if (argc < 2) {
     print_program_help(std::cerr);
     return 2;
@@ -99,9 +99,11 @@ int run(int argc, char** argv) {
           "written)");
       return 2;
     } catch (const std::filesystem::filesystem_error& error) {
-      // The paths are the command line's: one that cannot be read or written is bad input.
+      // The paths are the command line's: one that cannot be read or written is bad input; a full disk or a
+      // failing device is not.
       report(first, describe(error.path1().string(), ": ", error.code().message()));
-      return 2;
+      const auto code = error.code();
+      return code == std::errc::no_space_on_device || code == std::errc::io_error ? 1 : 2;
     } catch (const std::exception& error) {
       report(first, std::string("error: ") + error.what());
       return 1;

@@ -580,6 +580,20 @@ void broadcast_from_root(std::vector<char>& bytes) {
   wait_without_spinning(request);
 }
 
+namespace {
+
+/// True when every rank passed true; collective.
+bool all_ranks(bool value) {
+  if (!mpi_running() || mpi_size() == 1) return value;
+  int mine = value ? 1 : 0, all = 0;
+  MPI_Request request;
+  MPI_Iallreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD, &request);
+  wait_without_spinning(request);
+  return all != 0;
+}
+
+}  // namespace
+
 int mpi_rank() {
   if (!mpi_running()) return 0;
   int rank = 0;
@@ -609,6 +623,11 @@ int threads_per_rank() {
 
 MpiSession::MpiSession(int&, char**&) {}
 void broadcast_from_root(std::vector<char>&) {}
+namespace {
+bool all_ranks(bool value) {
+  return value;
+}
+}  // namespace
 MpiSession::~MpiSession() = default;
 int mpi_rank() {
   return 0;
@@ -621,6 +640,18 @@ int threads_per_rank() {
 }
 
 #endif
+
+void on_every_rank(const std::function<void()>& step) {
+  std::exception_ptr failure;
+  try {
+    step();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (all_ranks(!failure)) return;
+  if (failure) std::rethrow_exception(failure);
+  throw std::invalid_argument("another rank failed (its message names it); stopping");
+}
 
 bool launched_by_mpi() {
   for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})

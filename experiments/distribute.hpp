@@ -53,6 +53,12 @@ bool launched_by_mpi();
 /// does nothing.
 void broadcast_from_root(std::vector<char>& bytes);
 
+/// Runs `step` on this rank, then agrees with every other rank whether it succeeded everywhere; collective.
+/// Where it threw here, rethrows that; where it succeeded here but not on another rank, throws
+/// std::invalid_argument saying so (that rank reports its own failure): every rank then ends, none waits for
+/// a rank that is gone. Without MPI or with one rank, runs `step`.
+void on_every_rank(const std::function<void()>& step);
+
 /// This process's rank (0 without MPI or before MPI_Init).
 int mpi_rank();
 /// Number of ranks (1 without MPI or before MPI_Init).

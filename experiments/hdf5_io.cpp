@@ -49,7 +49,8 @@ void Handle::reset() {
   id_ = -1;
 }
 
-void silence_hdf5_errors() {
+void prepare_hdf5() {
+  H5dont_atexit();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
@@ -349,6 +350,26 @@ void remove_created_directories(const std::string& target, const std::filesystem
   }
 }
 
+void flush_file(hid_t file, const std::string& path) {
+  if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
+    throw std::runtime_error(
+        describe(path, ": cannot write the file (HDF5's flush failed; is the disk full?)"));
+}
+
+void copy_file_atomically(const std::string& source, const std::string& target) {
+  const std::string temporary = target + ".tmp-" + std::to_string(::getpid());
+  const int slot = register_temporary(temporary);
+  std::error_code error;
+  std::filesystem::copy_file(source, temporary, std::filesystem::copy_options::overwrite_existing, error);
+  if (!error) std::filesystem::rename(temporary, target, error);
+  if (error) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+  }
+  unregister_temporary(slot);
+  if (error) throw std::filesystem::filesystem_error("copy " + source, target, error);
+}
+
 AtomicFile::AtomicFile(std::string target, const OutputKind& kind) : target_(std::move(target)) {
   // A symbolic link stays one: the file it points to is replaced.
   if (std::filesystem::is_symlink(target_)) target_ = std::filesystem::weakly_canonical(target_).string();
@@ -381,7 +402,7 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::commit() {
-  check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "H5Fflush " + temporary_);
+  flush_file(file_.get(), temporary_);
   file_.reset();
   std::error_code error;
   std::filesystem::rename(temporary_, target_, error);
@@ -928,6 +949,12 @@ void ResultsTable::append(std::span<const Row> rows) {
     }
   }
   rows_ += count;
+}
+
+void ResultsTable::truncate(hsize_t rows) {
+  rows_ = std::min(rows, rows_);
+  for (std::size_t c = 0; c < columns_.size(); ++c)
+    check(H5Dset_extent(datasets_[c].get(), &rows_), "cut " + columns_[c].name);
 }
 
 std::string row_key(const std::vector<Column>& columns, const Row& row) {

@@ -48,8 +48,15 @@ class Handle {
   Closer closer_ = nullptr;
 };
 
-/// Silences HDF5's automatic error-stack printing (errors surface as exceptions with our own messages).
-void silence_hdf5_errors();
+/// Prepares HDF5 for the program; the first HDF5 call of a run. Silences its automatic error-stack printing
+/// (errors surface as exceptions with our own messages) and keeps it from closing, at exit, files whose close
+/// failed (a full disk): its exit handler would retry the flush and crash. Every file the program writes is
+/// closed by its Handle before exit.
+void prepare_hdf5();
+
+/// Flushes an open file; throws std::runtime_error naming `path` when its data cannot be written (a full
+/// disk, a lost file system).
+void flush_file(hid_t file, const std::string& path);
 
 /// Opens an existing HDF5 file; throws std::invalid_argument naming the path if it is missing or not HDF5.
 Handle open_file(const std::string& path, bool writable);
@@ -108,6 +115,11 @@ std::filesystem::path create_parent_directories(const std::string& target);
 /// Removes the directories above `target`, innermost first up to `outermost` (create_parent_directories),
 /// where they are empty: what a failed run created for its output.
 void remove_created_directories(const std::string& target, const std::filesystem::path& outermost);
+
+/// Copies `source` onto `target` through a temporary file beside the target, removed on failure and on
+/// SIGINT or SIGTERM (as AtomicFile's): the target is either absent or the whole copy. Throws
+/// std::filesystem::filesystem_error naming the target.
+void copy_file_atomically(const std::string& source, const std::string& target);
 
 /// A new HDF5 file written under a temporary name in the target's directory and renamed onto the target only
 /// by commit(), so a failed run never leaves a truncated file in place of a good one. Without commit() the
@@ -264,6 +276,8 @@ class ResultsTable {
   void append(const Row& row);
   /// Appends rows, each column extended and written once for all of them.
   void append(std::span<const Row> rows);
+  /// Cuts every column back to its first `rows` rows (at most rows()).
+  void truncate(hsize_t rows);
 
  private:
   std::vector<Column> columns_;

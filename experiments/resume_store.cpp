@@ -3,20 +3,18 @@
 #include <algorithm>
 #include <filesystem>
 
-#include <unistd.h>
-
 #include "nystrom/error.hpp"
 
 namespace nystrom::cli {
 
 namespace fs = std::filesystem;
 
-ResumeStore::ResumeStore(std::string output, std::string input, std::string reference, std::string group,
-                         std::vector<Column> columns, AttributeWriter write_attributes)
+ResumeStore::ResumeStore(std::string output, std::string input, std::vector<RunSetting> settings,
+                         std::string group, std::vector<Column> columns, AttributeWriter write_attributes)
     : output_(std::move(output)),
       partial_(output_ + ".partial"),
       input_(std::move(input)),
-      reference_(std::move(reference)),
+      settings_(std::move(settings)),
       group_(std::move(group)),
       columns_(std::move(columns)),
       write_attributes_(std::move(write_attributes)) {
@@ -54,19 +52,18 @@ std::vector<Row> ResumeStore::stored_rows(const std::string& path) const {
       has_attribute(file.get(), "input") ? read_string_attribute(file.get(), "input") : "";
   require(stored_input == input_, path, ": holds results for input '", stored_input, "', not '", input_,
           "'; choose another --output");
-  const auto stored_reference =
-      has_attribute(file.get(), "reference") ? read_string_attribute(file.get(), "reference") : "kernel";
-  require(stored_reference == reference_, path, ": holds results of --reference ", stored_reference, ", not ",
-          reference_, "; choose another --output");
+  for (const auto& [name, value, absent] : settings_) {
+    const auto stored = has_attribute(file.get(), name) ? read_string_attribute(file.get(), name) : absent;
+    require(stored == value, path, ": holds results of ", name, " '", stored, "', not '", value,
+            "'; choose another --output");
+  }
   return ResultsTable::open(file.get(), group_, columns_, path).read_rows();
 }
 
 void ResumeStore::open() {
   // Complete under a temporary name, then renamed into place: the partial file is never half-written.
   if (!partial_exists_ && output_exists_) {
-    const std::string temporary = partial_ + ".tmp-" + std::to_string(::getpid());
-    fs::copy_file(output_, temporary, fs::copy_options::overwrite_existing);
-    fs::rename(temporary, partial_);
+    copy_file_atomically(output_, partial_);
   } else if (!partial_exists_) {
     created_directory_ = create_parent_directories(output_);
     AtomicFile created(partial_, kind());
@@ -81,8 +78,20 @@ void ResumeStore::open() {
 }
 
 void ResumeStore::append(const Row& row) {
-  table_->append(row);
-  H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+  const hsize_t before = table_->rows();
+  try {
+    table_->append(row);
+    flush_file(file_.get(), partial_);
+  } catch (const std::runtime_error&) {
+    // A row half on disk (a full disk) would leave the file unreadable: cut back to the rows before it,
+    // which needs no new space, so that the file stays resumable.
+    try {
+      table_->truncate(before);
+      flush_file(file_.get(), partial_);
+    } catch (const std::runtime_error&) {
+    }
+    throw;
+  }
 }
 
 void ResumeStore::close() {
@@ -104,6 +113,14 @@ hsize_t ResumeStore::commit(const std::unordered_map<std::string, std::size_t>& 
   {
     Handle file = open_file(partial_, false);
     rows = ResultsTable::open(file.get(), group_, columns_, partial_).read_rows();
+  }
+  // A partial file starts as a copy of the output; an output replaced since (a file finished elsewhere and
+  // copied in) may hold rows it lacks, which are kept too.
+  if (output_exists_) {
+    std::unordered_set<std::string> kept;
+    for (const auto& row : rows) kept.insert(row_key(columns_, row));
+    for (auto& row : stored_rows(output_))
+      if (!kept.count(row_key(columns_, row))) rows.push_back(std::move(row));
   }
   const auto rank = [&](const Row& row) -> std::ptrdiff_t {
     const auto found = position.find(row_key(columns_, row));

@@ -23,6 +23,13 @@
 
 namespace nystrom::cli {
 
+/// A string root attribute that changes the values of every row but is no column of the table (a sweep's
+/// `--reference`, its methods' switches): rows are resumed only from files with the same value, and a file
+/// without the attribute reads as `absent`.
+struct RunSetting {
+  std::string name, value, absent;
+};
+
 /// One resumable results table /<group> of `output`.
 class ResumeStore {
  public:
@@ -30,11 +37,11 @@ class ResumeStore {
   using AttributeWriter = std::function<void(hid_t file)>;
 
   /// Reads what is finished: the rows of a finished `output` and of a partial file, each of which must be a
-  /// results file of `input` with the root attribute `reference` = `reference` (absent read as kernel), in a
-  /// format version from resumable_format_version on, with these columns. Throws std::invalid_argument
-  /// otherwise, and for an `output` that is not replaceable (require_replaceable); a partial file that cannot
-  /// be resumed is named and never removed (a sweep may still be writing it). Creates nothing.
-  ResumeStore(std::string output, std::string input, std::string reference, std::string group,
+  /// results file of `input` with every one of `settings`, in a format version from resumable_format_version
+  /// on, with these columns. Throws std::invalid_argument otherwise, and for an `output` that is not
+  /// replaceable (require_replaceable); a partial file that cannot be resumed is named and never removed (a
+  /// sweep may still be writing it). Creates nothing. `write_attributes` writes the settings too.
+  ResumeStore(std::string output, std::string input, std::vector<RunSetting> settings, std::string group,
               std::vector<Column> columns, AttributeWriter write_attributes);
 
   const std::string& partial() const { return partial_; }
@@ -45,7 +52,8 @@ class ResumeStore {
 
   /// Opens the partial file for appending (see the file comment for how it is created).
   void open();
-  /// Appends one row and flushes the file.
+  /// Appends one row and flushes the file. Where that fails (a full disk) it cuts the file back to the rows
+  /// before, if that can still be written, and throws std::runtime_error naming the file.
   void append(const Row& row);
   /// Rows in the partial file.
   hsize_t rows() const { return table_ ? table_->rows() : 0; }
@@ -55,9 +63,10 @@ class ResumeStore {
   /// for it (no partial output of a failed run), kept when it was resumed (its rows are an earlier run's, and
   /// this run's are as valid).
   void abandon();
-  /// Closes the partial file and rewrites its rows onto `output`, sorted by `position` (the index of a row's
-  /// key in the grid; rows of points outside this grid, from an earlier sweep into the same file, first in
-  /// their stored order), then removes the partial file. Returns the number of rows.
+  /// Closes the partial file and rewrites its rows, and those of `output` it lacks, onto `output`, sorted by
+  /// `position` (the index of a row's key in the grid; rows of points outside this grid, from an earlier
+  /// sweep into the same file, first in their stored order), then removes the partial file. Returns the
+  /// number of rows.
   hsize_t commit(const std::unordered_map<std::string, std::size_t>& position);
 
  private:
@@ -66,7 +75,9 @@ class ResumeStore {
   /// What `output` and the partial file are (require_replaceable).
   OutputKind kind() const { return {"sweep", "nystrom-results", group_.c_str()}; }
 
-  std::string output_, partial_, input_, reference_, group_;
+  std::string output_, partial_, input_;
+  std::vector<RunSetting> settings_;
+  std::string group_;
   std::vector<Column> columns_;
   AttributeWriter write_attributes_;
   bool output_exists_ = false, partial_exists_ = false, created_partial_ = false;

@@ -228,9 +228,18 @@ SweepSettings parse_settings(const po::variables_map& values) {
   return settings;
 }
 
-/// The root attribute `reference`: `kernel` or `model` (--reference).
-std::string reference_name(const SweepSettings& settings) {
-  return settings.model_reference ? "model" : "kernel";
+/// The root attributes a sweep resumes only into files that share: `reference` (`kernel` or `model`) and
+/// `method_switches`, the methods' switches given, space-separated (docs/formats.md §2).
+std::vector<RunSetting> run_settings(const SweepSettings& settings) {
+  std::string switches;
+  const SweepGrid& grid = settings.grid;
+  for (const auto& [given, name] : {std::pair{grid.copy_rows, "copy-rows"},
+                                    {grid.different_indices, "different-indices"},
+                                    {grid.front_padding, "front-padding"},
+                                    {grid.share_projections, "share-projections"}})
+    if (given) switches += (switches.empty() ? "" : " ") + std::string(name);
+  return {{"reference", settings.model_reference ? "model" : "kernel", "kernel"},
+          {"method_switches", switches, ""}};
 }
 
 /// Root attributes of a sweep's results file: provenance, the evaluation settings and the points left out.
@@ -240,7 +249,7 @@ void write_sweep_attributes(hid_t file, const SweepSettings& settings, const Ski
   write_attribute(file, "matrix_free_forced",
                   std::vector<std::int64_t>{settings.evaluation.force_matrix_free});
   write_attribute(file, "device", to_string(settings.evaluation.device));
-  write_attribute(file, "reference", reference_name(settings));
+  for (const auto& setting : run_settings(settings)) write_attribute(file, setting.name, setting.value);
   write_attribute(file, "attention_reference", settings.attention_reference);
   std::string skipped_text;
   for (const auto& line : skipped.lines()) skipped_text += line + "\n";
@@ -286,7 +295,7 @@ std::vector<char> pending_points(const SweepSettings& settings, const std::vecto
   std::vector<char> pending;
   if (mpi_rank() == 0) {
     try {
-      store.emplace(settings.output, settings.input, reference_name(settings), "sweep", point_columns(),
+      store.emplace(settings.output, settings.input, run_settings(settings), "sweep", point_columns(),
                     [&](hid_t file) { write_sweep_attributes(file, settings, skipped); });
       bool any = store->unfinished();
       for (const auto& point : points) {
@@ -313,7 +322,9 @@ struct SweepStopped : std::runtime_error {
 template <class T>
 int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector<DumpLayer>& layers,
           const std::vector<PointDescription>& points, const Skipped& skipped) {
-  const SweepHeads<T> heads(dump, layers, points, settings.model_reference);
+  std::optional<SweepHeads<T>> loaded;
+  on_every_rank([&] { loaded.emplace(dump, layers, points, settings.model_reference); });
+  const SweepHeads<T>& heads = *loaded;
   std::optional<ResumeStore> store;
   const std::vector<char> pending = pending_points(settings, points, skipped, store);
   if (pending.empty()) return 2;
@@ -393,28 +404,39 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
 int run_sweep(const Invocation& invocation) {
   const auto options = sweep_options();
   po::variables_map values;
-  if (!parse_options(invocation, "[options]", options, {}, values)) return 0;
-  SweepSettings settings = parse_settings(values);
-  settings.threads = apply_threads(values);
-  settings.command_line = invocation.command_line;
-  if (mpi_size() > 1 && values["threads"].as<int>() == 0) {
-    settings.threads = threads_per_rank();
-    set_threads(settings.threads);
-  }
-  const DumpInfo dump = inspect_dump(settings.input);
-  settings.input = fs::weakly_canonical(settings.input).string();
-  const auto layers = select_layers(dump, settings.grid);
-  settings.attention_reference = attention_reference(layers, settings.model_reference);
+  bool help = false;
+  SweepSettings settings;
+  DumpInfo dump;
+  std::vector<DumpLayer> layers;
   Skipped skipped;
-  const auto points = enumerate_points(layers, settings.grid, settings.input, skipped);
+  std::vector<PointDescription> points;
+  // Under MPI every rank reads the options and the dump itself; one that fails (a file one node lacks) ends
+  // every rank.
+  on_every_rank([&] {
+    help = !parse_options(invocation, "[options]", options, {}, values);
+    if (help) return;
+    settings = parse_settings(values);
+    settings.threads = apply_threads(values);
+    settings.command_line = invocation.command_line;
+    if (mpi_size() > 1 && values["threads"].as<int>() == 0) {
+      settings.threads = threads_per_rank();
+      set_threads(settings.threads);
+    }
+    dump = inspect_dump(settings.input);
+    settings.input = fs::weakly_canonical(settings.input).string();
+    layers = select_layers(dump, settings.grid);
+    settings.attention_reference = attention_reference(layers, settings.model_reference);
+    points = enumerate_points(layers, settings.grid, settings.input, skipped);
+    if (points.empty()) {
+      std::string reasons;
+      for (const auto& line : skipped.lines()) reasons += "; " + line;
+      throw std::invalid_argument("no grid points: every point was skipped" + reasons);
+    }
+  });
+  if (help) return 0;
   if (mpi_rank() == 0 && !settings.quiet) {
     for (const auto& line : skipped.lines()) std::cerr << "nystrom sweep: " << line << "\n";
     print_attention_reference(std::cerr, "nystrom sweep", layers, settings.model_reference);
-  }
-  if (points.empty()) {
-    std::string reasons;
-    for (const auto& line : skipped.lines()) reasons += "; " + line;
-    throw std::invalid_argument("no grid points: every point was skipped" + reasons);
   }
   if (settings.grid.precision == "float") return sweep<float>(settings, dump, layers, points, skipped);
   return sweep<double>(settings, dump, layers, points, skipped);

@@ -4,9 +4,11 @@
 /// process of its own), temporary directories, file bytes, and reading a results table back.
 
 #include <doctest/doctest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 
 #include <filesystem>
@@ -72,8 +74,10 @@ inline std::string file_bytes(const std::string& path) {
 }
 
 /// The exit status and stderr of `nystrom args...` run as a process of its own (the built program): for runs
-/// that re-execute the program (bench --blas-core), which in-process would replace the test executable.
-inline CliRun run_program(std::vector<std::string> args) {
+/// that re-execute the program (bench --blas-core), which in-process would replace the test executable, and
+/// for runs limited to files of at most `file_size_limit` bytes (RLIMIT_FSIZE, SIGXFSZ ignored: a write
+/// beyond it fails as on a full disk).
+inline CliRun run_program(std::vector<std::string> args, rlim_t file_size_limit = RLIM_INFINITY) {
   const std::string program = std::string(NYSTROM_BINARY_DIR) + "/bin/nystrom";
   REQUIRE(fs::exists(program));
   args.insert(args.begin(), program);
@@ -86,6 +90,11 @@ inline CliRun run_program(std::vector<std::string> args) {
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
+    if (file_size_limit != RLIM_INFINITY) {
+      const rlimit limit{file_size_limit, file_size_limit};
+      setrlimit(RLIMIT_FSIZE, &limit);
+      std::signal(SIGXFSZ, SIG_IGN);
+    }
     dup2(err, STDERR_FILENO);
     execv(program.c_str(), argv.data());
     _exit(127);

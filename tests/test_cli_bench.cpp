@@ -493,7 +493,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("bench: Linformer's k and Performer's r may exceed N, as in the sweep; landmarks may not") {
+TEST_CASE("bench: Linformer's k and Performer's r may exceed N as in the sweep, landmarks may not") {
   TempDir dir("bench_sizes");
   const auto output = dir / "bench.h5";
   const auto run = run_bench(

@@ -164,7 +164,7 @@ TEST_CASE("sweep --reference model: rows of exp(s q k^T + bias + mask), kernel r
   // A results file of one reference is not resumed by the other.
   const auto mixed = run_cli(sweep_args(input, dir / "kernel.h5", "model"));
   CHECK(mixed.status == 2);
-  CHECK(mixed.err.find("holds results of --reference kernel, not model") != std::string::npos);
+  CHECK(mixed.err.find("holds results of reference 'kernel', not 'model'") != std::string::npos);
   // Without bias or mask, model is the kernel: the same rows.
   const auto plain = dir / "plain.h5";
   write_dump(plain, layer, false);

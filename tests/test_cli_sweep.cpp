@@ -227,6 +227,7 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
                          std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
   CHECK(cli::read_numeric_attribute(file.get(), "threads")[0] >= 1);
   CHECK(cli::read_string_attribute(file.get(), "input") == fs::weakly_canonical(input).string());
+  CHECK(cli::read_string_attribute(file.get(), "method_switches").empty());
 }
 
 TEST_CASE("sweep: block-constant tokens with aligned segment-means landmarks are recovered exactly") {
@@ -292,6 +293,55 @@ TEST_CASE("sweep: interrupted and resumed on three threads gives the rows of a o
   REQUIRE(run_cli(args).status == 0);
   CHECK_FALSE(fs::exists(resumed + ".partial"));
   check_same_results(read_sweep(clean), read_sweep(resumed));
+}
+
+TEST_CASE(
+    "sweep: a row that cannot be written (a full disk) ends the run with exit 1, keeping a resumed file") {
+  TempDir dir("full_disk");
+  const auto input = make_dump(dir);
+  const auto clean = dir / "clean.h5", output = dir / "out.h5", partial = output + ".partial";
+  REQUIRE(run_cli(sweep_args(input, clean)).status == 0);
+  auto args = sweep_args(input, output);
+  args.insert(args.end(), {"--threads", "1", "--stop-after", "2"});
+  REQUIRE(run_cli(args).status == 128 + SIGINT);
+  args.resize(args.size() - 2);
+  // Files may not grow beyond the partial file's next kilobyte: a few rows fit, then a flush fails.
+  const auto limit = (fs::file_size(partial) / 1024 + 1) * 1024;
+  const auto full = run_program(args, limit);
+  CHECK(full.status == 1);
+  CHECK_MESSAGE(full.err.find(partial + ": cannot write the file") != std::string::npos, full.err);
+  CHECK_FALSE(fs::exists(output));
+  const auto kept = read_sweep(partial).rows.size();
+  CHECK(kept >= 2);
+  CHECK(kept < read_sweep(clean).rows.size());
+  for (const auto& entry : fs::directory_iterator(dir.path()))
+    CHECK_MESSAGE(entry.path().string().find(".tmp-") == std::string::npos, entry.path());
+  // With room again the same command completes it.
+  REQUIRE(run_cli(args).status == 0);
+  check_same_results(read_sweep(clean), read_sweep(output));
+}
+
+TEST_CASE("sweep: an output replaced beside a partial file keeps its rows when the partial is finished") {
+  TempDir dir("stale_partial");
+  const auto input = make_dump(dir);
+  const auto output = dir / "out.h5", elsewhere = dir / "elsewhere.h5";
+  const auto args = [&](const std::string& path, const std::string& landmarks) {
+    return sweep_args(input, path, {"--landmarks", landmarks, "--strategy", "step", "--kernel", "exp", "-q"});
+  };
+  auto stopped = args(output, "4");
+  stopped.insert(stopped.end(), {"--stop-after", "1"});
+  REQUIRE(run_cli(stopped).status == 128 + SIGINT);
+  // A results file of the same input finished elsewhere, copied onto the output beside the partial file.
+  REQUIRE(run_cli(args(elsewhere, "8")).status == 0);
+  const auto copied = read_sweep(elsewhere).rows.size();
+  fs::rename(elsewhere, output);
+  REQUIRE(run_cli(args(output, "4")).status == 0);
+  const Table table = read_sweep(output);
+  std::map<double, std::size_t> per_count;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) ++per_count[table.number(r, "landmarks")];
+  CHECK(per_count[8] == copied);
+  CHECK(per_count[4] > 0);
+  CHECK(table.rows.size() == per_count[4] + per_count[8]);
 }
 
 TEST_CASE("sweep: interrupted (SIGINT after some points) and resumed gives the rows of one clean run") {
@@ -431,6 +481,24 @@ TEST_CASE(
   CHECK(mixed.status == 2);
   CHECK(mixed.err.find("choose another --output") != std::string::npos);
   CHECK(file_bytes(existing) == bytes);
+  // Nor results of other method switches, which change values but are no column; a file records its own.
+  const auto switched =
+      run_cli(sweep_args(input, existing, {"--landmarks", "4", "--strategy", "step", "--copy-rows", "-q"}));
+  CHECK(switched.status == 2);
+  CHECK_MESSAGE(
+      switched.err.find("holds results of method_switches '', not 'copy-rows'") != std::string::npos,
+      switched.err);
+  CHECK(file_bytes(existing) == bytes);
+  const auto both = dir / "switches.h5";
+  const std::vector<std::string> switches = {
+      "--landmarks",   "4",           "--strategy",          "step", "--method",
+      "cur,linformer", "--copy-rows", "--share-projections", "-q"};
+  REQUIRE(run_cli(sweep_args(input, both, switches)).status == 0);
+  CHECK(cli::read_string_attribute(cli::open_file(both, false).get(), "method_switches") ==
+        "copy-rows share-projections");
+  const auto again = run_cli(sweep_args(input, both, switches));
+  CHECK(again.status == 0);
+  CHECK(again.err.empty());
 }
 
 TEST_CASE("sweep: float arithmetic agrees with double to float accuracy") {

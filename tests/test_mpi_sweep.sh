@@ -35,6 +35,25 @@ for prefix in "nystrom sweep" "nystrom sweep (rank 1 of 2)"; do
 done
 [ ! -e "$work/bad.h5" ] || { echo "FAIL: the failed 2-rank sweep wrote $work/bad.h5"; exit 1; }
 
+# An input only some ranks can read (a file one node lacks; here each rank is given its own path): the ranks
+# that fail report it, the others stop too instead of waiting for them, and nothing is written.
+for missing_rank in 0 1; do
+  inputs=("$work/dump.h5" "$work/dump.h5")
+  inputs[missing_rank]="$work/missing.h5"
+  one=(sweep --landmarks 4 --quiet --output "$work/partly.h5" --input)
+  if timeout 120 "$mpiexec" -n 1 --oversubscribe "$nystrom" "${one[@]}" "${inputs[0]}" : \
+      -n 1 --oversubscribe "$nystrom" "${one[@]}" "${inputs[1]}" > /dev/null 2> "$work/partly.err"; then
+    echo "FAIL: a 2-rank sweep whose rank $missing_rank lacks its input succeeded"
+    exit 1
+  fi
+  grep -qF "$work/missing.h5: no such file" "$work/partly.err" &&
+    grep -qF "another rank failed" "$work/partly.err" ||
+    { echo "FAIL: rank $missing_rank's missing input not reported as expected (or the run hung):"; cat "$work/partly.err"; exit 1; }
+  for left in "$work/partly.h5" "$work/partly.h5.partial"; do
+    [ ! -e "$left" ] || { echo "FAIL: the failed 2-rank sweep left $left"; exit 1; }
+  done
+done
+
 # Writes every /sweep column except wall times as text, one file per column, into directory $2.
 dump_columns() {
   local file=$1 into=$2
