@@ -30,6 +30,8 @@ void describe_dump(const std::string& path, std::ostream& out) {
     if (layer.window[0] > 0) out << ", window " << layer.window[0] << "x" << layer.window[1];
     if (layer.prefix_tokens > 0) out << ", prefix_tokens " << layer.prefix_tokens;
     if (layer.has_attention) out << ", attn";
+    if (layer.has_bias) out << ", bias";
+    if (layer.has_mask) out << ", mask";
     out << "\n";
   }
 }
@@ -95,19 +97,21 @@ void require_object(hid_t location, const std::string& name, H5I_type_t kind, co
           ", expected ", expected);
 }
 
-/// The columns of the results table /sweep with their types, checked to be a table (docs/formats.md §2): a
+/// The columns of the results table /<table> with their types, checked to be a table (docs/formats.md §2): a
 /// group of 1-D column datasets of one length, but for the one-row shortfall a crash between two columns
 /// leaves (ResultsTable::open reads the rows every column holds).
-std::vector<Column> sweep_columns(hid_t file, const std::string& path) {
-  require_object(file, "sweep", H5I_GROUP, path, "/sweep", "a group of column datasets");
-  Handle group = open_group(file, "sweep");
+std::vector<Column> table_columns(hid_t file, const std::string& table, const std::string& path) {
+  const std::string where = "/" + table;
+  require_object(file, table, H5I_GROUP, path, where, "a group of column datasets");
+  Handle group = open_group(file, table);
   std::vector<Column> columns;
   std::vector<hsize_t> lengths;
   for (const auto& name : list_group(group.get())) {
-    require_object(group.get(), name, H5I_DATASET, path, "/sweep/" + name, "a column dataset");
+    require_object(group.get(), name, H5I_DATASET, path, where + "/" + name, "a column dataset");
     Handle dataset = open_dataset(group.get(), name);
     const auto dims = dataset_dims(dataset.get());
-    require(dims.size() == 1, path, ": /sweep/", name, " has rank ", dims.size(), ", expected a 1-D column");
+    require(dims.size() == 1, path, ": ", where, "/", name, " has rank ", dims.size(),
+            ", expected a 1-D column");
     const auto type = describe_type(dataset.get());
     columns.push_back({name,
                        type == "string"          ? ColumnType::text
@@ -116,21 +120,20 @@ std::vector<Column> sweep_columns(hid_t file, const std::string& path) {
                        false});
     lengths.push_back(dims[0]);
   }
-  require(!columns.empty(), path, ": /sweep has no column datasets (a table is a group of 1-D columns)");
+  require(!columns.empty(), path, ": ", where, " has no column datasets (a table is a group of 1-D columns)");
   const auto [shortest, longest] = std::minmax_element(lengths.begin(), lengths.end());
-  require(*longest - *shortest <= 1, path,
-          ": /sweep columns have different lengths: ", columns[shortest - lengths.begin()].name, " has ",
-          *shortest, " rows, ", columns[longest - lengths.begin()].name, " has ", *longest,
+  require(*longest - *shortest <= 1, path, ": ", where,
+          " columns have different lengths: ", columns[shortest - lengths.begin()].name, " has ", *shortest,
+          " rows, ", columns[longest - lengths.begin()].name, " has ", *longest,
           " (a crash between two columns leaves one row of difference at most)");
   return columns;
 }
 
-/// Writes the `/sweep: R rows, C columns` line and each column's distinct values or range.
-void describe_sweep(hid_t file, const std::string& path, std::ostream& out) {
-  const std::vector<Column> columns = sweep_columns(file, path);
-  const ResultsTable table = ResultsTable::open(file, "sweep", columns, path);
-  const auto rows = table.read_rows();
-  out << "  /sweep: " << rows.size() << " rows, " << columns.size() << " columns\n";
+/// Writes the `/<table>: R rows, C columns` line and each column's distinct values or range.
+void describe_table(hid_t file, const std::string& table, const std::string& path, std::ostream& out) {
+  const std::vector<Column> columns = table_columns(file, table, path);
+  const auto rows = ResultsTable::open(file, table, columns, path).read_rows();
+  out << "  /" << table << ": " << rows.size() << " rows, " << columns.size() << " columns\n";
   for (std::size_t c = 0; c < columns.size(); ++c) {
     if (rows.empty()) break;
     out << "    " << std::left << std::setw(26) << columns[c].name << " ";
@@ -195,7 +198,9 @@ void describe_spectra(hid_t file, const std::string& path, std::ostream& out) {
 void describe_results(const std::string& path, hid_t file, std::ostream& out) {
   out << path << ": results file\n";
   print_attributes(file, out, "  ");
-  if (H5Lexists(file, "sweep", H5P_DEFAULT) > 0) describe_sweep(file, path, out);
+  // Every group but /spectra is a table: /sweep, the /bench tables, /vision and /vision_windows.
+  for (const auto& name : list_group(file))
+    if (name != "spectra") describe_table(file, name, path, out);
   if (H5Lexists(file, "spectra", H5P_DEFAULT) > 0) describe_spectra(file, path, out);
 }
 

@@ -592,6 +592,15 @@ TEST_CASE("info describes dumps and results files, --config supplies options") {
   CHECK(info_results.status == 0);
   CHECK(info_results.out.find("/sweep: 4 rows") != std::string::npos);
   CHECK(info_results.out.find("format = nystrom-results") != std::string::npos);
+  // Every table of a results file: here the bench's.
+  const auto bench = dir / "bench.h5";
+  REQUIRE(run_cli({"bench", "-o", bench, "--n", "16", "--method", "exact", "--precision", "double",
+                   "--threads", "1", "--gemm-n", "0", "--steps", "0", "--blas-core", "default"})
+              .status == 0);
+  const auto info_bench = run_cli({"info", bench});
+  CHECK(info_bench.status == 0);
+  CHECK_MESSAGE(info_bench.out.find("  /bench: 1 rows") != std::string::npos, info_bench.out);
+  CHECK(info_bench.out.find("    method                     exact") != std::string::npos);
   CHECK(run_cli({"sweep", "-i", dump, "-o", results, "--config", dir / "missing.ini"}).status == 2);
   CHECK(run_cli({"info"}).status == 2);
   // A column one row short (a crash between two columns): info shows the rows every column holds and leaves

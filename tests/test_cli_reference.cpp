@@ -105,6 +105,10 @@ TEST_CASE("sweep --reference model: rows of exp(s q k^T + bias + mask), kernel r
   const Layer layer = make_layer();
   const auto input = dir / "dump.h5";
   write_dump(input, layer);
+  // info names the score terms a layer carries.
+  const auto info = run_cli({"info", input});
+  CHECK(info.status == 0);
+  CHECK_MESSAGE(info.out.find(", bias, mask\n") != std::string::npos, info.out);
   std::map<std::string, Table> tables;
   for (const std::string reference : {"kernel", "model"}) {
     const auto output = dir / (reference + ".h5");
