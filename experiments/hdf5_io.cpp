@@ -5,14 +5,17 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <ostream>
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -354,6 +357,29 @@ void flush_file(hid_t file, const std::string& path) {
   if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
     throw std::runtime_error(
         describe(path, ": cannot write the file (HDF5's flush failed; is the disk full?)"));
+}
+
+std::string file_digest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  require(in.good(), path, ": cannot be read");
+  constexpr std::uint64_t prime = 0x100000001b3ULL;
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  std::vector<char> block(std::size_t(1) << 20);
+  while (in) {
+    in.read(block.data(), std::streamsize(block.size()));
+    const auto count = std::size_t(in.gcount());
+    std::size_t i = 0;
+    for (; i + 8 <= count; i += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, block.data() + i, 8);
+      hash = (hash ^ word) * prime;
+    }
+    for (; i < count; ++i) hash = (hash ^ std::uint8_t(block[i])) * prime;
+  }
+  require(in.eof(), path, ": cannot be read to its end");
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
 }
 
 void copy_file_atomically(const std::string& source, const std::string& target) {

@@ -116,6 +116,11 @@ std::filesystem::path create_parent_directories(const std::string& target);
 /// where they are empty: what a failed run created for its output.
 void remove_created_directories(const std::string& target, const std::filesystem::path& outermost);
 
+/// A 64-bit FNV-1a hash of the bytes of the file at `path` (taken 8 bytes at a time), as 16 hex digits: what
+/// tells a regenerated input from the one a results file was computed from. Throws std::invalid_argument
+/// naming the path when it cannot be read.
+std::string file_digest(const std::string& path);
+
 /// Copies `source` onto `target` through a temporary file beside the target, removed on failure and on
 /// SIGINT or SIGTERM (as AtomicFile's): the target is either absent or the whole copy. Throws
 /// std::filesystem::filesystem_error naming the target.

@@ -53,7 +53,8 @@ std::vector<Row> ResumeStore::stored_rows(const std::string& path) const {
   require(stored_input == input_, path, ": holds results for input '", stored_input, "', not '", input_,
           "'; choose another --output");
   for (const auto& [name, value, absent] : settings_) {
-    const auto stored = has_attribute(file.get(), name) ? read_string_attribute(file.get(), name) : absent;
+    if (!absent && !has_attribute(file.get(), name)) continue;
+    const auto stored = has_attribute(file.get(), name) ? read_string_attribute(file.get(), name) : *absent;
     require(stored == value, path, ": holds results of ", name, " '", stored, "', not '", value,
             "'; choose another --output");
   }

@@ -24,10 +24,12 @@
 namespace nystrom::cli {
 
 /// A string root attribute that changes the values of every row but is no column of the table (a sweep's
-/// `--reference`, its methods' switches): rows are resumed only from files with the same value, and a file
-/// without the attribute reads as `absent`.
+/// `--reference`, its methods' switches, its input's digest): rows are resumed only from files with the same
+/// value. A file without the attribute (written before it existed) reads as `absent`; without `absent` it is
+/// accepted.
 struct RunSetting {
-  std::string name, value, absent;
+  std::string name, value;
+  std::optional<std::string> absent;
 };
 
 /// One resumable results table /<group> of `output`.

@@ -46,6 +46,7 @@ namespace fs = std::filesystem;
 /// The grid and the run settings, parsed and validated.
 struct SweepSettings {
   std::string input, output;
+  std::string input_digest;    ///< file_digest of the input, the root attribute `input_digest`
   bool default_input = false;  ///< no --input: the bundled dump and its default head subset
   SweepGrid grid;
   EvaluationOptions evaluation;
@@ -228,8 +229,9 @@ SweepSettings parse_settings(const po::variables_map& values) {
   return settings;
 }
 
-/// The root attributes a sweep resumes only into files that share: `reference` (`kernel` or `model`) and
-/// `method_switches`, the methods' switches given, space-separated (docs/formats.md §2).
+/// The root attributes a sweep resumes only into files that share: `reference` (`kernel` or `model`),
+/// `method_switches`, the methods' switches given, space-separated, and `input_digest`, the input's
+/// (docs/formats.md §2).
 std::vector<RunSetting> run_settings(const SweepSettings& settings) {
   std::string switches;
   const SweepGrid& grid = settings.grid;
@@ -239,7 +241,8 @@ std::vector<RunSetting> run_settings(const SweepSettings& settings) {
                                     {grid.share_projections, "share-projections"}})
     if (given) switches += (switches.empty() ? "" : " ") + std::string(name);
   return {{"reference", settings.model_reference ? "model" : "kernel", "kernel"},
-          {"method_switches", switches, ""}};
+          {"method_switches", switches, ""},
+          {"input_digest", settings.input_digest, std::nullopt}};
 }
 
 /// Root attributes of a sweep's results file: provenance, the evaluation settings and the points left out.
@@ -424,6 +427,7 @@ int run_sweep(const Invocation& invocation) {
     }
     dump = inspect_dump(settings.input);
     settings.input = fs::weakly_canonical(settings.input).string();
+    settings.input_digest = file_digest(settings.input);
     layers = select_layers(dump, settings.grid);
     settings.attention_reference = attention_reference(layers, settings.model_reference);
     points = enumerate_points(layers, settings.grid, settings.input, skipped);

@@ -499,6 +499,14 @@ TEST_CASE(
   const auto again = run_cli(sweep_args(input, both, switches));
   CHECK(again.status == 0);
   CHECK(again.err.empty());
+  // Nor results of the same path holding another dump (regenerated, here with other data).
+  fs::copy_file(other, input, fs::copy_options::overwrite_existing);
+  const auto regenerated =
+      run_cli(sweep_args(input, existing, {"--landmarks", "4", "--strategy", "step", "-q"}));
+  CHECK(regenerated.status == 2);
+  CHECK_MESSAGE(regenerated.err.find("holds results of input_digest '") != std::string::npos,
+                regenerated.err);
+  CHECK(file_bytes(existing) == bytes);
 }
 
 TEST_CASE("sweep: float arithmetic agrees with double to float accuracy") {
