@@ -8,10 +8,12 @@
 ///                          [threads=0] [seed=1]
 /// Prints one `key=value` line per solver, plus the OpenBLAS core, threads and the time of one kernel pass.
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <random>
@@ -43,9 +45,34 @@ class Arguments {
       values_[item.substr(0, equals)] = item.substr(equals + 1);
     }
   }
-  std::string text(const std::string& key) const { return values_.at(key); }
-  double number(const std::string& key) const { return std::stod(values_.at(key)); }
-  Index integer(const std::string& key) const { return std::stoll(values_.at(key)); }
+  /// The value of `key`, which must be one of `choices`.
+  std::string choice(const std::string& key, std::initializer_list<std::string> choices) const {
+    const std::string& value = values_.at(key);
+    std::string names;
+    for (const auto& name : choices) names += (names.empty() ? "" : ", ") + name;
+    require(std::find(choices.begin(), choices.end(), value) != choices.end(), "bench_matrix_free: ", key,
+            " = '", value, "' is not one of ", names);
+    return value;
+  }
+  double number(const std::string& key) const {
+    const std::string& value = values_.at(key);
+    std::size_t used = 0;
+    double parsed = 0;
+    try {
+      parsed = std::stod(value, &used);
+    } catch (const std::exception&) {
+    }
+    require(used == value.size() && used > 0 && std::isfinite(parsed), "bench_matrix_free: ", key, " = '",
+            value, "' is not a finite number");
+    return parsed;
+  }
+  /// The value of `key`, an integer of at least `least`.
+  Index integer(const std::string& key, Index least) const {
+    const double parsed = number(key);
+    require(parsed == std::floor(parsed) && parsed >= double(least) && parsed < 9e15,
+            "bench_matrix_free: ", key, " = '", values_.at(key), "' is not an integer >= ", least);
+    return Index(parsed);
+  }
 
  private:
   static std::map<std::string, std::string> defaults() {
@@ -77,16 +104,18 @@ Matrix<T> gaussian_tokens(Index n, Index d, std::uint64_t seed) {
 
 template <class T>
 int run(const Arguments& args) {
-  const Index n = args.integer("n"), d = args.integer("d"), m = args.integer("m");
-  const Kernel kernel =
-      args.text("kernel") == "exp" ? Kernel::exponential(1.0 / std::sqrt(double(d))) : Kernel::laplacian(4.0);
-  const MatrixFreeOptions tiling{.panel_rows = args.integer("panel_rows"),
-                                 .tile_cols = args.integer("tile_cols")};
+  const Index n = args.integer("n", 2), d = args.integer("d", 1), m = args.integer("m", 1);
+  require(m < n, "bench_matrix_free: m = ", m, " must be below n = ", n);
+  const Kernel kernel = args.choice("kernel", {"exp", "laplacian"}) == "exp"
+                            ? Kernel::exponential(1.0 / std::sqrt(double(d)))
+                            : Kernel::laplacian(4.0);
+  const MatrixFreeOptions tiling{.panel_rows = args.integer("panel_rows", 1),
+                                 .tile_cols = args.integer("tile_cols", 1)};
   SpectralOptions spectral;
   spectral.tolerance = args.number("tolerance");
-  const std::string solver = args.text("solver");
+  const std::string solver = args.choice("solver", {"gram", "augmented", "both"});
 
-  const auto seed = static_cast<std::uint64_t>(args.integer("seed"));
+  const auto seed = static_cast<std::uint64_t>(args.integer("seed", 0));
   const Matrix<T> Q = gaussian_tokens<T>(n, d, seed), K = gaussian_tokens<T>(n, d, seed + 1);
   auto start = Clock::now();
   NystromOptions options;
@@ -96,7 +125,8 @@ int run(const Arguments& args) {
   std::printf(
       "setup: n=%lld d=%lld m=%lld kernel=%s precision=%s threads=%d blas_core=%s factors_seconds=%.3f\n",
       static_cast<long long>(n), static_cast<long long>(d), static_cast<long long>(m), kernel.label().c_str(),
-      args.text("precision").c_str(), threads(), blas_core().c_str(), seconds_since(start));
+      args.choice("precision", {"float", "double"}).c_str(), threads(), blas_core().c_str(),
+      seconds_since(start));
 
   // E = G − Ĝ in double: G's tiles from the T tokens, Ĝ's factors widened.
   const KernelOperator<T, double> kernel_operator(Q, K, kernel, tiling);
@@ -135,9 +165,9 @@ int run(const Arguments& args) {
 int main(int argc, char** argv) {
   try {
     const Arguments args(argc, argv);
-    if (const Index requested = args.integer("threads"); requested > 0)
+    if (const Index requested = args.integer("threads", 0); requested > 0)
       set_threads(static_cast<int>(requested));
-    return args.text("precision") == "double" ? run<double>(args) : run<float>(args);
+    return args.choice("precision", {"float", "double"}) == "double" ? run<double>(args) : run<float>(args);
   } catch (const std::exception& error) {
     std::cerr << error.what() << "\n";
     return 2;

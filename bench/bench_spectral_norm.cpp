@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "nystrom/nystrom.hpp"
@@ -42,10 +43,25 @@ double seconds(F&& run) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+/// N from the first argument (default 4096): an integer above m; throws std::invalid_argument naming it.
+Index tokens_argument(int argc, char** argv, Index m) {
+  if (argc < 2) return 4096;
+  const std::string text = argv[1];
+  std::size_t used = 0;
+  long long n = 0;
+  try {
+    n = std::stoll(text, &used);
+  } catch (const std::exception&) {
+  }
+  require(used == text.size() && used > 0 && n > m, "bench_spectral_norm: N = '", text,
+          "' is not an integer above m = ", m, " (usage: bench_spectral_norm [N] [python] [E.bin])");
+  return Index(n);
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  const Index n = argc > 1 ? std::stol(argv[1]) : 4096, d = 64, m = 32;
+int main(int argc, char** argv) try {
+  const Index d = 64, m = 32, n = tokens_argument(argc, argv, m);
   const Matrix<double> Q = gaussian(n, d, 1), K = gaussian(n, d, 2);
   NystromOptions options;
   options.kernel = Kernel::exponential(1 / std::sqrt(double(d)));
@@ -105,4 +121,7 @@ int main(int argc, char** argv) {
               std::abs(difference.values(0) - numpy_norm) / numpy_norm,
               std::abs(free.values(0) - numpy_norm) / numpy_norm);
   return 0;
+} catch (const std::invalid_argument& error) {
+  std::fprintf(stderr, "%s\n", error.what());
+  return 2;
 }

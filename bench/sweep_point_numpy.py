@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Time one sweep point (N = 1024, d = 64, m = 16, exponential kernel, segment-means landmarks, exact pinv, row-max
 stabilization; every column including sigma_{m+1}(G~) and the bounds) in `nystrom sweep` against a straightforward numpy
-implementation of the same formulas (docs/mathematics.md) with full SVDs, in the same run, and print the speed-up.
+implementation of the same formulas (docs/mathematics.md) with full SVDs, in the same run, and print the speed-up;
+exit status 1 where a value disagrees beyond 1e-8 relative.
 
 The C++ time is the row's `elapsed_seconds`: all the work of a one-point sweep (the head reference, the landmark terms
 and the point; with two or more threads the landmark terms run beside the other two). The process wall time
@@ -101,13 +102,29 @@ def main():
             numpy_times.append(time.perf_counter() - start)
     print(f"one sweep point, N = {n}, d = {d}, m = {m} (exp kernel, segment-means, exact pinv, row-max), "
           f"best of {args.repeats}")
-    for key in ("spectral_error", "relative_spectral_error", "frobenius_error", "output_relative_error", "sigma1_ext",
-                "sigma_m1_ext", "sigma_m_core", "c_emp", "pinv_residual"):
-        print(f"  {key:24s} nystrom {row[key]:.12e}   numpy {result[key]:.12e}")
+    # Agreement: 1e-8 relative, above a rounding floor of 1e-12 (times sigma_1(G~) for kernel-valued columns).
+    columns = {"spectral_error": "spectral_error", "relative_spectral_error": "relative_spectral_error",
+               "frobenius_error": "frobenius_error", "output_relative_error": "output_relative_error",
+               "sigma1_ext": "sigma1_ext", "sigma_m1_ext": "sigma_m1_ext", "sigma_m_core": "sigma_m_core",
+               "theorem1": "theorem1_bound", "theorem2": "theorem2_bound", "theorem3": "theorem3_bound",
+               "c_emp": "c_emp", "pinv_residual": "pinv_residual"}
+    unitless = ("relative_spectral_error", "output_relative_error", "pinv_residual")
+    disagree = []
+    for key, column in columns.items():
+        ours, theirs = float(row[column]), float(result[key])
+        floor = 1e-12 * (1 if key in unitless else result["sigma1_ext"])
+        tolerance = 1e-8 * max(abs(ours), abs(theirs)) + floor
+        agree = (np.isnan(ours) and np.isnan(theirs)) or abs(ours - theirs) <= tolerance
+        print(f"  {column:24s} nystrom {ours:.12e}   numpy {theirs:.12e}{'' if agree else '   DISAGREE'}")
+        if not agree:
+            disagree.append(column)
     cpp, wall, ref = min(cpp_times), min(cpp_walls), min(numpy_times)
     print(f"nystrom sweep point : {cpp * 1e3:9.1f} ms   (process wall time incl. start-up and I/O {wall * 1e3:.1f} ms)")
     print(f"numpy full SVDs     : {ref * 1e3:9.1f} ms")
     print(f"speed-up            : {ref / cpp:9.1f}x   (vs process wall time {ref / wall:.1f}x)")
+    if disagree:
+        print(f"the values of {', '.join(disagree)} disagree beyond 1e-8 relative", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -101,6 +101,18 @@ def main() -> int:
     except argparse.ArgumentTypeError as error:
         print(f"torch_attention.py: {error}", file=sys.stderr)
         return 2
+    smallest = min(shape[2] for shape in shapes)
+    problems = []
+    if arguments.repeat < 1:
+        problems.append(f"--repeat {arguments.repeat} must be >= 1")
+    if not 1 <= arguments.landmarks <= smallest:
+        problems.append(f"--landmarks {arguments.landmarks} must be >= 1 and at most the smallest N = {smallest}")
+    if arguments.threads < 0:
+        problems.append(f"--threads {arguments.threads} must be >= 0")
+    for problem in problems:
+        print(f"torch_attention.py: {problem}", file=sys.stderr)
+    if problems:
+        return 2
     if arguments.threads:
         torch.set_num_threads(arguments.threads)
     devices = [torch.device("cpu")]

@@ -151,7 +151,9 @@ Timing time_repeats(Work&& work, const BenchSettings& settings) {
       spent += runs.back();
     }
   std::sort(runs.begin(), runs.end());
-  return {std::min(warm_up, runs.front()), runs[runs.size() / 2]};
+  const std::size_t middle = runs.size() / 2;
+  const double median = runs.size() % 2 ? runs[middle] : (runs[middle - 1] + runs[middle]) / 2;
+  return {std::min(warm_up, runs.front()), median};
 }
 
 /// Nominal floating-point operations of one head (multiply and add counted separately; exp not counted).
@@ -660,9 +662,10 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
     ("projected", po::value(&settings.projected)->default_value(settings.projected), "k of linformer")
     ("pinv", po::value(&texts.pinv),
      "pseudoinverse of pnp-nystra, symmetric-nystrom, nystromformer and cur (exact, razavi, newton-schulz, ...; "
-     "pinv.hpp names); default: each method's own (exact; nystromformer: razavi)")
+     "pinv.hpp names); default: each method's own (exact; nystromformer: razavi x6; symmetric-nystrom: "
+     "newton-schulz x20 on W + 1e-6 I)")
     ("iterations", po::value(&settings.iterations)->default_value(settings.iterations),
-     "iterations of an iterative --pinv; 0: each method's own (6)")
+     "iterations of an iterative --pinv; 0: each method's own (nystromformer 6, symmetric-nystrom 20)")
     ("gemm-n", po::value(&settings.gemm_size)->default_value(settings.gemm_size),
      "n of the n x n x n GEMM timed per precision and thread count (/bench_gemm, the reference of the "
      "gemm_fraction columns); 0: none")
