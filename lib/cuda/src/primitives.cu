@@ -448,8 +448,10 @@ __global__ void pinv_iterate_kernel(const T* matrices, int m, bool razavi, int i
         status = pinv_converged;
         break;
       }
+      // As on the CPU (pinv.cpp): a Z grown so large that its products' rounding reaches the start excuses
+      // no rise above it.
       const double noise = rounding * z_norm;
-      if (residual > start + noise || residual > previous + noise) {
+      if (residual > start + fmin(noise, start) || residual > previous + noise) {
         status = pinv_diverged;
         break;
       }

@@ -111,7 +111,8 @@ enum PinvCode : int { pinv_converged = 0, pinv_completed = 1, pinv_diverged = 2,
 /// per-matrix 1/(‖M_b‖₁‖M_b‖_∞); then Razavi Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))) or Newton–Schulz Z ← Z(2I −
 /// MZ), recording ‖I − M_bZ_k‖_F (in double) at residuals + b·(iterations + 1). Stops as
 /// nystrom::pseudoinverse does: converged (residual ≤ tolerance > 0), non-finite, or diverged (the residual
-/// grows past its start or its previous value by more than rounding). Z_b at z + b·m², workspace 4·m² entries
+/// grows past its previous value by more than rounding, or past its start by more than the smaller of
+/// rounding and the start itself). Z_b at z + b·m², workspace 4·m² entries
 /// per matrix; writes info + 3b = {status, iterations run, 0} and alpha_out[b]. One launch for the whole
 /// batch, no host synchronization.
 template <class T>
