@@ -115,7 +115,11 @@ def median_and_quartiles(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def plot_median_band(ax, x: np.ndarray, y: np.ndarray, label: str) -> bool:
-    """Median of y against each distinct x on a log y axis, the interquartile range shaded; False when empty."""
+    """Median of y against each distinct x on a log y axis, the interquartile range shaded; False when empty. Says
+    how many non-finite y (diverged or overflowed points) are left out."""
+    left_out = int((np.isfinite(x) & ~np.isfinite(y)).sum())
+    if left_out:
+        print(f"{label}: {left_out} of {y.size} values are not finite and left out of the medians")
     xs, median, low, high = median_and_quartiles(x, y)
     if xs.size == 0:
         return False
