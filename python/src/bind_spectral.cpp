@@ -168,16 +168,18 @@ void bind_spectral(nb::module_& m) {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             const Kernel kernel = kernel_of(arguments, Q.cols());
             require_representable_kernel<T>(Q.ref(), K.ref(), kernel, "kernel_norm");
-            if (arguments.solver == Solver::matrix_free)
-              return matrix_free_kernel_norm<T>(Q.ref(), K.ref(), kernel, spectral_options(arguments),
-                                                tiling_options(arguments))
-                  .values(0);
             require_finite(Q.ref(), "kernel_norm: q");
             require_finite(K.ref(), "kernel_norm: k");
             // ‖G‖₂ = e^c‖κ_c(Q, K)‖₂ with the sweep's log-shift c: logits beyond T's range either way
-            // (mathematics.md §1).
+            // (mathematics.md §1), and a σ₁ whose square, in the matrix-free Gram form, would overflow.
             const double c = kernel_log_shift<T>(kernel, Q.ref(), K.ref());
-            return std::exp(c) * stored_norm<T>(kernel.shifted(c).block<T>(Q.ref(), K.ref()), arguments);
+            const Kernel shifted = kernel.shifted(c);
+            if (arguments.solver == Solver::matrix_free)
+              return std::exp(c) * matrix_free_kernel_norm<T>(Q.ref(), K.ref(), shifted,
+                                                              spectral_options(arguments),
+                                                              tiling_options(arguments))
+                                       .values(0);
+            return std::exp(c) * stored_norm<T>(shifted.block<T>(Q.ref(), K.ref()), arguments);
           });
         });
       },

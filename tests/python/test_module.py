@@ -462,6 +462,14 @@ def test_kernel_norm_and_spectrum_matrix_free(dtype, kernel):
     np.testing.assert_allclose(top.values, reference[:5], rtol=10 * TOLERANCE[dtype])
 
 
+def test_kernel_norm_of_a_kernel_whose_square_overflows_by_every_solver():
+    # Logits of 706 on 4 equal tokens: G = e^706·11ᵀ, ‖G‖₂ = 4e^706 ≈ 1.6e307 is finite, its square is not.
+    q = np.full((4, 1), np.sqrt(706.0))
+    expected = 4 * np.exp(q[0, 0] * q[0, 0])
+    for solver in ("dense", "lanczos", "matrix-free"):
+        assert nystrom.kernel_norm(q, q, scale=1.0, solver=solver) == pytest.approx(expected, rel=1e-13)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_error_norm_by_every_solver(dtype):
     q, k, _ = qkv(n=64, dtype=dtype)
