@@ -291,27 +291,22 @@ class SweepHeads {
 };
 
 /// Rank 0 opens the results store and decides which points are pending (one byte per point, 1: pending, and a
-/// last byte: anything to do at all); every rank receives the bytes. Empty where rank 0 failed before the
-/// sweep (rank 0 rethrows).
+/// last byte: anything to do at all); every rank receives the bytes. Where rank 0 fails, every rank throws
+/// (on_every_rank).
 std::vector<char> pending_points(const SweepSettings& settings, const std::vector<PointDescription>& points,
                                  const Skipped& skipped, std::optional<ResumeStore>& store) {
   std::vector<char> pending;
-  if (mpi_rank() == 0) {
-    try {
-      store.emplace(settings.output, settings.input, run_settings(settings), "sweep", point_columns(),
-                    [&](hid_t file) { write_sweep_attributes(file, settings, skipped); });
-      bool any = store->unfinished();
-      for (const auto& point : points) {
-        pending.push_back(store->done().count(row_key(point_columns(), point_cells(point, {}))) ? 0 : 1);
-        any = any || pending.back();
-      }
-      pending.push_back(any ? 1 : 0);
-    } catch (...) {
-      std::vector<char> failed;
-      broadcast_from_root(failed);
-      throw;
+  on_every_rank([&] {
+    if (mpi_rank() != 0) return;
+    store.emplace(settings.output, settings.input, run_settings(settings), "sweep", point_columns(),
+                  [&](hid_t file) { write_sweep_attributes(file, settings, skipped); });
+    bool any = store->unfinished();
+    for (const auto& point : points) {
+      pending.push_back(store->done().count(row_key(point_columns(), point_cells(point, {}))) ? 0 : 1);
+      any = any || pending.back();
     }
-  }
+    pending.push_back(any ? 1 : 0);
+  });
   broadcast_from_root(pending);
   return pending;
 }
@@ -330,7 +325,6 @@ int sweep(const SweepSettings& settings, const DumpInfo& dump, const std::vector
   const SweepHeads<T>& heads = *loaded;
   std::optional<ResumeStore> store;
   const std::vector<char> pending = pending_points(settings, points, skipped, store);
-  if (pending.empty()) return 2;
   if (!pending.back()) {
     if (store && !settings.quiet)
       std::cerr << "nystrom sweep: all " << points.size() << " points are already in " << settings.output
