@@ -12,6 +12,7 @@ Environment:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,17 @@ def reference_note(results: Path | str) -> str:
     if _results.attributes(results).get("reference", "kernel") == "model":
         return "exact side: the model's scores, exp(s·q·kᵀ + bias + mask) (--reference model)"
     return "exact side: the kernel of each head's q and k alone (--reference kernel)"
+
+
+def model_scored_layers(results: Path | str | None = None) -> list[str]:
+    """The layers of a sweep or spectrum file (default $NYSTROM_RESULTS/sweep.h5) whose exact side is the model's
+    attention with its bias or mask (`reference` = model; the layers its `attention_reference` names as applied,
+    docs/formats.md §2): Lemma 2.1 bounds the kernel's own approximation, not those rows' errors."""
+    attributes = _results.attributes(Path(results) if results else results_dir() / "sweep.h5")
+    if attributes.get("reference", "kernel") != "model":
+        return []
+    listed = re.findall(r" applied \(layers ([^)]*)\)", str(attributes.get("attention_reference", "")))
+    return sorted({layer.strip() for names in listed for layer in names.split(",")})
 
 
 def save_figure(figure, name: str, results: Path | str | None = None) -> Path:

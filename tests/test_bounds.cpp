@@ -156,6 +156,34 @@ TEST_CASE(
   CHECK(throws_naming([] { evaluate_bounds({-1, 0, 0, 0, 0}); }, "-1"));
 }
 
+TEST_CASE("the theorems are taken at σ̄ = σ_{m+1} + its margin, the ratio and C_emp at σ_{m+1} itself") {
+  // σ₁ = 10, σ_{m+1} = 1 with margin 0.5 (σ̄ = 1.5), a = 2, ‖E‖₂ = 3, K = 1.5.
+  BoundReport r = evaluate_bounds({10, 1, 2, 3, 1.5, 0.5});
+  CHECK(r.ratio == doctest::Approx(0.5));
+  CHECK(r.theorem1_applies);
+  CHECK(r.theorem1 == doctest::Approx(100.0 / (2 - 1.5) * 1.5 / 2));
+  CHECK(r.theorem2 == doctest::Approx(2 * 100.0 * 1.5 / 4));
+  CHECK_FALSE(r.theorem3_applies);  // K σ̄ = 2.25 ≥ a, where K σ_{m+1} = 1.5 < a
+  CHECK(r.c_emp == doctest::Approx(3.0 * 2 / 1));
+  CHECK(r.c_emp_normalized == doctest::Approx(6.0 / 100));
+  // σ̄ = a: theorem 1 does not apply.
+  r = evaluate_bounds({10, 1, 2, 3, 1.5, 1});
+  CHECK_FALSE(r.theorem1_applies);
+  CHECK(std::isnan(r.theorem1));
+  // A G̃ of rank 1 to rounding (σ₁ = 1.5e98, σ_{m+1} computed as 0) and a = 0.01: a lies far below the
+  // rounding floor of σ_{m+1}, so nothing says a > σ_{m+1}. Without the margin theorems 1 and 3 applied with
+  // bound 0 against an error of 1.5e98.
+  const double sigma1 = 1.5e98, margin = rounding_factor<double>(1024, 16) * sigma1;
+  r = evaluate_bounds({sigma1, 0, 0.01, sigma1, 2, margin});
+  CHECK_FALSE(r.theorem1_applies);
+  CHECK_FALSE(r.theorem3_applies);
+  CHECK(r.theorem2 == doctest::Approx(2 * sigma1 * sigma1 * margin / 1e-4));  // Inf: it overflows
+  CHECK(r.holds());
+  r = evaluate_bounds({sigma1, 0, 0.01, sigma1, 2});
+  CHECK((r.theorem1_applies && r.theorem1 == 0 && r.theorem3_applies && r.theorem3 == 0));
+  CHECK(throws_naming([] { evaluate_bounds({1, 0, 1, 0, 1, -0.25}); }, "-0.25"));
+}
+
 TEST_CASE_TEMPLATE("theorem3_constant equals (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂), +Inf for a singular core", T,
                    float, double) {
   const Index n = 25, m = 5;

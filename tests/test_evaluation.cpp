@@ -221,7 +221,11 @@ TEST_CASE_TEMPLATE("every method's point equals independent dense oracles", T, f
       CHECK(near(point.sigma_m1_ext, sigma(m), tol, 1e-6 * sigma(0)));
       CHECK(near(point.sigma_m_core, core(m - 1), tol * condition, 1e-6 * core(0)));
       CHECK(near(point.theorem3_k, big_k, tol * condition * condition));
-      const BoundReport bounds = evaluate_bounds({sigma(0), sigma(m), core(m - 1), norm2(error), big_k});
+      // σ(G̃) from a full SVD (N + m below the dense limit): the margin is the rounding floor alone.
+      const double margin = sigma_m1_margin<T>(n, m, sigma(0), 0);
+      CHECK(near(point.sigma_m1_margin, margin, tol));
+      const BoundReport bounds =
+          evaluate_bounds({sigma(0), sigma(m), core(m - 1), norm2(error), big_k, margin});
       CHECK(near(point.bound_ratio, bounds.ratio, tol * condition));
       CHECK(near(point.theorem2_bound, bounds.theorem2, tol * condition * condition));
       CHECK(near(point.c_emp, bounds.c_emp, tol * condition));
@@ -302,6 +306,11 @@ TEST_CASE_TEMPLATE("every method: dense, Lanczos and matrix-free paths agree", T
         // σ_{m+1}(G̃) by Lanczos on G̃ᵀG̃ carries an absolute error of about eps·σ₁²/σ_{m+1}.
         CHECK(near(p.sigma_m1_ext, expected.sigma_m1_ext, tol,
                    1e3 * expected.sigma1_ext * expected.sigma1_ext / expected.sigma_m1_ext * 1e-13));
+        // Its margin: the Lanczos certificate, at least the rounding floor; theorem 1 is taken at σ̄.
+        if (method == Method::pnp_nystra) {
+          CHECK(p.sigma_m1_margin >= rounding_factor<T>(120, 6) * p.sigma1_ext);
+          CHECK(std::isnan(p.theorem1_bound) == !(p.sigma_m_core > p.sigma_m1_ext + p.sigma_m1_margin));
+        }
         CHECK(p.pinv_status == expected.pinv_status);
       }
     }

@@ -58,6 +58,7 @@ const std::vector<NanRule>& nan_rules() {
       {"output_mean_abs_error", "dv = 0", no_values},
       {"sigma1_ext", "method without landmark terms (not pnp-nystra)", no_terms},
       {"sigma_m1_ext", "method without landmark terms", no_terms},
+      {"sigma_m1_margin", "method without landmark terms", no_terms},
       {"sigma_m_core", "method without landmark terms", no_terms},
       {"theorem3_k", "method without landmark terms", no_terms},
       {"bound_ratio", "method without landmark terms, or 0/0 (sigma_m1_ext = sigma_m_core = 0)",

@@ -199,6 +199,61 @@ TEST_CASE("the augmented operator gives the same norm as the fused Gram Lanczos"
   CHECK(std::abs(augmented.values(0) - dense) <= 1e-9 * dense);
 }
 
+template <class T>
+void check_shifted_error_norm(Stabilization stabilization) {
+  // A last coordinate adds s·40·60 = 600 to every logit: ‖E‖₂ ≈ e^600 is finite in double, ‖E‖₂² is not. The
+  // logits are exact in float too (dyadic tokens, s = 1/4).
+  const Index n = 200, d = 16, m = 12;
+  Matrix<T> Q(n, d + 1), K(n, d + 1);
+  Q << dyadic_tokens<T>(n, d, 71), Matrix<T>::Constant(n, 1, T(40));
+  K << dyadic_tokens<T>(n, d, 72), Matrix<T>::Constant(n, 1, T(60));
+  const Kernel kernel = kExponential16;
+  NystromOptions options;
+  options.kernel = kernel;
+  options.landmarks.count = m;
+  options.stabilization = stabilization;
+  const NystromFactors<T> factors = generalized_nystrom<T>(Q, K, options);
+  const double c = kernel_log_shift<T>(kernel, Q, K);
+  REQUIRE(c > 600);
+  // The oracle on κ_c (docs/mathematics.md §1): E_c = e^{−c}(G − Ĝ), formed densely in double.
+  const Matrix<double> g_c =
+      std::exp(-c) * naive_kernel<double>(Q.template cast<double>(), K.template cast<double>(), kernel);
+  const Matrix<double> e_c = g_c - std::exp(-c) * dense_approximation(factors);
+  const double expected = dense_singular_values(e_c)(0);
+  // Rounding of G's entries relative to ‖G‖₂, amplified by ‖G‖₂/‖E‖₂ in the difference.
+  const double tol = 1e-13 * (1 + dense_singular_values(g_c)(0) / expected);
+
+  const NystromFactors<double> wide = widened_factors(factors, c);
+  CHECK(wide.options.kernel.log_shift == c);
+  CHECK(relative_difference(dense_approximation(wide), std::exp(-c) * dense_approximation(factors)) <= 1e-13);
+  const SpectralResult shifted =
+      matrix_free_error_norm<T>(Q, K, factors, kernel.shifted(c), {}, ragged_tiling());
+  REQUIRE(shifted.converged);
+  CHECK(std::abs(shifted.values(0) - expected) <= tol * expected);
+  // Unshifted, the Gram products overflow.
+  CHECK_THROWS(matrix_free_error_norm<T>(Q, K, factors, kernel, {}, ragged_tiling()));
+  if constexpr (std::is_same_v<T, double>) {
+    // Factors built on κ_c (as the sweep builds them) give the same error.
+    options.kernel = kernel.shifted(c);
+    const NystromFactors<T> on_shifted = generalized_nystrom<T>(Q, K, options);
+    CHECK(widened_factors(on_shifted, c).left_log_scale == widened_factors(on_shifted).left_log_scale);
+    const SpectralResult direct =
+        matrix_free_error_norm<T>(Q, K, on_shifted, kernel.shifted(c), {}, ragged_tiling());
+    REQUIRE(direct.converged);
+    CHECK(std::abs(direct.values(0) - expected) <= tol * expected);
+  }
+}
+
+TEST_CASE("matrix-free ||G - Ghat||_2 on a log-shifted kernel: the factors of κ are brought to κ_c") {
+  for (const Stabilization stabilization :
+       {Stabilization::row_max, Stabilization::none, Stabilization::clamped}) {
+    CAPTURE(to_string(stabilization));
+    check_shifted_error_norm<double>(stabilization);
+    // float blocks without row scales hold e^600: beyond float.
+    if (stabilization != Stabilization::none) check_shifted_error_norm<float>(stabilization);
+  }
+}
+
 TEST_CASE("float inputs of general values: logits rounded in float, accumulation in double (Weyl bound)") {
   // Entries differ from the double oracle by the float rounding of the exponent φ only: |ΔG_ij| ≲
   // c·d·eps·|φ_ij|·G_ij, so by Weyl |σ₁(mf) − σ₁(dense)| ≤ ‖ΔG‖_F ≤ c·d·eps·max|φ|·‖G‖_F (c = 4 covers the

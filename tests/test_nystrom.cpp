@@ -102,8 +102,9 @@ TEST_CASE("Corollary 2.2: blockwise-constant tokens with segment means are recov
 }
 
 TEST_CASE_TEMPLATE(
-    "Corollary 2.2 through a whole point: error and σ_{m+1}(G̃) at the rounding floor, bounds finite", T,
-    float, double) {
+    "Corollary 2.2 through a whole point: error and σ_{m+1}(G̃) at the rounding floor, bounds finite where "
+    "their hypotheses are certain",
+    T, float, double) {
   // Segment-constant tokens (uneven splits included) and m = blocks segment-means landmarks: rank(G̃) = m.
   // Sizes on both sides of the dense-SVD limit (256), so σ(G̃) comes from the full SVD, from Lanczos, or from
   // Lanczos falling back to the full SVD when it cannot certify σ_{m+1}.
@@ -126,10 +127,19 @@ TEST_CASE_TEMPLATE(
       CHECK(point.relative_spectral_error <= (std::is_same_v<T, double> ? 1e-10 : double(n) * eps));
       CHECK(point.sigma_m1_ext <= double(n + m) * eps * point.sigma1_ext);
       CHECK(point.sigma_m_core > 1e-8 * point.sigma1_ext);
-      for (double value : {point.sigma1_ext, point.sigma_m1_ext, point.sigma_m_core, point.bound_ratio,
-                           point.theorem1_bound, point.theorem2_bound, point.theorem3_bound, point.theorem3_k,
-                           point.pinv_residual, point.output_relative_error})
+      for (double value :
+           {point.sigma1_ext, point.sigma_m1_ext, point.sigma_m_core, point.bound_ratio, point.theorem2_bound,
+            point.theorem3_k, point.pinv_residual, point.output_relative_error})
         CHECK(std::isfinite(value));
+      // Theorems 1 and 3 are taken at σ̄ = σ_{m+1}(G̃) + its margin, the rounding floor (N + m)·eps(T)·σ₁ of
+      // G̃'s entries: in double both apply (a > 1e-8·σ₁ ≫ K·1e-13·σ₁); in float, where a true σ_{m+1} of 0
+      // cannot be told from one of about 1e-5·σ₁, they apply only as far as a and K allow.
+      CHECK(point.sigma_m1_margin == doctest::Approx(double(n + m) * eps * point.sigma1_ext).epsilon(1e-12));
+      const double upper = point.sigma_m1_ext + point.sigma_m1_margin;
+      CHECK(std::isfinite(point.theorem1_bound) == (point.sigma_m_core > upper));
+      CHECK(std::isfinite(point.theorem3_bound) == (point.theorem3_k * upper < point.sigma_m_core));
+      if (std::is_same_v<T, double>)
+        CHECK((std::isfinite(point.theorem1_bound) && std::isfinite(point.theorem3_bound)));
       // Every applicable bound holds within bounds_hold's slack, max(1e-10, (N + m)·eps(T))·(B + σ₁): in
       // float the measured error is the rounding of G and Ĝ in float, far above 1e-10·σ₁.
       CHECK(point.bounds_hold);

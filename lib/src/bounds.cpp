@@ -24,14 +24,17 @@ bool BoundReport::holds(double slack) const {
 }
 
 BoundReport evaluate_bounds(const BoundInputs& in) {
-  for (double value : {in.sigma1_ext, in.sigma_m1_ext, in.sigma_m_core, in.spectral_error})
-    require(!(value < 0), "evaluate_bounds: singular values and norms must be >= 0, got ", value);
+  for (double value :
+       {in.sigma1_ext, in.sigma_m1_ext, in.sigma_m_core, in.spectral_error, in.sigma_m1_margin})
+    require(!(value < 0), "evaluate_bounds: singular values, norms and margins must be >= 0, got ", value);
   require(!(in.theorem3_k < 0), "evaluate_bounds: theorem3_k = ", in.theorem3_k,
           " must be >= 0 (+inf or NaN: no finite K)");
   const double s1 = in.sigma1_ext, s = in.sigma_m1_ext, a = in.sigma_m_core;
-  // The bounds in units of σ₁ (t = σ_{m+1}/σ₁, b = a/σ₁), then scaled back: their squares of σ₁ and a over-
-  // or underflowed for kernels beyond 1e±154 (NaN or 0 for representable bounds).
-  const double unit = s1 > 0 ? s1 : 1, t = s / unit, b = a / unit;
+  // The theorems at σ̄ = σ_{m+1} + margin, the upper end of what σ_{m+1} can be (docs/mathematics.md §3).
+  const double upper = s + in.sigma_m1_margin;
+  // The bounds in units of σ₁ (t = σ̄/σ₁, b = a/σ₁), then scaled back: their squares of σ₁ and a over- or
+  // underflowed for kernels beyond 1e±154 (NaN or 0 for representable bounds).
+  const double unit = s1 > 0 ? s1 : 1, t = upper / unit, b = a / unit;
   BoundReport r;
   r.spectral_error = in.spectral_error;
   r.sigma1_ext = s1;
@@ -39,18 +42,18 @@ BoundReport evaluate_bounds(const BoundInputs& in) {
   // The paper's quantity σ_{m+1}(G̃)/σ_m(G_A) (Lemma 2.1): a term, always reported.
   r.ratio = s / a;
   // Theorem 1 (derived, docs/mathematics.md §3): ‖E‖₂ ≤ σ₁²/(a − σ_{m+1}) · σ_{m+1}/a when a > σ_{m+1}.
-  r.theorem1_applies = a > s;
+  r.theorem1_applies = a > upper;
   const double top = s1 / unit;  // 1, or 0 for σ₁ = 0
   r.theorem1 = r.theorem1_applies ? unit * top * top / (b - t) * t / b : not_applicable;
   // Theorem 2: ‖E‖₂ ≤ 2σ₁² σ_{m+1}/a², whenever a > 0.
   r.theorem2_applies = a > 0;
   r.theorem2 = r.theorem2_applies ? unit * 2 * top * top * t / (b * b) : not_applicable;
   // Theorem 3 (a posteriori): ‖E‖₂ ≤ K σ_{m+1} when K σ_{m+1} < a.
-  r.theorem3_applies = std::isfinite(in.theorem3_k) && in.theorem3_k * s < a;
-  r.theorem3 = r.theorem3_applies ? in.theorem3_k * s : not_applicable;
+  r.theorem3_applies = std::isfinite(in.theorem3_k) && in.theorem3_k * upper < a;
+  r.theorem3 = r.theorem3_applies ? in.theorem3_k * upper : not_applicable;
   // Empirical constant C_emp = ‖E‖₂ a / σ_{m+1} and C_emp/σ₁².
   r.c_emp = s > 0 ? in.spectral_error * (a / s) : not_applicable;
-  r.c_emp_normalized = s1 > 0 && s > 0 ? (in.spectral_error / s1) * (b / t) / s1 : not_applicable;
+  r.c_emp_normalized = s1 > 0 && s > 0 ? (in.spectral_error / s1) * (b / (s / unit)) / s1 : not_applicable;
   return r;
 }
 

@@ -110,12 +110,13 @@ bool lemma_approximation(const NystromOptions& options, const Head<T>& head) {
 void apply_landmark_terms(const LandmarkTerms& terms, double slack, bool lemma, PointResult& point) {
   point.sigma1_ext = terms.sigma1_ext;
   point.sigma_m1_ext = terms.sigma_m1_ext;
+  point.sigma_m1_margin = terms.sigma_m1_margin;
   point.sigma_m_core = terms.sigma_m_core;
   point.theorem3_k = terms.theorem3_k;
   point.landmark_terms_converged = terms.converged;
   if (std::isnan(point.spectral_error)) return;  // no finite approximation to bound
-  const BoundReport bounds = evaluate_bounds(
-      {terms.sigma1_ext, terms.sigma_m1_ext, terms.sigma_m_core, point.spectral_error, terms.theorem3_k});
+  const BoundReport bounds = evaluate_bounds({terms.sigma1_ext, terms.sigma_m1_ext, terms.sigma_m_core,
+                                              point.spectral_error, terms.theorem3_k, terms.sigma_m1_margin});
   point.bound_ratio = bounds.ratio;
   point.theorem1_bound = bounds.theorem1;
   point.theorem2_bound = bounds.theorem2;
@@ -132,8 +133,8 @@ void scale_to_kernel(PointResult& point, double log_shift) {
   if (log_shift == 0) return;
   const double scale = std::exp(log_shift);
   for (double* value : {&point.spectral_error, &point.frobenius_error, &point.sigma1_ext, &point.sigma_m1_ext,
-                        &point.sigma_m_core, &point.theorem1_bound, &point.theorem2_bound,
-                        &point.theorem3_bound, &point.c_emp})
+                        &point.sigma_m1_margin, &point.sigma_m_core, &point.theorem1_bound,
+                        &point.theorem2_bound, &point.theorem3_bound, &point.c_emp})
     *value *= scale;
   point.c_emp_normalized /= scale;
 }
@@ -263,6 +264,7 @@ LandmarkTerms terms_of_valid_head(const Head<T>& head, const Kernel& kernel, con
   const auto full_svd = [&](const Matrix<double>& extended) {
     top.values = singular_values<double>(extended).head(m + 1);
     top.converged = true;
+    top.last_error_bound = 0;
   };
   if (matrix_free_head(head, options) && n + m > options.dense_svd_limit) {
     top = top_singular_values(
@@ -274,13 +276,14 @@ LandmarkTerms terms_of_valid_head(const Head<T>& head, const Kernel& kernel, con
       full_svd(extended);
     } else {
       top = top_singular_values(DenseOperator<double>(extended), m + 1, options.spectral);
-      const double svd_floor = double(n + m) * std::numeric_limits<double>::epsilon() * top.values(0);
+      const double svd_floor = rounding_factor<double>(n, m) * top.values(0);
       if (!(top.converged && top.last_error_bound <= std::max(1e-10 * top.values(m), svd_floor)))
         full_svd(extended);
     }
   }
   terms.sigma1_ext = top.values(0);
   terms.sigma_m1_ext = top.values(m);
+  terms.sigma_m1_margin = sigma_m1_margin<T>(n, m, terms.sigma1_ext, top.last_error_bound);
   terms.converged = top.converged;
   return terms;
 }

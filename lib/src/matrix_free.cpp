@@ -294,11 +294,22 @@ NystromFactors<double> widened_factors(const NystromFactors<T>& factors) {
 }
 
 template <class T>
+NystromFactors<double> widened_factors(const NystromFactors<T>& factors, double log_shift) {
+  NystromFactors<double> wide = widened_factors(factors);
+  const double change = log_shift - factors.options.kernel.log_shift;
+  if (change == 0) return wide;
+  wide.left_log_scale.array() -= change;
+  if (wide.options.stabilization == Stabilization::row_max) wide.upper_log_scale.array() -= change;
+  wide.options.kernel.log_shift = log_shift;
+  return wide;
+}
+
+template <class T>
 SpectralResult matrix_free_error_norm(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromFactors<T>& factors, const Kernel& kernel,
                                       const SpectralOptions& options, const MatrixFreeOptions& tiling) {
   const KernelOperator<T, double> g(Q, K, kernel, tiling);
-  const NystromFactors<double> wide = widened_factors(factors);
+  const NystromFactors<double> wide = widened_factors(factors, kernel.log_shift);
   const NystromOperator<double> approximation(wide);
   const DifferenceOperator<KernelOperator<T, double>, NystromOperator<double>> error(g, approximation);
   return spectral_norm(error, options);
@@ -322,6 +333,7 @@ SpectralResult matrix_free_top_singular_values(const ConstMatrixRef<T>& Q, const
   template class KernelPasses<T>;                                                                        \
   template class KernelOperator<T, T>;                                                                   \
   template NystromFactors<double> widened_factors<T>(const NystromFactors<T>&);                          \
+  template NystromFactors<double> widened_factors<T>(const NystromFactors<T>&, double);                  \
   template SpectralResult matrix_free_error_norm<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,  \
                                                     const NystromFactors<T>&, const Kernel&,             \
                                                     const SpectralOptions&, const MatrixFreeOptions&);   \

@@ -109,6 +109,7 @@ const std::vector<ColumnRule>& column_rules() {
       {{"output_mean_abs_error", float64, false}, [](D, R r, A) { return r.output_mean_abs_error; }},
       {{"sigma1_ext", float64, false}, [](D, R r, A) { return r.sigma1_ext; }},
       {{"sigma_m1_ext", float64, false}, [](D, R r, A) { return r.sigma_m1_ext; }},
+      {{"sigma_m1_margin", float64, false}, [](D, R r, A) { return r.sigma_m1_margin; }},
       {{"sigma_m_core", float64, false}, [](D, R r, A) { return r.sigma_m_core; }},
       {{"bound_ratio", float64, false}, [](D, R r, A) { return r.bound_ratio; }},
       {{"theorem1_bound", float64, false}, [](D, R r, A) { return r.theorem1_bound; }},

@@ -57,6 +57,22 @@ struct FactorInputs {
   }
 };
 
+/// A result on E = G − Ĝ computed matrix-free on κ_c, c the tokens' largest logit as kernel_norm takes it
+/// (kernel_log_shift): `solve` gets κ_c and returns the result on E_c = G_c − Ĝ_c, Ĝ brought from the
+/// factors' own log-shift c₀ by widened_factors(factors, c); its values and certificate are multiplied back
+/// by e^{c − c₀}. The Gram products hold σ₁(E)², which overflows from logits near 355 (mathematics.md §1,
+/// "Large logits").
+template <class T, class Solve>
+SpectralResult on_shifted_kernel(const FactorInputs<T>& in, const Solve& solve) {
+  const Kernel& kernel = in.factors.options.kernel;
+  const double c = kernel_log_shift<T>(kernel, in.q.ref(), in.k.ref());
+  SpectralResult result = solve(kernel.shifted(c));
+  const double scale = std::exp(c - kernel.log_shift);
+  result.values *= scale;
+  result.last_error_bound *= scale;
+  return result;
+}
+
 const std::string factor_parameters = array_parameters({"q", "k"}) + ", factors: NystromFactors";
 
 constexpr unsigned kernel_norm_keywords =
@@ -88,13 +104,19 @@ void bind_spectral(nb::module_& m) {
                             "G̃ = κ([Q̄; Q], [K̄; K]) (docs/mathematics.md §3).")
       .def_ro("sigma1_ext", &LandmarkTerms::sigma1_ext, "σ₁(G̃).")
       .def_ro("sigma_m1_ext", &LandmarkTerms::sigma_m1_ext, "σ_{m+1}(G̃).")
+      .def_ro(
+          "sigma_m1_margin", &LandmarkTerms::sigma_m1_margin,
+          "How far the exact σ_{m+1}(G̃) may lie above sigma_m1_ext: the larger of the Lanczos certificate "
+          "and the rounding floor (N + m)·eps·σ₁(G̃); the theorems are taken at their sum "
+          "(docs/mathematics.md §3).")
       .def_ro("sigma_m_core", &LandmarkTerms::sigma_m_core, "σ_m(G_A).")
       .def_ro("theorem3_k", &LandmarkTerms::theorem3_k,
               "K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) (Inf when singular).")
       .def_ro("converged", &LandmarkTerms::converged, "False when the Lanczos run for σ(G̃) did not converge.")
       .def("__repr__", [](const LandmarkTerms& t) {
         return describe("LandmarkTerms(sigma1_ext=", t.sigma1_ext, ", sigma_m1_ext=", t.sigma_m1_ext,
-                        ", sigma_m_core=", t.sigma_m_core, ", theorem3_k=", t.theorem3_k, ")");
+                        ", sigma_m1_margin=", t.sigma_m1_margin, ", sigma_m_core=", t.sigma_m_core,
+                        ", theorem3_k=", t.theorem3_k, ")");
       });
 
   nb::class_<BoundReport>(
@@ -222,10 +244,15 @@ void bind_spectral(nb::module_& m) {
           return computed([&] {
             const FactorInputs<T> in("error_norm", q, k, factors);
             const Kernel& kernel = in.factors.options.kernel;
-            if (arguments.solver == Solver::matrix_free)
-              return matrix_free_error_norm<T>(in.q.ref(), in.k.ref(), in.factors, kernel,
-                                               spectral_options(arguments), tiling_options(arguments))
-                  .values(0);
+            require_finite(in.q.ref(), "error_norm: q");
+            require_finite(in.k.ref(), "error_norm: k");
+            if (arguments.solver == Solver::matrix_free) {
+              const auto norm = [&](const Kernel& shifted) {
+                return matrix_free_error_norm<T>(in.q.ref(), in.k.ref(), in.factors, shifted,
+                                                 spectral_options(arguments), tiling_options(arguments));
+              };
+              return on_shifted_kernel(in, norm).values(0);
+            }
             Matrix<T> g = kernel.block<T>(in.q.ref(), in.k.ref());
             require_kernel_in_range<T>(g, in.q.ref(), in.k.ref(), kernel, "error_norm");
             g -= in.factors.dense();
@@ -238,7 +265,10 @@ void bind_spectral(nb::module_& m) {
       documentation(
           "‖G − Ĝ‖₂ for G = κ(Q, K) and Ĝ from Nyström factors of the same q, k (row scales included): "
           "full SVD of the formed difference, Lanczos on it, or matrix-free (E products fused into one "
-          "kernel pass; docs/mathematics.md §7).",
+          "kernel pass; docs/mathematics.md §7). Matrix-free, E is computed on κ_c = exp(φ − c), Ĝ scaled "
+          "alike, c the largest logit, and multiplied back by e^c (docs/mathematics.md §1): an error whose "
+          "square overflows float64 (logits up to 709) is computed; the stored solvers need G in the "
+          "arrays' dtype.",
           error_norm_keywords));
 
   m.def(
@@ -250,21 +280,27 @@ void bind_spectral(nb::module_& m) {
           using T = decltype(scalar);
           return computed([&] {
             const FactorInputs<T> in("error_singular_values", q, k, factors);
-            const KernelOperator<T, double> g(in.q.ref(), in.k.ref(), in.factors.options.kernel,
-                                              tiling_options(arguments));
-            const NystromFactors<double> wide = widened_factors(in.factors);
-            const NystromOperator<double> approximation(wide);
-            const DifferenceOperator<KernelOperator<T, double>, NystromOperator<double>> error(g,
-                                                                                               approximation);
-            return top_values("error_singular_values", error, count, arguments);
+            require_finite(in.q.ref(), "error_singular_values: q");
+            require_finite(in.k.ref(), "error_singular_values: k");
+            return on_shifted_kernel(in, [&](const Kernel& shifted) {
+              const KernelOperator<T, double> g(in.q.ref(), in.k.ref(), shifted, tiling_options(arguments));
+              const NystromFactors<double> wide = widened_factors(in.factors, shifted.log_shift);
+              const NystromOperator<double> approximation(wide);
+              const DifferenceOperator<KernelOperator<T, double>, NystromOperator<double>> error(
+                  g, approximation);
+              return top_values("error_singular_values", error, count, arguments);
+            });
           });
         });
       },
       "q"_a, "k"_a, "factors"_a, "count"_a, "kwargs"_a,
       nb::sig(signature("error_singular_values", factor_parameters + ", count: int", error_values_keywords,
                         "SpectralResult")),
-      documentation("The top `count` singular values of E = G − Ĝ, matrix-free (products in double).",
-                    error_values_keywords));
+      documentation(
+          "The top `count` singular values of E = G − Ĝ, matrix-free (products in double), computed "
+          "on κ_c = exp(φ − c), Ĝ scaled alike, c the largest logit, and multiplied back by e^c, as "
+          "error_norm's (docs/mathematics.md §1): values whose squares overflow float64 are computed.",
+          error_values_keywords));
 
   m.def(
       "landmark_terms",
@@ -282,7 +318,8 @@ void bind_spectral(nb::module_& m) {
             const double c = kernel_log_shift<T>(kernel, head.q, head.k);
             LandmarkTerms terms = landmark_terms<T>(head, kernel.shifted(c), in.factors.landmarks,
                                                     evaluation_options(arguments));
-            for (double* sigma : {&terms.sigma1_ext, &terms.sigma_m1_ext, &terms.sigma_m_core})
+            for (double* sigma :
+                 {&terms.sigma1_ext, &terms.sigma_m1_ext, &terms.sigma_m1_margin, &terms.sigma_m_core})
               *sigma *= std::exp(c);
             return terms;
           });
@@ -298,17 +335,19 @@ void bind_spectral(nb::module_& m) {
   m.def(
       "evaluate_bounds",
       [](double sigma1_ext, double sigma_m1_ext, double sigma_m_core, double spectral_error,
-         double theorem3_k) {
-        return evaluate_bounds({sigma1_ext, sigma_m1_ext, sigma_m_core, spectral_error, theorem3_k});
+         double theorem3_k, double sigma_m1_margin) {
+        return evaluate_bounds(
+            {sigma1_ext, sigma_m1_ext, sigma_m_core, spectral_error, theorem3_k, sigma_m1_margin});
       },
       nb::kw_only(), "sigma1_ext"_a, "sigma_m1_ext"_a, "sigma_m_core"_a, "spectral_error"_a, "theorem3_k"_a,
+      "sigma_m1_margin"_a = 0.0,
       "The bounds of Lemma 2.1 in the explicit forms of docs/mathematics.md §3 from σ₁(G̃), σ_{m+1}(G̃), "
-      "σ_m(G_A), the measured ‖G − Ĝ‖₂ and K.");
+      "σ_m(G_A), the measured ‖G − Ĝ‖₂ and K, the theorems taken at σ_{m+1}(G̃) + sigma_m1_margin.");
   m.def(
       "evaluate_bounds",
       [](const LandmarkTerms& terms, double spectral_error) {
-        return evaluate_bounds(
-            {terms.sigma1_ext, terms.sigma_m1_ext, terms.sigma_m_core, spectral_error, terms.theorem3_k});
+        return evaluate_bounds({terms.sigma1_ext, terms.sigma_m1_ext, terms.sigma_m_core, spectral_error,
+                                terms.theorem3_k, terms.sigma_m1_margin});
       },
       "terms"_a, "spectral_error"_a,
       "The bounds from landmark_terms() and the measured ‖G − Ĝ‖₂ (error_norm()).");

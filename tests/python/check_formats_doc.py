@@ -266,7 +266,7 @@ def test_axes_a_method_does_not_have(every_method: list[dict]) -> None:
 def test_bound_columns(every_method: list[dict]) -> None:
     for row in every_method:
         pnp = row["method"] == "pnp-nystra"
-        for column in ("sigma1_ext", "sigma_m1_ext", "sigma_m_core", "theorem3_k", "bound_ratio"):
+        for column in ("sigma1_ext", "sigma_m1_ext", "sigma_m1_margin", "sigma_m_core", "theorem3_k", "bound_ratio"):
             assert math.isnan(row[column]) == (not pnp), (row["method"], column)
         for n in (1, 2, 3):
             assert row[f"theorem{n}_applies"] == (0 if math.isnan(row[f"theorem{n}_bound"]) else 1)
@@ -278,8 +278,13 @@ def test_bound_columns(every_method: list[dict]) -> None:
             assert math.isnan(row["c_emp"]) and math.isnan(row["c_emp_normalized"])
         else:
             assert math.isnan(row["c_emp"]) == (row["sigma_m1_ext"] == 0)
-            applies1 = row["sigma_m_core"] > row["sigma_m1_ext"]
-            assert row["theorem1_applies"] == int(applies1)
+            # The theorems at σ̄ = σ_{m+1} + its margin, here (a full SVD) (N + m)·eps·σ₁ of the row's precision.
+            eps = np.finfo(np.float32 if row["precision"] == "float" else np.float64).eps
+            margin = (row["n"] + row["landmarks"]) * eps * row["sigma1_ext"]
+            assert row["sigma_m1_margin"] == pytest.approx(margin, rel=1e-12)
+            upper = row["sigma_m1_ext"] + row["sigma_m1_margin"]
+            assert row["theorem1_applies"] == int(row["sigma_m_core"] > upper)
+            assert row["theorem3_applies"] == int(row["theorem3_k"] * upper < row["sigma_m_core"])
             assert row["theorem2_applies"] == int(row["sigma_m_core"] > 0)
 
 

@@ -470,6 +470,62 @@ def test_kernel_norm_of_a_kernel_whose_square_overflows_by_every_solver():
         assert nystrom.kernel_norm(q, q, scale=1.0, solver=solver) == pytest.approx(expected, rel=1e-13)
 
 
+def errors_whose_squares_overflow(dtype):
+    # A last coordinate adds s·40·60 = 600 to every logit: ‖G − Ĝ‖₂ ~ e^600 ≈ 4e260 is finite, but its square, which the
+    # Gram products of the matrix-free Lanczos hold, is not (they failed as not finite). Tokens in steps of 1/4
+    # and s = 1/4 make every logit exact in float32 too. Yields (stabilization, q, k, factors, c, G_c, E_c), the
+    # oracle E_c = e^{−c}(G − Ĝ), c the largest logit, formed in numpy from the factors' own arrays
+    # (Ĝ = diag(exp(left_log_scale))·left·z·upper). float32 blocks without row scales (e^600) overflow.
+    rng = np.random.default_rng(1)
+    n, d, s = 48, 8, 0.25
+    q = np.hstack([rng.integers(-4, 5, (n, d)) / 4, np.full((n, 1), 40.0)])
+    k = np.hstack([rng.integers(-4, 5, (n, d)) / 4, np.full((n, 1), 60.0)])
+    logits = s * q @ k.T
+    c = logits.max()
+    g_c = np.exp(logits - c)
+    stabilizations = ("row-max", "none", "clamped") if dtype == np.float64 else ("row-max", "clamped")
+    for stabilization in stabilizations:
+        factors = nystrom.nystrom_factors(q.astype(dtype), k.astype(dtype), landmarks=8, scale=s,
+                                          stabilization=stabilization)
+        left, z, upper = (np.asarray(a, dtype=float) for a in (factors.left, factors.z, factors.upper))
+        g_hat_c = np.exp(np.asarray(factors.left_log_scale, dtype=float) - c)[:, None] * (left @ z @ upper)
+        yield stabilization, q.astype(dtype), k.astype(dtype), factors, c, g_c, g_c - g_hat_c
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_error_norm_matrix_free_of_an_error_whose_square_overflows(dtype):
+    for stabilization, q, k, factors, c, g_c, e_c in errors_whose_squares_overflow(dtype):
+        expected = np.linalg.norm(e_c, 2)
+        # Rounding of G's entries relative to ‖G‖₂, which the difference G − Ĝ amplifies by ‖G‖₂/‖E‖₂, with
+        # headroom for Lanczos's tolerance 1e-13 on σ².
+        tolerance = 256 * np.finfo(np.float64).eps * (1 + np.linalg.norm(g_c, 2) / expected)
+        # The stored solvers need G in float32 (a ValueError).
+        solvers = ("matrix-free", "dense", "lanczos") if dtype == np.float64 else ("matrix-free",)
+        for solver in solvers:
+            error = nystrom.error_norm(q, k, factors, solver=solver)
+            assert error / np.exp(c) == pytest.approx(expected, rel=tolerance), (stabilization, solver)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_error_singular_values_of_an_error_whose_square_overflows(dtype):
+    # The top singular values of E, computed on E_c and multiplied back by e^c (the Gram products of the
+    # unshifted E, ~e^1200, failed as not finite), with their certificate, by both Lanczos forms.
+    count = 4
+    for stabilization, q, k, factors, c, g_c, e_c in errors_whose_squares_overflow(dtype):
+        expected = np.linalg.svd(e_c, compute_uv=False)
+        # Rounding of G's entries, about eps·‖G‖₂ on every singular value of G − Ĝ, with headroom for Lanczos's
+        # tolerance 1e-13.
+        tolerance = 256 * np.finfo(np.float64).eps * np.linalg.norm(g_c, 2)
+        for augmented in (False, True):
+            top = nystrom.error_singular_values(q, k, factors, count, augmented=augmented)
+            where = (stabilization, augmented)
+            assert top.converged, where
+            np.testing.assert_allclose(top.values / np.exp(c), expected[:count], rtol=0, atol=tolerance,
+                                       err_msg=str(where))
+            bound = top.last_error_bound / np.exp(c)
+            assert np.min(np.abs(expected - top.values[-1] / np.exp(c))) <= bound + tolerance, where
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_error_norm_by_every_solver(dtype):
     q, k, _ = qkv(n=64, dtype=dtype)
@@ -727,14 +783,20 @@ def test_landmark_terms_and_bounds(dtype):
     error = nystrom.error_norm(q, k, factors, solver="dense")
     report = nystrom.evaluate_bounds(terms, error)
     s1, sm1, a = terms.sigma1_ext, terms.sigma_m1_ext, terms.sigma_m_core
+    # The theorems are taken at σ̄ = σ_{m+1} + its margin, here (a full SVD) the rounding floor (N + m)·eps·σ₁.
+    assert terms.sigma_m1_margin == pytest.approx((40 + 5) * np.finfo(dtype).eps * s1, rel=1e-12)
+    upper = sm1 + terms.sigma_m1_margin
     assert report.ratio == pytest.approx(sm1 / a)
-    assert report.theorem2 == pytest.approx(2 * s1**2 * sm1 / a**2) and report.theorem2_applies
-    assert report.theorem1_applies == (a > sm1)
+    assert report.theorem2 == pytest.approx(2 * s1**2 * upper / a**2) and report.theorem2_applies
+    assert report.theorem1_applies == (a > upper)
     assert report.c_emp == pytest.approx(error * a / sm1)
     assert report.holds()
     explicit = nystrom.evaluate_bounds(sigma1_ext=s1, sigma_m1_ext=sm1, sigma_m_core=a, spectral_error=error,
-                                       theorem3_k=terms.theorem3_k)
+                                       theorem3_k=terms.theorem3_k, sigma_m1_margin=terms.sigma_m1_margin)
     assert explicit.theorem2 == report.theorem2
+    at_computed = nystrom.evaluate_bounds(sigma1_ext=s1, sigma_m1_ext=sm1, sigma_m_core=a, spectral_error=error,
+                                          theorem3_k=terms.theorem3_k)
+    assert at_computed.theorem2 == pytest.approx(2 * s1**2 * sm1 / a**2) and at_computed.theorem2 < report.theorem2
     vacuous = nystrom.evaluate_bounds(sigma1_ext=10.0, sigma_m1_ext=2.0, sigma_m_core=1.0, spectral_error=1.0,
                                       theorem3_k=5.0)
     assert not vacuous.theorem1_applies and np.isnan(vacuous.theorem1) and not vacuous.theorem3_applies

@@ -107,6 +107,7 @@ def test_every_row_matches_the_module(sweep, head):
                 terms = nystrom.landmark_terms(q, k, factors)
                 bounds = nystrom.evaluate_bounds(terms, spectral)
                 for column, value in (("sigma1_ext", terms.sigma1_ext), ("sigma_m1_ext", terms.sigma_m1_ext),
+                                      ("sigma_m1_margin", terms.sigma_m1_margin),
                                       ("sigma_m_core", terms.sigma_m_core), ("theorem3_k", terms.theorem3_k),
                                       ("bound_ratio", bounds.ratio), ("theorem1_bound", bounds.theorem1),
                                       ("theorem2_bound", bounds.theorem2), ("theorem3_bound", bounds.theorem3),

@@ -94,6 +94,27 @@ def test_figures_of_a_file_name_its_reference(tmp_path, fake_results, monkeypatc
     plt.close(figure)
 
 
+def test_model_scored_layers_are_those_whose_bias_or_mask_the_exact_side_applied(tmp_path, fake_results):
+    with h5py.File(fake_results / "sweep.h5", "r") as source:
+        attributes = dict(source.attrs)
+    applied = ("model: exp(phi(q, k) + bias + mask - c) of each head and its rows normalised, the model's attention "
+               "softmax(s q k^T + bias + mask) for exp: bias applied (layers 00, 08), mask applied (layers 08, 17); "
+               "layers without them: the kernel(q, k) of each head's q and k alone (exp: exp(s q k^T))")
+    not_applied = ("kernel(q, k) of each head's q and k alone (exp: exp(s q k^T)); not the model's attention "
+                   "softmax(s q k^T + bias + mask): bias not applied (layers 00, 08)")
+    layers = {}
+    for name, reference, text in (("model", "model", applied), ("kernel", "kernel", not_applied),
+                                  ("plain", "model", "model: no selected layer has a bias or mask, so the kernel")):
+        path = tmp_path / f"{name}.h5"
+        with h5py.File(path, "w") as file:
+            for key, value in attributes.items():
+                file.attrs[key] = value
+            file.attrs["reference"] = reference
+            file.attrs["attention_reference"] = text
+        layers[name] = nr.model_scored_layers(path)
+    assert layers == {"model": ["00", "08", "17"], "kernel": [], "plain": []}
+
+
 def test_read_sweep_reads_version_1_sizes_into_their_columns(tmp_path):
     """A version 1 file held performer's r and linformer's k in `landmarks`; it is read as version 3."""
     folder = tmp_path / "v1"

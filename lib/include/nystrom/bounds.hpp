@@ -1,15 +1,19 @@
 #pragma once
 /// @file bounds.hpp
 /// The Lemma 2.1 error-bound terms and the derived explicit bounds of docs/mathematics.md §3. With σ₁ =
-/// σ₁(G̃), σ_{m+1} = σ_{m+1}(G̃), a = σ_m(G_A):
+/// σ₁(G̃), σ_{m+1} = σ_{m+1}(G̃) as computed, σ̄ = σ_{m+1} + its margin (the most the exact value can lie
+/// above the computed one), a = σ_m(G_A):
 ///   ratio      σ_{m+1}/a                                    (a term, always reported)
-///   theorem 1  ‖E‖₂ ≤ σ₁²/(a − σ_{m+1}) · σ_{m+1}/a        applies when a > σ_{m+1}
-///   theorem 2  ‖E‖₂ ≤ 2σ₁² σ_{m+1}/a²                      applies when a > 0
-///   theorem 3  ‖E‖₂ ≤ K σ_{m+1}, K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂)   applies when K σ_{m+1} < a
+///   theorem 1  ‖E‖₂ ≤ σ₁²/(a − σ̄) · σ̄/a                    applies when a > σ̄
+///   theorem 2  ‖E‖₂ ≤ 2σ₁² σ̄/a²                            applies when a > 0
+///   theorem 3  ‖E‖₂ ≤ K σ̄, K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂)   applies when K σ̄ < a
 ///   C_emp = ‖E‖₂ · a / σ_{m+1}, and C_emp / σ₁²
-/// A bound that does not apply is NaN with its flag false.
+/// Every bound increases with σ_{m+1}, so evaluated at σ̄ it bounds the exact statement's value; a hypothesis
+/// a > σ_{m+1} that only rounding could make true is not taken as met. A bound that does not apply is NaN
+/// with its flag false.
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "nystrom/types.hpp"
@@ -23,6 +27,7 @@ struct BoundInputs {
   double sigma_m_core = 0;    ///< σ_m(G_A)
   double spectral_error = 0;  ///< ‖G − Ĝ‖₂ (measured)
   double theorem3_k = 0;  ///< K = (1+‖G_L G_A⁻¹‖₂)(1+‖G_A⁻¹G_U‖₂) (Inf for a singular G_A)
+  double sigma_m1_margin = 0;  ///< how far the exact σ_{m+1}(G̃) may lie above sigma_m1_ext (LandmarkTerms)
 };
 
 /// Every bound of docs/mathematics.md §3 with whether it applies and whether the measured error respects it.
@@ -45,6 +50,21 @@ struct BoundReport {
   bool holds(double slack = 1e-10) const;
 };
 
+/// (N + m)·eps(T): the relative rounding floor of a singular value or of E for a matrix of order N + m whose
+/// entries are computed in T (what a full SVD of G̃ reaches too).
+template <class T>
+double rounding_factor(Index n, Index m) {
+  return double(n + m) * double(std::numeric_limits<T>::epsilon());
+}
+
+/// The margin of a σ_{m+1}(G̃) computed as `sigma_m1` with certificate `certificate` (SpectralResult::
+/// last_error_bound: 0 for a full SVD, NaN when Lanczos gave none) from entries computed in T: the larger of
+/// the certificate and the rounding floor rounding_factor<T>(n, m)·σ₁(G̃).
+template <class T>
+double sigma_m1_margin(Index n, Index m, double sigma1_ext, double certificate) {
+  return std::fmax(certificate, rounding_factor<T>(n, m) * sigma1_ext);
+}
+
 /// The slack of BoundReport::holds for an error of an approximation computed in T from N tokens and m
 /// landmarks: max(10⁻¹⁰, (N + m)·eps(T)·max(1, σ₁(G̃)/σ_m(G_A))), the larger of a fixed margin and the
 /// rounding floor of E relative to σ₁ (the floor a full SVD has too), which solving with G_A amplifies by up
@@ -56,7 +76,7 @@ struct BoundReport {
 template <class T>
 double bound_slack(Index n, Index m, double sigma1_ext = 0, double sigma_m_core = 0) {
   const double condition = sigma_m_core > 0 && sigma1_ext > sigma_m_core ? sigma1_ext / sigma_m_core : 1.0;
-  const double slack = std::max(1e-10, double(n + m) * double(std::numeric_limits<T>::epsilon()) * condition);
+  const double slack = std::max(1e-10, rounding_factor<T>(n, m) * condition);
   return std::min(slack, std::numeric_limits<double>::max());  // finite, as holds requires
 }
 

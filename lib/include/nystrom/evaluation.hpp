@@ -73,7 +73,10 @@ struct LandmarkTerms {
   double sigma_m1_ext = 0;  ///< σ_{m+1}(G̃)
   double sigma_m_core = 0;  ///< σ_m(G_A)
   double theorem3_k = 0;    ///< K of theorem 3
-  bool converged = true;    ///< false when the Lanczos run for σ(G̃) did not reach its tolerance
+  /// How far the exact σ_{m+1}(G̃) may lie above sigma_m1_ext: sigma_m1_margin of bounds.hpp (the Lanczos
+  /// certificate or the rounding floor of G̃'s entries, the larger)
+  double sigma_m1_margin = 0;
+  bool converged = true;  ///< false when the Lanczos run for σ(G̃) did not reach its tolerance
 };
 
 /// σ₁(G̃), σ_{m+1}(G̃), σ_m(G_A), K for `landmarks` (computed on the unstabilized blocks of
@@ -101,7 +104,7 @@ struct PointResult {
   ErrorMatrix error_matrix = ErrorMatrix::none;  ///< the matrix the spectral and Frobenius errors are of
   double spectral_error = nan, relative_spectral_error = nan, frobenius_error = nan;
   double output_relative_error = nan, output_max_error = nan, output_mean_abs_error = nan;
-  double sigma1_ext = nan, sigma_m1_ext = nan, sigma_m_core = nan;
+  double sigma1_ext = nan, sigma_m1_ext = nan, sigma_m1_margin = nan, sigma_m_core = nan;
   double bound_ratio = nan, theorem1_bound = nan, theorem2_bound = nan, theorem3_bound = nan,
          theorem3_k = nan;
   double c_emp = nan, c_emp_normalized = nan;

@@ -25,9 +25,20 @@ namespace nystrom {
 template <class T>
 NystromFactors<double> widened_factors(const NystromFactors<T>& factors);
 
+/// The same relative to κ_c for c = `log_shift`, from factors relative to their own kernel's log-shift c₀
+/// (NystromFactors): Ĝ_c = e^{c₀−c}Ĝ_{c₀} (docs/mathematics.md §1, "Large logits"), by c − c₀ subtracted from
+/// left_log_scale in double (and from upper_log_scale for row-max scaling, which keeps them l − c and u − c);
+/// for factors without row scales the left scale becomes c₀ − c rather than their blocks being rescaled.
+template <class T>
+NystromFactors<double> widened_factors(const NystromFactors<T>& factors, double log_shift);
+
 /// ‖G − Ĝ‖₂ for G = κ(Q, K) and Ĝ from `factors`, matrix-free (docs/mathematics.md §7). O(N²d) per Lanczos
 /// step, memory O(N(d + m) + threads·panel_rows·N). `matvecs` counts E and Eᵀ products (2 per fused Gram step
 /// = 1 kernel pass). Throws std::invalid_argument naming the shapes when the factors do not match Q and K.
+/// G and Ĝ are both taken relative to `kernel`'s log-shift c: factors of another log-shift (those of the
+/// unshifted kernel, with a `kernel` shifted by the tokens' largest logit as kernel_log_shift gives it) are
+/// brought to κ_c by widened_factors(factors, c), so ‖E_c‖₂ = e^{−c}‖E‖₂ is computed wherever its square,
+/// which the Gram products hold, would overflow (docs/mathematics.md §1, "Large logits").
 template <class T>
 SpectralResult matrix_free_error_norm(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                       const NystromFactors<T>& factors, const Kernel& kernel,
