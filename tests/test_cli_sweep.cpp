@@ -20,6 +20,7 @@
 #include "nystrom/approximation.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
+#include "nystrom/bounds.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
 #include "test_support.hpp"
@@ -832,6 +833,43 @@ TEST_CASE("sweep --memory: a tiny budget takes the matrix-free path, records it,
   cli::Handle other = cli::open_file(dir / "dense.h5", false);
   CHECK(cli::read_numeric_attribute(other.get(), "memory_budget") == std::vector<double>{2.0 * (1 << 30)});
   CHECK(cli::read_string_attribute(other.get(), "device") == "cpu");
+}
+
+TEST_CASE(
+    "sweep: a G̃ of rank 1 to rounding, dense and matrix-free: no theorem applies on a σ_{m+1} below its "
+    "margin") {
+  // Heavy-tailed block-constant windows: σ₁(G̃) = 1.5e98 while σ_m(G_A) = 0.01, far below the rounding of
+  // σ_{m+1}(G̃) (about 1e-13·σ₁). The dense SVD gives σ_{m+1} = 2.9e81, the matrix-free rank-1 shortcut 0:
+  // both rounding. At σ_{m+1} itself, theorems 1 and 3 applied on the matrix-free path with bound 0 against
+  // an error of 1.5e98.
+  TempDir dir("rank_one");
+  const auto input = dir / "heavy.h5";
+  REQUIRE(run_cli({"synth",       "-o",     input,     "--kind",      "block-constant,heavy-tailed,window",
+                   "--layers",    "3",      "--heads", "1",           "--tokens",
+                   "1024",        "--dim",  "32",      "--value-dim", "16",
+                   "--precision", "double", "-q",      "--seed",      "2"})
+              .status == 0);
+  const std::vector<std::string> point = {
+      "--layers",      "01", "--kernel", "exp",    "--method", "pnp-nystra", "--strategy",
+      "segment-means", "-m", "8",        "--pinv", "exact",    "-q"};
+  auto free_args = sweep_args(input, dir / "free.h5", point);
+  free_args.push_back("--matrix-free");
+  REQUIRE(run_cli(sweep_args(input, dir / "dense.h5", point)).status == 0);
+  REQUIRE(run_cli(free_args).status == 0);
+  for (const char* name : {"dense.h5", "free.h5"}) {
+    CAPTURE(name);
+    const Table table = read_sweep(dir / name);
+    REQUIRE(table.rows.size() == 1);
+    const double sigma1 = table.number(0, "sigma1_ext"), margin = table.number(0, "sigma_m1_margin");
+    CHECK(table.number(0, "spectral_error") > 0.5 * sigma1);
+    CHECK(table.number(0, "sigma_m_core") < 1e-20 * sigma1);
+    CHECK(table.number(0, "sigma_m1_ext") <= margin);
+    CHECK(margin >= rounding_factor<double>(1024, 8) * sigma1);
+    CHECK(table.number(0, "theorem1_applies") == 0);
+    CHECK(table.number(0, "theorem3_applies") == 0);
+    CHECK(table.number(0, "theorem2_applies") == 1);
+    CHECK(table.number(0, "bounds_hold") == 1);
+  }
 }
 
 TEST_CASE("sweep and spectrum --device cuda: exit 2 and no file where no CUDA device is usable") {
