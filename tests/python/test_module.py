@@ -715,6 +715,21 @@ def test_evaluate_against_dense_matrices(dtype):
     assert np.isfinite(without_v["bound_ratio"]) and without_v["bounds_hold"] == 1
 
 
+def test_evaluate_unstabilized_float32_rows_that_underflow_give_a_nan_output_error_not_a_crash():
+    # Logits spread over hundreds: on κ_c (c the largest logit) a row whose logits against the landmarks all lie
+    # more than about 103 below c has G_L's row 0 in float32, so its output row is 0/0 (docs/formats.md §2,
+    # output_relative_error). Row-max scaling keeps every row.
+    rng = np.random.default_rng(0)
+    q, k = ((rng.standard_normal((256, 16)) * 10).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((256, 4)).astype(np.float32)
+    assert ((q @ k.T).max(axis=1) / 4 < (q @ k.T).max() / 4 - 104).any()
+    unstabilized = nystrom.evaluate(q, k, v, method="pnp-nystra", landmarks=16, stabilization="none")
+    assert np.isnan(unstabilized["output_relative_error"]) and np.isnan(unstabilized["output_max_error"])
+    assert np.isfinite(unstabilized["spectral_error"]) and unstabilized["pinv_status"] == "converged"
+    scaled = nystrom.evaluate(q, k, v, method="pnp-nystra", landmarks=16, stabilization="row-max")
+    assert np.isfinite(scaled["output_relative_error"]) and np.isfinite(scaled["output_max_error"])
+
+
 def test_evaluate_rejects_bad_keywords():
     q, k, v = qkv(n=16)
     with pytest.raises(TypeError, match="unexpected keyword argument 'landmark'"):
