@@ -12,6 +12,7 @@ module `nystrom` computing on the bundled dump (the test suite executes it).
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 import nbformat
@@ -402,6 +403,11 @@ for kernel in kernels:
                   f"{np.median(error) if error.size else float('nan'):>26.3e} {np.median(selected['seconds']):>18.3e}")"""),
 ]
 
+def with_single_heads(code: str) -> str:
+    """A bench cell that runs where /bench has rows (a file of `nystrom bench --batch` alone has none)."""
+    return "if bench.rows:\n" + textwrap.indent(code, "    ") + "\nelse:\n    print(\"no single-head rows in /bench\")"
+
+
 BENCH = [
     ("md", """\
 # CPU benchmark: exact attention against the approximations
@@ -423,8 +429,10 @@ whatever it has. Make one with e.g. `build/bin/nystrom bench --n 256:16384:x2` (
 bench, steps, gemm, matvec, batch = nr.read_bench()
 for key, value in nr.provenance(nr.results_dir() / "bench.h5").items():
     print(f"{key:>16}: {value}")
+if bench.rows == 0 and (batch is None or batch.rows == 0):
+    raise ValueError("no rows in /bench or /bench_batch: nothing to plot")
 if bench.rows == 0:
-    raise ValueError("no rows in /bench: nothing to plot")
+    print("no single-head rows in /bench (a run of `nystrom bench --batch` alone): the batch section only")
 methods = bench.values_of("method")
 known = ["exact", "pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer"]
 colors = {method: f"C{i}" for i, method in enumerate(known + [m for m in methods if m not in known])}
@@ -460,7 +468,7 @@ def describe(rows, columns=("device", "precision", "threads")):
 ## Time per head against N (PnP-Nystra Fig. 3)
 
 Log–log: exact attention grows as N², the approximations as N (m, r, k fixed). Line style: thread count."""),
-    ("code", """\
+    ("code", with_single_heads("""\
 fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
 for ax, (_, rows) in zip(axes[0], panels):
     for (method, threads), line in rows.group_by("method", "threads"):
@@ -472,13 +480,13 @@ for ax, (_, rows) in zip(axes[0], panels):
 axes[0][0].set_ylabel("seconds per head")
 fig.suptitle("Wall time per head (d = dv = %s)" % "/".join(map(str, sorted(set(bench["d"].tolist())))))
 fig.tight_layout()
-nr.save_figure(fig, "bench_time_vs_n")"""),
+nr.save_figure(fig, "bench_time_vs_n")""")),
     ("md", """\
 ## Speed-up over exact attention
 
 `speedup_vs_exact` = time of exact attention / time of the method, same inputs, precision and threads. Stars: the
 goals for PnP-Nystra with m = 16 in float (≥ 50× at N = 4096, ≥ 150× at N = 16,384)."""),
-    ("code", """\
+    ("code", with_single_heads("""\
 goals = ((4096, 50), (16384, 150))
 fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
 for ax, (_, rows) in zip(axes[0], panels):
@@ -500,7 +508,7 @@ for ax, (_, rows) in zip(axes[0], panels):
         note(ax, "no approximation in this file")
 axes[0][0].set_ylabel("speed-up over exact attention")
 fig.tight_layout()
-nr.save_figure(fig, "bench_speedup")"""),
+nr.save_figure(fig, "bench_speedup")""")),
     ("md", """\
 ## PnP-Nystra Algorithm 1 step by step (paper Table 1)
 
@@ -553,7 +561,7 @@ for _, rows in steps.group_by("device", "precision", "threads"):
 
 Output error ‖O − Ô‖_F/‖O‖_F against wall time per head, log–log: lower left is better. Exact attention has no error;
 its time is the vertical line (the time the speed-ups refer to, also when the file has no `exact` rows)."""),
-    ("code", """\
+    ("code", with_single_heads("""\
 markers = dict(zip(styles, ["o", "s", "^", "D"] * 4))
 fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
 for ax, (_, rows) in zip(axes[0], panels):
@@ -579,7 +587,7 @@ for ax, (_, rows) in zip(axes[0], panels):
     else:
         note(ax, "no approximation with a finite error at this N")
 fig.tight_layout()
-nr.save_figure(fig, "bench_accuracy_vs_cost")"""),
+nr.save_figure(fig, "bench_accuracy_vs_cost")""")),
     ("md", """\
 ## Against the GEMM peak (when the file has it)
 
@@ -636,7 +644,7 @@ for name, table in (("/bench_gemm", gemm), ("/bench_matvec", matvec)):
             print(" ".join(f"{table[c][i]:>13.4g}" if isinstance(table[c][i], float) else f"{table[c][i]:>13}"
                            for c in columns))"""),
     ("md", "## Table: seconds per head (speed-up over exact attention), and the largest N"),
-    ("code", """\
+    ("code", with_single_heads("""\
 for _, rows in bench.group_by("device", "precision", "threads"):
     sizes = sorted(set(rows["n"].tolist()))
     print(describe(rows) + ", BLAS core " + ", ".join(rows.values_of("blas_core")))
@@ -658,7 +666,7 @@ print(f"{'method':>18} {'precision':>8} {'thr':>4} {'seconds':>10} {'GFLOP/s':>9
 for i in range(largest.rows):
     print(f"{largest['method'][i]:>18} {largest['precision'][i]:>8} {largest['threads'][i]:>4} "
           f"{largest['seconds'][i]:10.3e} {largest['gflops'][i]:9.1f} {largest['speedup_vs_exact'][i]:9.1f} "
-          f"{largest['output_relative_error'][i]:11.2e}" + "".join(f" {largest[c][i]:14.2f}" for c in extra))"""),
+          f"{largest['output_relative_error'][i]:11.2e}" + "".join(f" {largest[c][i]:14.2f}" for c in extra))""")),
     ("md", """\
 ## Batches of heads (`/bench_batch`)
 
