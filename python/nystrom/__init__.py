@@ -68,14 +68,25 @@ from ._nystrom import (
 from .results import read_bench, read_results, read_spectra, read_vision
 
 
-def _native(value):
+def _native(value, name):
     """`value` as the extension takes it: a list or tuple of numbers (numpy.typing.ArrayLike) as a numpy array, a
-    numpy array of another byte order (big-endian arrays, as h5py reads '>f4' datasets) copied to native order. The
-    extension takes arrays through DLPack, which has neither."""
+    numpy array of another byte order (big-endian arrays, as h5py reads '>f4' datasets) copied to native order, a
+    torch tensor with its lazy negation resolved (the negative bit of `c.conj().imag`, which DLPack exports as the
+    memory without the sign). The extension takes arrays through DLPack, which has none of them. Raises ValueError
+    naming the argument `name` for ragged lists and for dtypes DLPack cannot carry (object, text, long double),
+    which the extension would refuse only as arguments of no supported type."""
     if isinstance(value, (list, tuple)):
-        value = np.asarray(value)
+        try:
+            value = np.asarray(value)
+        except ValueError as error:
+            raise ValueError(f"{name} is not an array of numbers: {error}") from None
+    if isinstance(value, np.ndarray) and (value.dtype.kind not in "biufc" or value.dtype.itemsize > 16
+                                          or value.dtype.kind == "f" and value.dtype.itemsize > 8):
+        raise ValueError(f"{name} has dtype {value.dtype}; expected float32 or float64")
     if isinstance(value, np.ndarray) and not value.dtype.isnative:
         return value.astype(value.dtype.newbyteorder("="))
+    if callable(getattr(value, "is_neg", None)) and value.is_neg():
+        return value.resolve_neg()
     return value
 
 
@@ -85,11 +96,14 @@ def _taking_array_likes(function):
     or `window`, are sequences of integers)."""
     signature = function.__doc__.split("\n", 1)[0]
     arrays = frozenset(re.findall(r"(\w+): numpy\.(?:typing\.ArrayLike|ndarray)", signature))
+    # The positional parameters by name (`self` of a method has no annotation).
+    names = ["self"] * signature.startswith(f"{function.__name__}(self") + re.findall(r"(\w+): ", signature)
 
     @functools.wraps(function)
     def call(*args, **kwargs):
-        return function(*map(_native, args),
-                        **{key: _native(value) if key in arrays else value for key, value in kwargs.items()})
+        return function(*(_native(value, name) if name in arrays else value for value, name in zip(args, names)),
+                        *args[len(names):],
+                        **{key: _native(value, key) if key in arrays else value for key, value in kwargs.items()})
     return call
 
 

@@ -54,6 +54,8 @@ def open_results(path: Path | str) -> h5py.File:
     """Opens a results file for reading; raises FileNotFoundError when it is missing and ValueError when it is not
     an HDF5 file it can read or its `format` attribute is not nystrom-results at a known format_version."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a directory, not a results file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such results file (written by `nystrom sweep`, `spectrum` or `bench`)")
     try:
@@ -66,10 +68,20 @@ def open_results(path: Path | str) -> h5py.File:
     if kind != RESULTS_FORMAT:
         file.close()
         raise ValueError(f"{path}: attribute format is {kind!r}, expected {RESULTS_FORMAT!r}")
-    if version is None or int(np.asarray(version).ravel()[0]) not in RESULTS_FORMAT_VERSIONS:
+    if _integer(version) not in RESULTS_FORMAT_VERSIONS:
         file.close()
         raise ValueError(f"{path}: unknown format_version {version!r} (this reader reads {RESULTS_FORMAT_VERSIONS})")
     return file
+
+
+def _integer(value) -> int | None:
+    """A one-element integral attribute (format_version: 3, [3] or 3.0) as an int; None for anything else (a
+    missing attribute, text, NaN, 2.7, an empty array)."""
+    array = np.asarray(value)
+    if value is None or array.size != 1 or array.dtype.kind not in "iuf":
+        return None
+    number = array.ravel()[0]
+    return int(number) if np.isfinite(number) and number == np.round(number) else None
 
 
 def _attribute_value(value):
@@ -127,12 +139,19 @@ class Table(dict):
         return [(key, self.where(np.array([k == key for k in keys], dtype=bool))) for key in distinct]
 
 
+def _group(file: h5py.File, path: Path | str, name: str) -> h5py.Group:
+    """The group /`name` of an open results file; raises ValueError naming it when it is missing or not a group."""
+    if name not in file:
+        raise ValueError(f"{path}: no /{name} group")
+    if not isinstance(file[name], h5py.Group):
+        raise ValueError(f"{path}: /{name} is a {type(file[name]).__name__}, expected a group")
+    return file[name]
+
+
 def read_table(file: h5py.File, path: Path | str, name: str, required: tuple[str, ...]) -> Table:
     """The 1-D column datasets of group `name` of an open results file as a Table; checks the required columns
     and equal lengths."""
-    if name not in file:
-        raise ValueError(f"{path}: no /{name} group")
-    group = file[name]
+    group = _group(file, path, name)
     missing = [c for c in required if c not in group]
     if missing:
         raise ValueError(f"{path}: /{name} lacks required columns {missing}")
@@ -154,8 +173,8 @@ def read_table(file: h5py.File, path: Path | str, name: str, required: tuple[str
 
 
 def format_version(file: h5py.File) -> int:
-    """The format_version of an open results file."""
-    return int(np.asarray(file.attrs["format_version"]).ravel()[0])
+    """The format_version of an open results file (open_results checked it)."""
+    return _integer(file.attrs["format_version"])
 
 
 def _sizes_in_their_columns(table: Table) -> None:
@@ -310,11 +329,11 @@ def read_spectra(path: Path | str) -> list[LayerSpectra]:
     """Every /spectra/<layer> group of a results file, in file order."""
     layers = []
     with open_results(path) as file:
-        if "spectra" not in file:
-            raise ValueError(f"{path}: no /spectra group")
-        for name, group in file["spectra"].items():
-            values = {key[3:]: group[key][...] for key in group if key.startswith("sv_")}
-            ranks = {key[5:]: group[key][...] for key in group if key.startswith("rank_")}
+        for name in _group(file, path, "spectra"):
+            group = _group(file, path, f"spectra/{name}")
+            datasets = {key: item for key, item in group.items() if isinstance(item, h5py.Dataset)}
+            values = {key[3:]: item[...] for key, item in datasets.items() if key.startswith("sv_")}
+            ranks = {key[5:]: item[...] for key, item in datasets.items() if key.startswith("rank_")}
             if not values:
                 raise ValueError(f"{path}: /spectra/{name} has no sv_* dataset")
             for key, array in values.items():

@@ -77,6 +77,11 @@ const Keyword keywords[] = {
      "window-pool: the h×w token grid, h·w = N (None: a square grid)",
      [](KeywordArguments& a, nb::handle v) {
        a.window = v.is_none() ? std::array<Index, 2>{} : nb::cast<std::array<Index, 2>>(v);
+       // h·w is compared with N: a product that wraps around (2⁶³−1 × 2⁶³−1 is 1) passed for a grid and
+       // pooled far outside the tokens.
+       Index tokens = 0;
+       require(!__builtin_mul_overflow(a.window[0], a.window[1], &tokens), "window = (", a.window[0], ", ",
+               a.window[1], "): h·w overflows 64 bits; a window holds h·w = N tokens");
      }},
     {"window_grid", landmark_keywords, "str", "'aspect'",
      "window-pool: the pooling grid, aspect (the factorization of m closest to the window's aspect) or square "
@@ -186,6 +191,22 @@ std::vector<std::string> names_of(const std::array<Enum, N>& values) {
   return names;
 }
 
+/// Runs `convert`, which casts `value`, the argument `name` of `function` annotated `annotation`; a value of
+/// the wrong type raises TypeError naming it, an integer the C++ type cannot hold (a negative seed, a count
+/// beyond 2³¹) ValueError saying it is out of range.
+template <class Convert>
+void converted(const char* function, std::string_view name, std::string_view annotation, nb::handle value,
+               const Convert& convert) {
+  try {
+    convert();
+  } catch (const nb::cast_error&) {
+    const std::string prefix = describe(function, "(): ", name, " = ", nb::repr(value).c_str());
+    if (PyIndex_Check(value.ptr()) && !PyBool_Check(value.ptr()))
+      throw nb::value_error((prefix + " is out of range").c_str());
+    throw nb::type_error(describe(prefix, " is not ", annotation).c_str());
+  }
+}
+
 }  // namespace
 
 KeywordArguments parse_arguments(const char* function, unsigned groups, const nb::kwargs& kwargs) {
@@ -195,18 +216,20 @@ KeywordArguments parse_arguments(const char* function, unsigned groups, const nb
     const Keyword* keyword = find_keyword(name);
     if (!keyword || !(keyword->group & groups))
       throw nb::type_error(describe(function, "() got an unexpected keyword argument '", name, "'").c_str());
-    try {
-      keyword->set(arguments, value);
-    } catch (const nb::cast_error&) {
-      // An integer the keyword's C++ type cannot hold (a negative seed, a count beyond 2³¹) is out of range.
-      const std::string prefix = describe(function, "(): ", name, " = ", nb::repr(value).c_str());
-      if (PyIndex_Check(value.ptr()) && !PyBool_Check(value.ptr()))
-        throw nb::value_error((prefix + " is out of range").c_str());
-      throw nb::type_error(describe(prefix, " is not ", keyword->annotation).c_str());
-    }
+    converted(function, name, keyword->annotation, value, [&] { keyword->set(arguments, value); });
   }
   return arguments;
 }
+
+template <class T>
+T integer_argument(const char* function, std::string_view name, nb::handle value) {
+  T result{};
+  converted(function, name, "int", value, [&] { result = nb::cast<T>(value); });
+  return result;
+}
+
+template Index integer_argument<Index>(const char*, std::string_view, nb::handle);
+template int integer_argument<int>(const char*, std::string_view, nb::handle);
 
 const char* kept(std::string text) {
   static std::deque<std::string> texts;

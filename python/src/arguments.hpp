@@ -91,6 +91,11 @@ enum KeywordGroup : unsigned {
 /// unknown keyword or a value of the wrong type, std::invalid_argument for a bad value.
 KeywordArguments parse_arguments(const char* function, unsigned groups, const nb::kwargs& kwargs);
 
+/// The integer argument `name` of `function` given positionally (count, k, threads) as T, raised on as a
+/// keyword's value is (parse_arguments): TypeError for another type, ValueError naming a value T cannot hold.
+template <class T>
+T integer_argument(const char* function, std::string_view name, nb::handle value);
+
 /// "def <function>(<positional>, *, <keywords of groups>) -> <returns>", kept alive for the module's
 /// lifetime.
 const char* signature(const char* function, const std::string& positional, unsigned groups,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <numeric>
 
@@ -242,10 +243,14 @@ BatchView<T> output_batch(nb::handle out, const std::vector<Index>& shape,
                           std::initializer_list<std::pair<const Array*, const char*>> inputs) {
   nb::ndarray<> array;
   require(nb::try_cast(out, array, false), "out (type ", nb::type_name(out.type()).c_str(),
-          ") is not a writable array (numpy arrays and CPU torch tensors are; read-only ones are not)");
+          ") is not a writable array (numpy arrays in native byte order and CPU torch tensors are; read-only "
+          "and big-endian ones are not)");
   require(array.device_type() == nb::device::cpu::value, "out is on a device other than the CPU");
   require(!nb::hasattr(out, "requires_grad") || !nb::cast<bool>(out.attr("requires_grad")),
           "out requires grad; nystrom computes no gradients, so it writes only into tensors that do not");
+  require(!nb::hasattr(out, "is_neg") || !nb::cast<bool>(out.attr("is_neg")()),
+          "out has torch's negative bit set (a lazily negated view, which reads its memory negated); pass a "
+          "tensor without it (out.resolve_neg() is a new one)");
   require(array.dtype() == nb::dtype<T>(), "out has dtype ", dtype_name(array.dtype()), " but the output is ",
           to_string(sizeof(T) == 4 ? Precision::float32 : Precision::float64), " (q's dtype)");
   const std::vector<Index> out_shape = shape_of(Array(array));
@@ -272,14 +277,19 @@ void require_same_leading(const std::vector<Index>& a, const std::string& a_name
 
 namespace {
 
-/// Memory for `count` values of T, freed by std::free. Blocks of 4 MiB and more are 2 MiB-aligned and advised
-/// to the kernel as transparent huge pages, as numpy's allocator does: the 25,600 faults of 4 KiB pages on
-/// the first write of a 64×6×1024×64 float32 output (100 MB) made a PnP-Nystra call 1.45× slower (129 ms
-/// against 89).
+/// Memory for count × rows × cols values of T, freed by std::free; std::bad_alloc where the size overflows
+/// (the n×p kernel_matrix of 2³¹ tokens in float32 has 2⁶⁴ bytes, which wrapped to 0). Blocks of 4 MiB and
+/// more are 2 MiB-aligned and advised to the kernel as transparent huge pages, as numpy's allocator does: the
+/// 25,600 faults of 4 KiB pages on the first write of a 64×6×1024×64 float32 output (100 MB) made a
+/// PnP-Nystra call 1.45× slower (129 ms against 89).
 template <class T>
-T* allocate_output(Index count) {
+T* allocate_output(Index count, Index rows, Index cols) {
   constexpr std::size_t huge_page = std::size_t(2) << 20;
-  const std::size_t bytes = std::size_t(std::max<Index>(count, 1)) * sizeof(T);
+  std::size_t bytes = sizeof(T);
+  for (const Index factor : {count, rows, cols})
+    if (__builtin_mul_overflow(bytes, std::size_t(std::max<Index>(factor, 1)), &bytes) ||
+        bytes > std::size_t(std::numeric_limits<std::ptrdiff_t>::max()))
+      throw std::bad_alloc();
   const bool huge = bytes >= 2 * huge_page;
   const std::size_t alignment = huge ? huge_page : 64;
   void* data = std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
@@ -299,7 +309,7 @@ MatrixBatch<T>::MatrixBatch(std::vector<Index> leading, Index rows, Index cols, 
       cols_(cols),
       count_(std::accumulate(leading_.begin(), leading_.end(), Index{1}, std::multiplies<>())),
       row_major_(row_major),
-      data_(allocate_output<T>(count_ * rows * cols)) {}
+      data_(allocate_output<T>(count_, rows, cols)) {}
 
 template <class T>
 MatrixBatch<T>::~MatrixBatch() {

@@ -82,18 +82,17 @@ struct AttentionInputs {
   }
 };
 
-/// The rows of each head's Ô that are not finite, for the methods whose Ô divides by the approximation's row
-/// sums: PnP-Nystra and symmetric Nyström, Ô = (ĜV) ⊘ (Ĝ1) (Performer's normalization is at least 1/r).
+/// The rows of each head's Ô that are not finite: where PnP-Nystra's and symmetric Nyström's Ô = (ĜV) ⊘ (Ĝ1)
+/// divides by row sums that vanish or overflow, and, for every method, where a kernel parameter far beyond
+/// the tokens' range takes the logits out of the dtype's range (scale=1e38 in float32).
 class UndefinedRows {
  public:
-  UndefinedRows(Method method, Index heads)
-      : method_(method),
-        rows_(method == Method::pnp_nystra || method == Method::symmetric_nystrom ? heads : 0, 0) {}
+  UndefinedRows(Method method, Index heads) : method_(method), rows_(heads, 0) {}
 
   /// Counts head `index`'s rows (any thread, the GIL released); a finite head costs one vectorized pass.
   template <class Output>
   void count(Index index, const Output& out) {
-    if (rows_.empty() || all_finite(out)) return;
+    if (all_finite(out)) return;
     rows_[std::size_t(index)] = out.rows() - out.array().isFinite().rowwise().all().count();
   }
 
@@ -108,13 +107,17 @@ class UndefinedRows {
         if (first < 0) first = Index(i);
       }
     if (rows == 0) return;
+    const bool row_sums = method_ == Method::pnp_nystra || method_ == Method::symmetric_nystrom;
     const std::string message = describe(
         "attention: ", to_string(method_), " gave ", rows, " of ", Index(rows_.size()) * rows_per_head,
         " output rows that are not finite, in ", heads, " of ", rows_.size(), " heads (the first: head ",
-        first,
-        " of the flattened leading dimensions): the approximation's row sums, which normalize the output, "
-        "vanish or are not finite there, as when the core's entries underflow or overflow (logits far beyond "
-        "exp's range; an overflowed core has pinv_status 'non-finite'); stabilization='clamped' avoids both");
+        first, " of the flattened leading dimensions): ",
+        row_sums
+            ? "the approximation's row sums, which normalize the output, vanish or are not finite there, "
+              "as when the core's entries underflow or overflow (logits far beyond exp's range; an "
+              "overflowed core has pinv_status 'non-finite'); stabilization='clamped' avoids both"
+            : "the logits or the kernel's row sums overflow or vanish in the arrays' dtype there (a scale "
+              "or kernel parameter far beyond the tokens' range)");
     if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) < 0) throw nb::python_error();
   }
 
@@ -340,7 +343,8 @@ void bind_attention(nb::module_& m) {
           "column-major N×dv blocks. Returns an array [..., N, dv] of q's dtype, or `out` filled. Inference "
           "only: no gradients. Where PnP-Nystra's or symmetric Nyström's row sums Ĝ1 vanish or are not "
           "finite "
-          "(a core that under- or overflowed: logits far beyond exp's range), those rows are NaN and a "
+          "(a core that under- or overflowed: logits far beyond exp's range), or any method's logits leave "
+          "the dtype's range (a scale far beyond the tokens'), those rows are NaN and a "
           "RuntimeWarning counts them. An error in one head of a batch names it: head i (b, h) of the "
           "leading dimensions [..., H], h the index in the last of them and b the flat index over the "
           "others.",

@@ -40,7 +40,15 @@ double stored_norm(Matrix<T> a, const KeywordArguments& arguments) {
   return std::ldexp(spectral_norm(DenseOperator<T>(a), spectral_options(arguments)).values(0), p);
 }
 
-/// The tokens and the factors of one call, the factors in the tokens' precision.
+/// Throws naming `function` and q or k where one holds NaN or Inf; checked before the logits, whose message
+/// would otherwise blame an overflow.
+template <class T>
+void require_finite_tokens(const char* function, const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k) {
+  require_finite(q, describe(function, ": q"));
+  require_finite(k, describe(function, ": k"));
+}
+
+/// The tokens and the factors of one call, the factors in the tokens' precision; the tokens finite.
 template <class T>
 struct FactorInputs {
   MatrixArgument<T> q, k;
@@ -53,6 +61,7 @@ struct FactorInputs {
     const Index d = factors.landmarks.q.cols();
     require(q.cols() == d && k.cols() == d, "the factors' landmarks have d = ", d, ", but q has ", q.cols(),
             " and k has ", k.cols(), " columns");
+    require_finite_tokens(function, q.ref(), k.ref());
     require_representable_kernel<T>(q.ref(), k.ref(), factors.options.kernel, function);
   }
 };
@@ -159,15 +168,16 @@ void bind_spectral(nb::module_& m) {
 
   m.def(
       "top_singular_values",
-      [](const Array& a, Index count, const nb::kwargs& kwargs) {
+      [](const Array& a, nb::handle count, const nb::kwargs& kwargs) {
         const KeywordArguments arguments =
             parse_arguments("top_singular_values", lanczos_keywords | top_keywords, kwargs);
+        const auto k = integer_argument<Index>("top_singular_values", "count", count);
         return with_scalar(precision_of(a, "a"), [&](auto scalar) {
           using T = decltype(scalar);
           return computed([&] {
             const MatrixArgument<T> A(a, "a");
             require_finite(A.ref(), "top_singular_values: a");
-            return top_values("top_singular_values", DenseOperator<T>(A.ref()), count, arguments);
+            return top_values("top_singular_values", DenseOperator<T>(A.ref()), k, arguments);
           });
         });
       },
@@ -189,9 +199,8 @@ void bind_spectral(nb::module_& m) {
           return computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             const Kernel kernel = kernel_of(arguments, Q.cols());
+            require_finite_tokens("kernel_norm", Q.ref(), K.ref());
             require_representable_kernel<T>(Q.ref(), K.ref(), kernel, "kernel_norm");
-            require_finite(Q.ref(), "kernel_norm: q");
-            require_finite(K.ref(), "kernel_norm: k");
             // ‖G‖₂ = e^c‖κ_c(Q, K)‖₂ with the sweep's log-shift c: logits beyond T's range either way
             // (mathematics.md §1), and a σ₁ whose square, in the matrix-free Gram form, would overflow.
             const double c = kernel_log_shift<T>(kernel, Q.ref(), K.ref());
@@ -213,17 +222,19 @@ void bind_spectral(nb::module_& m) {
 
   m.def(
       "kernel_singular_values",
-      [](const Array& q, const Array& k, Index count, const nb::kwargs& kwargs) {
+      [](const Array& q, const Array& k, nb::handle count, const nb::kwargs& kwargs) {
         const KeywordArguments arguments =
             parse_arguments("kernel_singular_values", kernel_values_keywords, kwargs);
+        const auto values = integer_argument<Index>("kernel_singular_values", "count", count);
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
           using T = decltype(scalar);
           return computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             const Kernel kernel = kernel_of(arguments, Q.cols());
+            require_finite_tokens("kernel_singular_values", Q.ref(), K.ref());
             require_representable_kernel<T>(Q.ref(), K.ref(), kernel, "kernel_singular_values");
             const KernelOperator<T, double> g(Q.ref(), K.ref(), kernel, tiling_options(arguments));
-            return top_values("kernel_singular_values", g, count, arguments);
+            return top_values("kernel_singular_values", g, values, arguments);
           });
         });
       },
@@ -244,8 +255,6 @@ void bind_spectral(nb::module_& m) {
           return computed([&] {
             const FactorInputs<T> in("error_norm", q, k, factors);
             const Kernel& kernel = in.factors.options.kernel;
-            require_finite(in.q.ref(), "error_norm: q");
-            require_finite(in.k.ref(), "error_norm: k");
             if (arguments.solver == Solver::matrix_free) {
               const auto norm = [&](const Kernel& shifted) {
                 return matrix_free_error_norm<T>(in.q.ref(), in.k.ref(), in.factors, shifted,
@@ -273,22 +282,22 @@ void bind_spectral(nb::module_& m) {
 
   m.def(
       "error_singular_values",
-      [](const Array& q, const Array& k, const FactorsAny& factors, Index count, const nb::kwargs& kwargs) {
+      [](const Array& q, const Array& k, const FactorsAny& factors, nb::handle count,
+         const nb::kwargs& kwargs) {
         const KeywordArguments arguments =
             parse_arguments("error_singular_values", error_values_keywords, kwargs);
+        const auto values = integer_argument<Index>("error_singular_values", "count", count);
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
           using T = decltype(scalar);
           return computed([&] {
             const FactorInputs<T> in("error_singular_values", q, k, factors);
-            require_finite(in.q.ref(), "error_singular_values: q");
-            require_finite(in.k.ref(), "error_singular_values: k");
             return on_shifted_kernel(in, [&](const Kernel& shifted) {
               const KernelOperator<T, double> g(in.q.ref(), in.k.ref(), shifted, tiling_options(arguments));
               const NystromFactors<double> wide = widened_factors(in.factors, shifted.log_shift);
               const NystromOperator<double> approximation(wide);
               const DifferenceOperator<KernelOperator<T, double>, NystromOperator<double>> error(
                   g, approximation);
-              return top_values("error_singular_values", error, count, arguments);
+              return top_values("error_singular_values", error, values, arguments);
             });
           });
         });
@@ -378,8 +387,9 @@ void bind_spectral(nb::module_& m) {
       "The number of singular values > tol·σ₁ (tol ≤ 0: n·eps for n values).");
   m.def(
       "energy_fraction",
-      [](const Array& values, Index k) {
-        return energy_fraction(double_vector(values, "energy_fraction: singular_values"), k);
+      [](const Array& values, nb::handle k) {
+        return energy_fraction(double_vector(values, "energy_fraction: singular_values"),
+                               integer_argument<Index>("energy_fraction", "k", k));
       },
       "singular_values"_a, "k"_a,
       nb::sig("def energy_fraction(singular_values: numpy.typing.ArrayLike, k: int) -> float"),

@@ -63,9 +63,12 @@ NB_MODULE(_nystrom, m) {
   // library's own parallel regions.
   configure_threads(omp_get_max_threads());
 
-  m.def("set_threads", &configure_threads, "threads"_a,
-        "Sets the number of OpenMP threads the library's computations use (≥ 1), from any Python thread. The "
-        "default is OpenMP's (OMP_NUM_THREADS, else the number of cores).");
+  m.def(
+      "set_threads",
+      [](nb::handle threads) { configure_threads(integer_argument<int>("set_threads", "threads", threads)); },
+      "threads"_a, nb::sig("def set_threads(threads: int) -> None"),
+      "Sets the number of OpenMP threads the library's computations use (≥ 1), from any Python thread. The "
+      "default is OpenMP's (OMP_NUM_THREADS, else the number of cores).");
   m.def("threads", &configured_threads, "The number of OpenMP threads the library's computations use.");
   m.def("blas_core", &nystrom::blas_core,
         "The OpenBLAS kernel set in use (e.g. 'SkylakeX', 'Haswell'); OPENBLAS_CORETYPE chooses it when the "

@@ -5,6 +5,7 @@ with the `nystrom` program on the same inputs is test_module_program.py; the tor
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -1247,3 +1248,190 @@ def test_read_results_returns_the_sweep_as_a_dataframe(tmp_path):
         nystrom.read_results(tmp_path / "text.h5")
     with pytest.raises(ValueError, match="expected 'nystrom-results'"):
         nystrom.read_results(REPOSITORY / "data/minilm-gettysburg.h5")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# adversarial arguments: each case once gave a crash-free but wrong or unhelpful answer
+
+@pytest.mark.parametrize("bad", (np.nan, np.inf))
+def test_spectral_functions_name_non_finite_tokens_before_their_logits(bad):
+    # A NaN or Inf token was blamed on the logits ("largest logit -inf is not finite: the exponents overflow") or
+    # named as the library's X.
+    q, k, _ = qkv(n=16)
+    factors = nystrom.nystrom_factors(q, k, landmarks=4)
+    bad_q = q.copy()
+    bad_q[3, 2] = bad
+    calls = {
+        "landmark_terms": lambda: nystrom.landmark_terms(bad_q, k, factors),
+        "error_norm": lambda: nystrom.error_norm(bad_q, k, factors, solver="matrix-free"),
+        "error_singular_values": lambda: nystrom.error_singular_values(bad_q, k, factors, 2),
+        "kernel_norm": lambda: nystrom.kernel_norm(bad_q, k),
+        "kernel_singular_values": lambda: nystrom.kernel_singular_values(bad_q, k, 2),
+    }
+    for function, call in calls.items():
+        with pytest.raises(ValueError, match=f"^{function}: q contains non-finite values"):
+            call()
+    with pytest.raises(ValueError, match="^kernel_singular_values: k contains non-finite values"):
+        nystrom.kernel_singular_values(k, bad_q, 2)
+
+
+def test_positional_integers_raise_as_keywords_do():
+    # count, k and threads beyond their C++ type raised nanobind's TypeError "incompatible function arguments",
+    # naming neither the argument nor its value.
+    q, k, _ = qkv(n=16)
+    factors = nystrom.nystrom_factors(q, k, landmarks=4)
+    calls = {
+        "top_singular_values(): count": lambda value: nystrom.top_singular_values(q, value),
+        "kernel_singular_values(): count": lambda value: nystrom.kernel_singular_values(q, k, value),
+        "error_singular_values(): count": lambda value: nystrom.error_singular_values(q, k, factors, value),
+        "energy_fraction(): k": lambda value: nystrom.energy_fraction(np.ones(3), value),
+        "set_threads(): threads": lambda value: nystrom.set_threads(value),
+    }
+    threads = nystrom.threads()
+    try:
+        for name, call in calls.items():
+            for value in (2**64, -2**63 - 1):
+                with pytest.raises(ValueError, match=rf"^{re.escape(name)} = {value} is out of range"):
+                    call(value)
+            with pytest.raises(TypeError, match=rf"^{re.escape(name)} = 2.0 is not int"):
+                call(2.0)
+        with pytest.raises(ValueError, match=r"^set_threads\(\): threads = 1099511627776 is out of range"):
+            nystrom.set_threads(2**40)
+        assert nystrom.top_singular_values(q, np.int64(2)).values.shape == (2,)
+        assert nystrom.energy_fraction(np.ones(4), k=2) == 0.5
+        nystrom.set_threads(threads=1)
+        assert nystrom.threads() == 1
+    finally:
+        nystrom.set_threads(threads)
+
+
+def test_torch_tensors_with_the_negative_bit_are_read_with_their_sign():
+    # torch's lazy negation (c.conj().imag) reaches DLPack as the un-negated memory: the result was that of -q.
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.from_numpy(array) for array in qkv(n=16))
+    negated = torch.complex(torch.zeros_like(q), -q).conj().imag  # equals q, stored as -q with the negative bit
+    assert negated.is_neg() and torch.equal(negated, q)
+    for method in ("pnp-nystra", "exact"):
+        np.testing.assert_array_equal(nystrom.attention(negated, k, v, method=method, landmarks=4),
+                                      nystrom.attention(q, k, v, method=method, landmarks=4))
+    assert nystrom.kernel_norm(negated, k) == nystrom.kernel_norm(q, k)
+    out = torch.complex(torch.zeros(16, 6, dtype=torch.float64), torch.zeros(16, 6, dtype=torch.float64)).conj().imag
+    assert out.is_neg()
+    with pytest.raises(ValueError, match="out has torch's negative bit set"):
+        nystrom.attention(q, k, v, landmarks=4, out=out)
+
+
+def test_results_readers_reject_malformed_files_naming_what(tmp_path):
+    # A format_version of text, NaN or no element raised int()'s or numpy's own error naming no file, 2.7 was read as
+    # version 2; a dataset where a group belongs raised AttributeError; a directory was "no such results file".
+    import h5py
+
+    def results_file(name, version=3, **datasets):
+        path = tmp_path / f"{name}.h5"
+        with h5py.File(path, "w") as file:
+            file.attrs["format"] = "nystrom-results"
+            file.attrs["format_version"] = version
+            for key, value in datasets.items():
+                file.create_dataset(key.replace("__", "/"), data=value)
+        return path
+
+    for version in ("abc", np.nan, 2.7, np.zeros(0), np.array([True])):
+        path = results_file("version", version)
+        for read in (nystrom.read_results, nystrom.read_bench, nystrom.read_spectra, nystrom.read_vision):
+            with pytest.raises(ValueError, match=r"version\.h5: unknown format_version"):
+                read(path)
+    assert nystrom.results.attributes(results_file("float_version", 3.0))["format_version"] == 3.0
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        nystrom.read_results(tmp_path)
+    path = results_file("datasets", sweep=[1.0], bench=[1.0], spectra=[1.0], vision=[1.0])
+    for read, name in ((nystrom.read_results, "sweep"), (nystrom.read_bench, "bench"),
+                       (nystrom.read_spectra, "spectra")):
+        with pytest.raises(ValueError, match=f"datasets.h5: /{name} is a Dataset, expected a group"):
+            read(path)
+    with pytest.raises(ValueError, match="/spectra/layer0 is a Dataset, expected a group"):
+        nystrom.read_spectra(results_file("layer", spectra__layer0=[1.0]))
+
+
+@pytest.mark.parametrize("method", ("exact", "performer", "linformer"))
+def test_every_method_warns_of_output_rows_that_are_not_finite(method):
+    # A float32 scale whose logits overflow float32 (or whose own value does) gave NaN outputs without a word for
+    # the methods other than PnP-Nystra and symmetric Nyström.
+    q, k, v = (x[None] for x in qkv(n=16, dtype=np.float32))
+    with pytest.warns(RuntimeWarning, match=rf"attention: {method} gave \d+ of 16 output rows that are not finite, "
+                                            r"in 1 of 1 heads .*overflow or vanish in the arrays' dtype"):
+        out = nystrom.attention(q, k, v, method=method, scale=1e300, landmarks=4)
+    assert not np.isfinite(out).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isfinite(nystrom.attention(q, k, v, method=method, landmarks=4)).all()
+
+
+def test_a_big_endian_out_is_refused_saying_so():
+    # nanobind takes no array of the other byte order: the message said only "not a writable array".
+    q, k, v = qkv(n=16)
+    with pytest.raises(ValueError, match="not a writable array .*big-endian ones are not"):
+        nystrom.attention(q, k, v, landmarks=4, out=np.empty((16, 6), dtype=">f8"))
+
+
+def test_an_n_by_n_result_beyond_the_address_space_raises_memory_error():
+    # 2³¹ float32 tokens (zero pages, never written) give a 2³¹×2³¹ G of 2⁶⁴ bytes: the size wrapped to 0 and the
+    # kernel was written past a 0-byte allocation (a segmentation fault). Run in a child: the fault kills it.
+    script = """
+import numpy as np, nystrom
+try:
+    x = np.zeros((2**31, 1), np.float32, order="F")
+except MemoryError:
+    raise SystemExit(77)
+for function in (nystrom.kernel_matrix, nystrom.attention_matrix):
+    try:
+        function(x, x)
+    except MemoryError as error:
+        print(function.__name__, error)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    if done.returncode == 77:
+        pytest.skip("no address space for 8 GiB of zero pages")
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    for function in ("kernel_matrix", "attention_matrix"):
+        assert f"{function} out of memory: the sizes asked for need more memory" in done.stdout, done.stdout
+
+
+def test_a_window_whose_area_overflows_is_refused():
+    # h·w wrapped around in the library's check (2⁶³−1 × 2⁶³−1 is 1, 3 × 6148914691236517206 is 2): the window
+    # passed for the N-token grid and window-pool read far outside the tokens (a segmentation fault). Run in a
+    # child: the fault kills it.
+    script = """
+import numpy as np, nystrom
+for n, window in ((1, (2**63 - 1, 2**63 - 1)), (2, (3, 6148914691236517206))):
+    q = np.ones((n, 4))
+    for call in (lambda: nystrom.attention(q, q, q, strategy="window-pool", landmarks=1, window=window),
+                 lambda: nystrom.select_landmarks(q, q, strategy="window-pool", landmarks=1, window=window),
+                 lambda: nystrom.evaluate(q, q, q, strategy="window-pool", landmarks=1, window=window)):
+        try:
+            call()
+        except ValueError as error:
+            print(error)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    lines = done.stdout.splitlines()
+    assert len(lines) == 6 and all("h·w overflows 64 bits" in line for line in lines), lines
+    assert lines[0].startswith(f"window = ({2**63 - 1}, {2**63 - 1})"), lines
+
+
+def test_arrays_dlpack_cannot_carry_raise_value_error_naming_them():
+    # Object, text and long-double arrays were refused as "incompatible function arguments" (a TypeError naming no
+    # argument); ragged lists raised numpy's own message, naming none either.
+    q, k, v = qkv(n=16)
+    for bad in (q.astype(object), q.astype(np.longdouble), q.astype(str), q.astype([("a", "f8")])):
+        with pytest.raises(ValueError, match=f"^k has dtype {re.escape(str(bad.dtype))}; expected float32 or float64"):
+            nystrom.attention(q, bad, v, landmarks=4)
+    with pytest.raises(ValueError, match="^v has dtype object"):
+        nystrom.evaluate(q, k, v=v.astype(object), landmarks=4)
+    with pytest.raises(ValueError, match="^bias has dtype object"):
+        nystrom.evaluate(q, k, v, np.zeros((16, 16), dtype=object), landmarks=4)
+    with pytest.raises(ValueError, match="^x has dtype object"):
+        nystrom.nystrom_factors(q, k, landmarks=4).apply(np.ones(16, dtype=object))
+    with pytest.raises(ValueError, match="^singular_values is not an array of numbers: "):
+        nystrom.numerical_rank([[1.0, 2.0], [3.0]])
+    assert nystrom.top_singular_values(q.tolist(), 2).values.shape == (2,)  # nested lists still read as float64
