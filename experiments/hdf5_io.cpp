@@ -130,11 +130,6 @@ Handle open_group(hid_t location, const std::string& path) {
   return Handle(H5Gopen2(location, path.c_str(), H5P_DEFAULT), H5Gclose, "open group " + path);
 }
 
-H5I_type_t object_type(hid_t location, const std::string& path) {
-  const Handle object(H5Oopen(location, path.c_str(), H5P_DEFAULT), H5Oclose, "open object " + path);
-  return H5Iget_type(object.get());
-}
-
 Handle open_dataset(hid_t location, const std::string& path) {
   return Handle(H5Dopen2(location, path.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + path);
 }
@@ -195,6 +190,17 @@ std::string object_path(hid_t object) {
 }
 
 }  // namespace
+
+H5I_type_t object_type(hid_t location, const std::string& path) {
+  if (H5Oexists_by_name(location, path.c_str(), H5P_DEFAULT) <= 0) {
+    const auto where = object_path(location);
+    throw std::invalid_argument(describe(where, where.ends_with('/') ? "" : "/", path,
+                                         ": is a link to nothing (a soft or external link whose target is "
+                                         "missing)"));
+  }
+  const Handle object(H5Oopen(location, path.c_str(), H5P_DEFAULT), H5Oclose, "open object " + path);
+  return H5Iget_type(object.get());
+}
 
 std::string read_string_attribute(hid_t object, const std::string& name) {
   Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "open attribute " + name);
@@ -616,6 +622,7 @@ Matrix<T> block_of(const std::vector<T>& data, Index index, Index rows, Index co
 template <class T>
 std::vector<T> read_score_term(hid_t group, const std::string& path, const DumpLayer& layer,
                                const std::string& name, Index count, const char* axis) {
+  require(object_type(group, name) == H5I_DATASET, where(path, layer.name, name), ": is not a dataset");
   {
     Handle dataset = open_dataset(group, name);
     Handle type(H5Dget_type(dataset.get()), H5Tclose, "H5Dget_type");
@@ -886,6 +893,16 @@ ResultsTable ResultsTable::open(hid_t file, const std::string& group_name, std::
   table.rows_ = rows;
   table.transfer_ = one_cell_transfer();
   return table;
+}
+
+std::string ResultsTable::fixed_size_column() const {
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    Handle space(H5Dget_space(datasets_[c].get()), H5Sclose, "H5Dget_space");
+    hsize_t size = 0, maximum = 0;
+    H5Sget_simple_extent_dims(space.get(), &size, &maximum);
+    if (maximum != H5S_UNLIMITED) return columns_[c].name;
+  }
+  return "";
 }
 
 std::vector<Row> ResultsTable::read_rows() const {

@@ -67,7 +67,9 @@ bool has_link(hid_t location, const std::string& path);
 /// Opens a group or dataset by path; throws std::runtime_error naming it on failure.
 Handle open_group(hid_t location, const std::string& path);
 Handle open_dataset(hid_t location, const std::string& path);
-/// The kind of the object at `path` (H5I_GROUP, H5I_DATASET, …), which must exist.
+/// The kind of the object at `path` (H5I_GROUP, H5I_DATASET, …), whose link must exist; throws
+/// std::invalid_argument naming the file and the link where it leads nowhere (a dangling soft or external
+/// link).
 H5I_type_t object_type(hid_t location, const std::string& path);
 /// Creates a group (and its missing parents).
 Handle create_group(hid_t location, const std::string& path);
@@ -268,13 +270,16 @@ class ResultsTable {
   /// Creates the column datasets in a new group `group` of `file`.
   static ResultsTable create(hid_t file, const std::string& group, std::vector<Column> columns);
   /// Opens an existing table; throws std::invalid_argument naming the file and column when a column is
-  /// missing or has another type. Columns of unequal length (a crash between columns) are cut to the
-  /// shortest.
+  /// missing or has another type. Columns of unequal
+  /// length (a crash between columns) are cut to the shortest.
   static ResultsTable open(hid_t file, const std::string& group, std::vector<Column> columns,
                            const std::string& where);
 
   const std::vector<Column>& columns() const { return columns_; }
   hsize_t rows() const { return rows_; }
+  /// The first column of fixed size, which append cannot extend (a column rewritten by another tool, e.g.
+  /// h5py without maxshape); empty where every column is extendable.
+  std::string fixed_size_column() const;
   /// Every stored row.
   std::vector<Row> read_rows() const;
   /// Appends one row (extends every column by one element). The caller flushes the file.

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 
 #include "nystrom/threads.hpp"
 
@@ -246,9 +247,10 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
 
 std::vector<Index> parse_index_list(const std::string& text, const std::string& option, Index minimum) {
   std::vector<Index> values;
+  std::set<long long> seen;  // the values so far: a long range is checked for repeats in O(log n) a value
   auto add = [&](long long value, const std::string& item) {
     require(value >= minimum, "option --", option, ": ", value, " in '", item, "' must be >= ", minimum);
-    if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(Index(value));
+    if (seen.insert(value).second) values.push_back(Index(value));
   };
   for (const auto& item : split_list(text, option)) {
     const auto first_colon = item.find(':');
@@ -270,8 +272,15 @@ std::vector<Index> parse_index_list(const std::string& text, const std::string& 
     require(kind == 'x' ? step >= 2 : step >= 1, "option --", option, ": range '", item,
             "' needs a factor >= 2 or a step >= 1");
     require(kind == '+' || first > 0, "option --", option, ": geometric range '", item, "' must start > 0");
-    for (long long value = first; value <= last; value = kind == 'x' ? value * step : value + step)
+    // Counted before it is expanded (last - first in unsigned arithmetic: it may exceed long long).
+    const auto count = kind == 'x' ? 0 : (static_cast<unsigned long long>(last) - first) / step + 1;
+    require(count <= max_range_values, "option --", option, ": range '", item, "' has ", count,
+            " values, more than ", max_range_values);
+    // The next value is taken only where it does not pass last, so that it never overflows.
+    for (long long value = first;; value = kind == 'x' ? value * step : value + step) {
       add(value, item);
+      if (kind == 'x' ? value > last / step : last - value < step) break;
+    }
   }
   return values;
 }

@@ -113,10 +113,13 @@ int apply_threads(const po::variables_map& values);
 /// computed twice); throws naming `option` for an empty list or item.
 std::vector<std::string> split_list(const std::string& text, const std::string& option);
 
+/// The most values one arithmetic range of parse_index_list may hold (docs/formats.md §3).
+inline constexpr unsigned long long max_range_values = 1000000;
+
 /// Integers from a list whose items are numbers or ranges `first:last:xF` (geometric, factor F ≥ 2) or
-/// `first:last:+S` (arithmetic, step S ≥ 1), `last` inclusive when reached. Duplicates are dropped, order
-/// kept. Example: "4:64:x2,100" → 4, 8, 16, 32, 64, 100. Throws naming `option` for malformed items or values
-/// < minimum.
+/// `first:last:+S` (arithmetic, step S ≥ 1, at most max_range_values values), `last` inclusive when reached.
+/// Duplicates are dropped, order kept. Example: "4:64:x2,100" → 4, 8, 16, 32, 64, 100. Throws naming `option`
+/// for malformed items, values < minimum or a range of more values.
 std::vector<Index> parse_index_list(const std::string& text, const std::string& option, Index minimum = 1);
 
 /// A byte count: a positive number with an optional suffix K, M, G or T (powers of 1024; "B", "iB" may

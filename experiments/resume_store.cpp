@@ -61,6 +61,15 @@ std::vector<Row> ResumeStore::stored_rows(const std::string& path) const {
   return ResultsTable::open(file.get(), group_, columns_, path).read_rows();
 }
 
+void ResumeStore::require_appendable() const {
+  if (!partial_exists_ && !output_exists_) return;
+  const std::string& path = partial_exists_ ? partial_ : output_;
+  Handle file = open_file(path, false);
+  const auto fixed = ResultsTable::open(file.get(), group_, columns_, path).fixed_size_column();
+  require(fixed.empty(), path, ": /", group_, "/", fixed,
+          ": a column of fixed size, which rows cannot be appended to; choose another --output");
+}
+
 void ResumeStore::open() {
   // Complete under a temporary name, then renamed into place: the partial file is never half-written.
   if (!partial_exists_ && output_exists_) {

@@ -54,6 +54,9 @@ class ResumeStore {
 
   /// Opens the partial file for appending (see the file comment for how it is created).
   void open();
+  /// Throws std::invalid_argument naming the file and the column where the file open() appends to (the
+  /// partial file, else the output) has a column of fixed size (ResultsTable::fixed_size_column).
+  void require_appendable() const;
   /// Appends one row and flushes the file. Where that fails (a full disk) it cuts the file back to the rows
   /// before, if that can still be written, and throws std::runtime_error naming the file.
   void append(const Row& row);

@@ -305,6 +305,7 @@ std::vector<char> pending_points(const SweepSettings& settings, const std::vecto
       pending.push_back(store->done().count(row_key(point_columns(), point_cells(point, {}))) ? 0 : 1);
       any = any || pending.back();
     }
+    if (any) store->require_appendable();
     pending.push_back(any ? 1 : 0);
   });
   broadcast_from_root(pending);

@@ -28,6 +28,15 @@ TEST_CASE("landmark lists: numbers, geometric and arithmetic ranges") {
     CHECK_THROWS_WITH_AS(cli::parse_index_list(bad, "landmarks"), doctest::Contains("--landmarks"),
                          std::invalid_argument);
   }
+  // Ranges reaching the end of long long stop at their last value (they overflowed into negative values).
+  CHECK(cli::parse_index_list("2:9223372036854775807:x2", "landmarks").back() == Index(1) << 62);
+  CHECK(cli::parse_index_list("1:9223372036854775807:+4611686018427387904", "landmarks") ==
+        std::vector<Index>{1, 4611686018427387905});
+  // A range of more than a million values is refused at once (it was expanded, for minutes and gigabytes).
+  CHECK_THROWS_WITH_AS(cli::parse_index_list("0:100000000000:+1", "heads", 0),
+                       "option --heads: range '0:100000000000:+1' has 100000000001 values, more than 1000000",
+                       std::invalid_argument);
+  CHECK(cli::parse_index_list("1:1000000:+1", "landmarks").size() == 1000000);
   CHECK(cli::parse_double_list("4, 0.5,1e-3", "lambda") == std::vector<double>{4, 0.5, 1e-3});
   CHECK_THROWS_AS(cli::parse_double_list("4,nan", "lambda"), std::invalid_argument);
   CHECK_THROWS_AS(cli::parse_double_list("4x", "lambda"), std::invalid_argument);
@@ -527,6 +536,25 @@ TEST_CASE(
            write_tensor(g, "k", {1, 2, 6, 3}, d);
          });
        }},
+      // Links to nothing were "HDF5: open object v failed", exit 1.
+      {"dangling_v", "/layers/00/v: is a link to nothing",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           write_tensor(g, "q", {1, 2, 6, 3}, d);
+           write_tensor(g, "k", {1, 2, 6, 3}, d);
+           REQUIRE(H5Lcreate_soft("/nowhere", g, "v", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+         });
+       }},
+      {"external_layer", "/layers/01: is a link to nothing",
+       [](const std::string& p) {
+         write_bad_dump(p, [](hid_t g, auto& d) {
+           write_tensor(g, "q", {1, 2, 6, 3}, d);
+           write_tensor(g, "k", {1, 2, 6, 3}, d);
+         });
+         cli::Handle file = cli::open_file(p, true);
+         REQUIRE(H5Lcreate_external("missing.h5", "/layers/00", file.get(), "layers/01", H5P_DEFAULT,
+                                    H5P_DEFAULT) >= 0);
+       }},
       {"version", "unknown format_version 2",
        [](const std::string& p) {
          write_bad_dump(
@@ -811,5 +839,38 @@ TEST_CASE("spectrum --reference model refuses a bias row of -inf alone as sweep 
   CHECK(file_bytes(existing) == before);
   CHECK_FALSE(fs::exists(dir / "sweep.h5"));
   CHECK_FALSE(fs::exists(dir / "sweep.h5.partial"));
+  check_no_temporaries(dir);
+}
+
+TEST_CASE("--reference model refuses a bias that is a group and a mask that links to nothing, naming them") {
+  TempDir dir("model_terms");
+  const std::size_t n = 8;
+  std::vector<double> tokens(n * 4);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::sin(double(i));
+  const std::map<std::string, std::function<void(hid_t)>> cases = {
+      {"bias", [](hid_t g) { cli::create_group(g, "bias"); }},
+      {"mask",
+       [](hid_t g) { REQUIRE(H5Lcreate_soft("/nowhere", g, "mask", H5P_DEFAULT, H5P_DEFAULT) >= 0); }},
+  };
+  for (const auto& [name, make] : cases) {
+    CAPTURE(name);
+    const auto input = dir / (name + ".h5");
+    write_bad_dump(input, [&](hid_t g, auto&) {
+      for (const char* tensor : {"q", "k", "v"}) write_tensor(g, tensor, {1, 1, n, 4}, tokens);
+      make(g);
+    });
+    // Was "HDF5: open dataset bias failed", exit 1.
+    for (const std::string command : {"sweep", "spectrum"}) {
+      CAPTURE(command);
+      const auto output = dir / "out.h5";
+      const auto run = run_cli({command, "-i", input, "-o", output, "-m", "2", "--reference", "model", "-q"});
+      CAPTURE(run.err);
+      CHECK(run.status == 2);
+      CHECK(run.err.find(input + ": /layers/00/" + name + ": is ") != std::string::npos);
+      CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
+      CHECK_FALSE(fs::exists(output));
+      CHECK_FALSE(fs::exists(output + ".partial"));
+    }
+  }
   check_no_temporaries(dir);
 }

@@ -1141,6 +1141,38 @@ TEST_CASE("sweep: a point that fails midway removes the partial file of its run,
   CHECK(read_sweep(output + ".partial").rows.size() == 1);
 }
 
+TEST_CASE("sweep: an output with a column of fixed size is refused before it is copied, and left intact") {
+  TempDir dir("fixed_column");
+  const auto input = make_dump(dir);
+  const auto output = dir / "out.h5";
+  const std::vector<std::string> grid = {"--kernel", "exp",        "--strategy",  "step", "--pinv", "exact",
+                                         "--method", "pnp-nystra", "--landmarks", "4",    "-q"};
+  REQUIRE(run_cli(sweep_args(input, output, grid)).status == 0);
+  // A column rewritten by another tool as a contiguous dataset (h5py's default) cannot be extended.
+  {
+    const Table table = read_sweep(output);
+    std::vector<double> values;
+    for (std::size_t r = 0; r < table.rows.size(); ++r) values.push_back(table.number(r, "spectral_error"));
+    cli::Handle file = cli::open_file(output, true);
+    REQUIRE(H5Ldelete(file.get(), "sweep/spectral_error", H5P_DEFAULT) >= 0);
+    cli::write_array(file.get(), "sweep/spectral_error", {values.size()}, values.data());
+  }
+  const auto before = file_bytes(output);
+  // Was "error: HDF5: extend spectral_error failed", exit 1.
+  auto more = grid;
+  more[1] = "exp,laplacian";  // --kernel: new points to append
+  const auto run = run_cli(sweep_args(input, output, more));
+  CAPTURE(run.err);
+  CHECK(run.status == 2);
+  CHECK(run.err.find(output + ": /sweep/spectral_error: a column of fixed size") != std::string::npos);
+  CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
+  CHECK(file_bytes(output) == before);
+  CHECK_FALSE(fs::exists(output + ".partial"));
+  // With nothing to append, the file is read as it is.
+  CHECK(run_cli(sweep_args(input, output, grid)).status == 0);
+  CHECK(file_bytes(output) == before);
+}
+
 TEST_CASE("sweep: a repeated list item is one grid point, not a duplicate row") {
   TempDir dir("repeated_items");
   const auto input = make_dump(dir);
