@@ -143,6 +143,14 @@ TEST_CASE_TEMPLATE("output errors are the relative Frobenius, max and mean absol
     const OutputErrors scaled = output_errors<T>((exact * T(scale)).eval(), (approximate * T(scale)).eval());
     CHECK(scaled.relative_frobenius == doctest::Approx(std::sqrt(5.0) / 5.0));
   }
+  // O = s·I and Ô = −s·I with s near the largest value: O − Ô = 2s·I overflows double (it was NaN), and the
+  // absolute errors are Inf where 2s is.
+  const T s = std::numeric_limits<T>::max() / T(1.5);
+  const Matrix<T> large = Matrix<T>::Identity(2, 2) * s;
+  const OutputErrors opposite = output_errors<T>(large, (-large).eval());
+  CHECK(opposite.relative_frobenius == doctest::Approx(2.0));
+  CHECK(opposite.max_abs == 2 * double(s));
+  CHECK(opposite.mean_abs == doctest::Approx(double(s)));
   Matrix<T> undefined = approximate;
   undefined(1, 0) = std::numeric_limits<T>::quiet_NaN();
   const OutputErrors with_nan = output_errors<T>(exact, undefined);

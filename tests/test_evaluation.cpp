@@ -727,7 +727,12 @@ TEST_CASE("bad heads and options throw naming the value") {
   CHECK(throws_naming([&] { head.validate("h"); }, "3x5"));
   head.window = {4, 4};
   head.prefix_tokens = 4;
-  CHECK_NOTHROW(head.validate("h"));  // 16 grid tokens after 4 prefix tokens
+  CHECK_NOTHROW(head.validate("h"));       // 16 grid tokens after 4 prefix tokens
+  head.window = {3, 6148914691236517211};  // 3 · 6148914691236517211 = 2⁶⁴ + 16 wraps around to 16
+  CHECK(throws_naming([&] { head.validate("h"); }, "3x6148914691236517211"));
+  head.window = {0, 16};  // one side 0 is neither a grid nor no grid
+  CHECK(throws_naming([&] { head.validate("h"); }, "0x16"));
+  head.window = {4, 4};
   head.prefix_tokens = 20;
   CHECK(throws_naming([&] { head.validate("h"); }, "prefix_tokens = 20"));
   head = random_head<double>(20, 4, 2, 17);

@@ -145,6 +145,24 @@ TEST_CASE_TEMPLATE("bad kernel parameters and shapes throw naming the value", T,
   CHECK_NOTHROW(Kernel::exponential(-0.25).validate());  // a negative scale is a valid (if unusual) kernel
 }
 
+TEST_CASE_TEMPLATE(
+    "distance kernels of a parameter so small that 1/λ overflows throw, below that they are exact", T, float,
+    double) {
+  // Coincident tokens have κ = 1 at any λ; with −1/λ = −∞ in T their exponent was 0·(−∞) = NaN.
+  const Matrix<T> X = random_matrix<T>(4, 3, 44);
+  const double tiny = std::is_same_v<T, float> ? 1e-40 : 1e-310,
+               narrow = std::is_same_v<T, float> ? 1e-20 : 1e-160;
+  CHECK(throws_naming([&] { Kernel::laplacian(tiny).block<T>(X, X); }, "-1/lambda"));
+  CHECK(throws_naming([&] { Kernel::gaussian(narrow).block<T>(X, X); }, "-1/(2 h^2)"));
+  // Where the factor is representable, distinct tokens underflow to 0 and coincident ones give 1.
+  const double small = std::is_same_v<T, float> ? 1e-30 : 1e-300;
+  for (const Kernel& kernel : {Kernel::laplacian(small), Kernel::gaussian(std::sqrt(small))}) {
+    CAPTURE(kernel.label());
+    const Matrix<T> g = kernel.block<T>(X, X);
+    CHECK(g == Matrix<T>::Identity(4, 4));
+  }
+}
+
 TEST_CASE_TEMPLATE("a log-shift c evaluates exp(φ − c), the largest exponent and the head's shift", T, float,
                    double) {
   // 600×40 tokens against 500: above detail::parallel_work, so the panels go over the threads.

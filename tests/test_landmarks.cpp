@@ -508,6 +508,9 @@ TEST_CASE("bad landmark options throw naming the value") {
   CHECK(fails(options, "window 4x5 does not hold N - prefix_tokens = 20 - 2 = 18"));
   options.window = {3, 6};
   CHECK_NOTHROW(select_landmarks<double>(Q, K, options));
+  // Sides whose product wraps around to N − prefix_tokens: 3 · 6148914691236517212 = 2⁶⁴ + 18.
+  options.window = {3, 6148914691236517212};
+  CHECK(fails(options, "window 3x6148914691236517212 does not hold"));
   options = options_for(LandmarkStrategy::step, 3);
   options.prefix_tokens = 2;
   options.forced = {5, 9};

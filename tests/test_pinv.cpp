@@ -336,6 +336,32 @@ TEST_CASE_TEMPLATE("the iterations at the ends of the type's range: no overflow,
       throws_naming([] { safe_alpha<double>(Matrix<double>::Constant(2, 2, std::nan(""))); }, "safe_alpha"));
 }
 
+TEST_CASE_TEMPLATE("a pseudoinverse beyond the type's range is non-finite, an exact start is not divergence",
+                   T, float, double) {
+  const bool is_float = std::is_same_v<T, float>;
+  // A = 1e-40·I in float, 1e-310·I in double (subnormal): A⁺ = 1e40·I, 1e310·I overflow T. Every method used
+  // to return an infinite Z as converged or completed.
+  const Matrix<T> tiny = Matrix<T>::Identity(4, 4) * T(is_float ? 1e-40 : 1e-310);
+  PinvOptions exact;
+  for (const PinvOptions& options :
+       {exact, iterative(PinvMethod::razavi, 0, 6), iterative(PinvMethod::newton_schulz, 0, 6)}) {
+    CAPTURE(to_string(options.method));
+    CHECK(pseudoinverse<T>(tiny, options).status == PinvStatus::non_finite);
+  }
+  // A = c·I with c far from 1 (1e-30 in float, 1e-300 in double): Z₀ = αAᵀ is A⁻¹ to rounding, and the
+  // steps' rounding above that start was reported diverged (residual 9e-16 in double).
+  const double c = is_float ? 1e-30 : 1e-300;
+  const Matrix<T> small = Matrix<T>::Identity(4, 4) * T(c);
+  for (const PinvMethod method : {PinvMethod::razavi, PinvMethod::newton_schulz}) {
+    CAPTURE(to_string(method));
+    const PinvResult<T> result = pseudoinverse<T>(small, iterative(method, 0, 6));
+    CHECK(result.status == PinvStatus::completed);
+    CHECK(result.residual() <= 16 * 4 * std::numeric_limits<T>::epsilon());
+    CHECK(relative_difference((result.z.template cast<double>() * c).eval(),
+                              Matrix<double>::Identity(4, 4)) <= 4 * std::numeric_limits<T>::epsilon());
+  }
+}
+
 TEST_CASE_TEMPLATE("the iterations commute with scaling by a power of two, bit for bit", T, float, double) {
   // pinv(2ᵉA) = 2⁻ᵉpinv(A): the steps run on the same scaled matrix, so Z, the residuals and the status agree
   // to the bit, and α scales by 2⁻²ᵉ; with a given α (scaled alike) too.

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "nystrom/error.hpp"
+#include "nystrom/power_of_two.hpp"
 #include "nystrom/threads.hpp"
 
 namespace nystrom {
@@ -117,14 +118,20 @@ OutputErrors output_errors(const ConstMatrixRef<T>& exact, const ConstMatrixRef<
           approximate.rows(), "x", approximate.cols());
   OutputErrors errors;
   if (exact.size() == 0) return errors;
-  const Eigen::ArrayXXd difference = exact.template cast<double>() - approximate.template cast<double>();
+  // Both outputs scaled by one power of two 2⁻ᵖ, exactly, so that their difference cannot overflow (outputs
+  // of ±1e308 in double); the absolute errors are scaled back (Inf where they exceed double).
+  const int p = std::max(largest_exponent(exact.template cast<double>()),
+                         largest_exponent(approximate.template cast<double>()));
+  const Eigen::ArrayXXd scaled_exact = times_power_of_two(exact.template cast<double>(), -p).array();
+  const Eigen::ArrayXXd difference =
+      scaled_exact - times_power_of_two(approximate.template cast<double>(), -p).array();
   // Norms without squaring overflow or underflow (stableNorm), NaN wherever a NaN entry is (max_abs too), and
   // 0 for two zero outputs.
   const double difference_norm = difference.matrix().stableNorm(),
-               exact_norm = exact.template cast<double>().stableNorm();
+               exact_norm = scaled_exact.matrix().stableNorm();
   errors.relative_frobenius = difference_norm == 0 ? 0.0 : difference_norm / exact_norm;
-  errors.max_abs = difference.abs().template maxCoeff<Eigen::PropagateNaN>();
-  errors.mean_abs = difference.abs().mean();
+  errors.max_abs = std::ldexp(difference.abs().template maxCoeff<Eigen::PropagateNaN>(), p);
+  errors.mean_abs = std::ldexp(difference.abs().mean(), p);
   if (std::isnan(errors.max_abs)) errors.relative_frobenius = errors.mean_abs = errors.max_abs;
   return errors;
 }

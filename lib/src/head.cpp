@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "nystrom/error.hpp"
+#include "nystrom/landmarks.hpp"
 
 namespace nystrom {
 
@@ -17,9 +18,8 @@ void Head<T>::validate(const std::string& where) const {
   require(prefix_tokens >= 0 && prefix_tokens < q.rows(), where, ": prefix_tokens = ", prefix_tokens,
           " must lie in [0, N = ", q.rows(), ")");
   const Index grid = q.rows() - prefix_tokens;
-  require(window[0] * window[1] == 0 || (window[0] >= 1 && window[1] >= 1 && window[0] * window[1] == grid),
-          where, ": window ", window[0], "x", window[1], " does not hold the N - prefix_tokens = ", grid,
-          " grid tokens");
+  require((window[0] == 0 && window[1] == 0) || window_holds(window, grid), where, ": window ", window[0],
+          "x", window[1], " does not hold the N - prefix_tokens = ", grid, " grid tokens");
   require_finite(q, where + ": Q");
   require_finite(k, where + ": K");
   require_finite(v, where + ": V");

@@ -311,7 +311,7 @@ void LandmarkOptions::validate(Index n, Index d) const {
               " is not a square; window-pool needs the token grid h x w (LandmarkOptions::window; in a dump, "
               "the layer's `window` attribute)");
     } else {
-      require(window[0] * window[1] == tokens, "landmarks: window ", window[0], "x", window[1],
+      require(window_holds(window, tokens), "landmarks: window ", window[0], "x", window[1],
               " does not hold ", held, " tokens");
     }
   }

@@ -116,7 +116,8 @@ void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result) 
   result.z = (svd.v * inverse.asDiagonal() * svd.u.transpose()).template cast<T>();
   result.residuals.push_back(
       identity_residual(product_in_double(M.template cast<double>().eval(), result.z)));
-  result.status = PinvStatus::converged;
+  // A⁺ beyond T's range (a core of 1e-310 in double): no pseudoinverse to return.
+  result.status = result.z.allFinite() ? PinvStatus::converged : PinvStatus::non_finite;
 }
 
 /// One step of the iteration on M from Z and MZ (the product the residual was measured on, rounded to T):
@@ -176,6 +177,9 @@ PinvIteration<T>::PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& o
   start_ = identity_residual(product_);
   state_.residuals.push_back(start_);
   rounding_ = 16.0 * static_cast<double>(M.rows()) * std::numeric_limits<T>::epsilon() * m_.norm();
+  // The rise above the start that rounding excuses (run): at most the start itself, or the rounding of MZ₀
+  // where the start is that small (Z₀ = αMᵀ is M⁺ to rounding for M = cI).
+  start_allowance_ = std::max(start_, rounding_ * static_cast<double>(state_.z.norm()));
   state_.status = PinvStatus::completed;
   if (!std::isfinite(start_) || !state_.z.allFinite())
     state_.status = PinvStatus::non_finite;
@@ -209,7 +213,7 @@ void PinvIteration<T>::run(int iterations) {
       state_.status = PinvStatus::non_finite;
     else if (options_.tolerance > 0 && residual <= options_.tolerance)
       state_.status = PinvStatus::converged;
-    else if (residual > start_ + std::min(noise, start_) || residual > previous + noise)
+    else if (residual > start_ + std::min(noise, start_allowance_) || residual > previous + noise)
       state_.status = PinvStatus::diverged;
   }
   state_.seconds += detail::seconds_since(start);
@@ -220,6 +224,8 @@ PinvResult<T> PinvIteration<T>::result() const {
   const auto start = detail::Clock::now();
   PinvResult<T> result = state_;
   result.z = times_power_of_two(state_.z, -scale_exponent_);
+  // The iterates are those of M scaled into range; Z itself may lie beyond T's (a core of 1e-310 in double).
+  if (!result.z.allFinite()) result.status = PinvStatus::non_finite;
   finish_tikhonov<T>(a_, options_, result);
   result.seconds += detail::seconds_since(start);
   return result;

@@ -170,12 +170,11 @@ void exponent(const Kernel& kernel, Operand<T> x, int n, Operand<T> y, int p, in
     case KernelType::laplacian:
       // LaplacianFormer Alg. 1: φ = −‖q − k‖₁/λ.
       distance_exponent(x.data, x.strides(), n, y.data, y.strides(), p, d, Distance::l1,
-                        T(-1.0 / kernel.param), out, ldo, out_stride, count, context().stream);
+                        kernel.distance_factor<T>(), out, ldo, out_stride, count, context().stream);
       return;
     case KernelType::gaussian:
       distance_exponent(x.data, x.strides(), n, y.data, y.strides(), p, d, Distance::squared_l2,
-                        T(-0.5 / (kernel.param * kernel.param)), out, ldo, out_stride, count,
-                        context().stream);
+                        kernel.distance_factor<T>(), out, ldo, out_stride, count, context().stream);
       return;
   }
 }

@@ -418,6 +418,9 @@ __global__ void pinv_iterate_kernel(const T* matrices, int m, bool razavi, int i
     status = pinv_converged;
   else {
     double previous = start;
+    // As on the CPU (pinv.cpp): the rise above the start that rounding excuses is at most the start, or the
+    // rounding of MZ₀ where the start is that small.
+    const double start_allowance = fmax(start, rounding * frobenius_or_nan(z, m));
     for (int k = 1; k <= iterations; ++k) {
       if (razavi) {
         // Razavi (Nyströmformer eq. (15), PnP-Nystra §3): Z ← ¼ Z(13I − MZ(15I − MZ(7I − MZ))).
@@ -451,7 +454,7 @@ __global__ void pinv_iterate_kernel(const T* matrices, int m, bool razavi, int i
       // As on the CPU (pinv.cpp): a Z grown so large that its products' rounding reaches the start excuses
       // no rise above it.
       const double noise = rounding * z_norm;
-      if (residual > start + fmin(noise, start) || residual > previous + noise) {
+      if (residual > start + fmin(noise, start_allowance) || residual > previous + noise) {
         status = pinv_diverged;
         break;
       }

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <type_traits>
@@ -61,6 +62,12 @@ struct Kernel {
   /// Throws std::invalid_argument naming the value unless the parameter is valid, X (n×d) and Y (p×e) share
   /// d = e, and the output block is n×p.
   void require_block(Index n, Index p, Index d, Index e, Index out_rows, Index out_cols) const;
+
+  /// The factor f of a distance kernel's exponent φ = f·dist in T: −1/λ of the L1 distance (laplacian),
+  /// −1/(2h²) of the squared L2 distance (gaussian). Throws std::invalid_argument naming the parameter where
+  /// f overflows T: coincident tokens would get 0·(−∞) = NaN instead of κ = 1.
+  template <class T>
+  T distance_factor() const;
 
   /// out(i, j) = φ(X_i, Y_j) for the rows of X (n×d) and Y (p×d), without the log-shift; out must be n×p.
   /// O(n·p·d).
@@ -166,6 +173,18 @@ void distance_exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, M
 }  // namespace detail
 
 template <class T>
+T Kernel::distance_factor() const {
+  const bool l1 = type == KernelType::laplacian;
+  const double factor = l1 ? -1.0 / param : -0.5 / param / param;
+  // Named without Kernel's operator<< (the CUDA backend module instantiates this too).
+  require(std::abs(factor) <= double(std::numeric_limits<T>::max()),
+          l1 ? "kernel laplacian: lambda = " : "kernel gaussian: h = ", param, ": the exponent's factor ",
+          l1 ? "-1/lambda" : "-1/(2 h^2)", " = ", factor, " overflows ", sizeof(T) == 4 ? "float" : "double",
+          " (the kernel of any two distinct tokens underflows to 0)");
+  return T(factor);
+}
+
+template <class T>
 void Kernel::exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, MatrixRef<T> out) const {
   require_block(X.rows(), Y.rows(), X.cols(), Y.cols(), out.rows(), out.cols());
   if (type == KernelType::exponential) {
@@ -173,7 +192,7 @@ void Kernel::exponent(const ConstMatrixRef<T>& X, const ConstMatrixRef<T>& Y, Ma
     return;
   }
   const bool l1 = type == KernelType::laplacian;
-  const T factor = l1 ? T(-1.0 / param) : T(-0.5 / (param * param));
+  const T factor = distance_factor<T>();
   const auto fill = [&](const ConstMatrixRef<T>& rows, const ConstMatrixRef<T>& columns, MatrixRef<T> block) {
     if (l1)
       detail::distance_exponent<T, true>(rows, columns, block, factor);

@@ -55,6 +55,12 @@ std::string to_string(WindowGrid grid);
 WindowGrid window_grid_from_string(const std::string& name);
 
 /// Options for select_landmarks.
+/// Whether an h×w token grid (h, w ≥ 1) holds exactly `tokens` tokens, decided without forming h·w, which
+/// wraps around for sides near 2⁶³.
+inline bool window_holds(const std::array<Index, 2>& window, Index tokens) {
+  return window[0] >= 1 && window[1] >= 1 && tokens % window[0] == 0 && tokens / window[0] == window[1];
+}
+
 struct LandmarkOptions {
   LandmarkStrategy strategy = LandmarkStrategy::segment_means;
   Index count = 16;        ///< m, the number of landmarks (1 ≤ m ≤ N)

@@ -141,6 +141,8 @@ class PinvIteration {
   Matrix<double> m_;        ///< M' in double
   Matrix<double> product_;  ///< M'Z'_k = M Z_k in double: the residual's and the next step's
   double start_ = 0;        ///< ‖I − MZ₀‖_F
+  double start_allowance_ =
+      0;                 ///< the largest rise above start_ rounding excuses: max(start_, rounding of MZ₀)
   double rounding_ = 0;  ///< 16·m·eps·‖M'‖_F: the divergence test's rounding allowance per ‖Z'‖_F
   PinvResult<T> state_;  ///< Z'_k, the residuals, α, k and the status (completed while it may go on)
 };
