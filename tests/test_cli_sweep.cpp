@@ -872,6 +872,40 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("sweep: an approximation whose Ĝ overflows where its factors do not is a row, not an abort") {
+  // Logits near 700 (--scale 53.14 on Gaussian tokens) and Razavi's 6 steps on symmetric Nyström's m = 4
+  // core: every factor is finite, E_c = G_c − Ĝ_c has entries near 1e206 and its Gram products overflowed, so
+  // the sweep stopped with exit 2 on a valid input, dense and matrix-free. Now the stored E is scaled by a
+  // power of two (‖E‖₂ = Inf beyond double, the relative error finite) and the matrix-free row is NaN.
+  TempDir dir("overflowing");
+  const auto input = dir / "x.h5";
+  REQUIRE(run_cli({"synth", "-o", input, "--layers", "1", "--heads", "2", "--tokens", "40", "--dim", "6",
+                   "--value-dim", "5", "-q"})
+              .status == 0);
+  const std::vector<std::string> point = {"--scale",    "53.144904992293334",
+                                          "--kernel",   "exp",
+                                          "--method",   "symmetric-nystrom",
+                                          "-m",         "4",
+                                          "--pinv",     "razavi",
+                                          "--strategy", "step",
+                                          "--heads",    "1",
+                                          "-q"};
+  auto free_args = sweep_args(input, dir / "free.h5", point);
+  free_args.insert(free_args.end(), {"--memory", "1"});
+  REQUIRE(run_cli(sweep_args(input, dir / "dense.h5", point)).status == 0);
+  REQUIRE(run_cli(free_args).status == 0);
+  const Table dense = read_sweep(dir / "dense.h5"), lean = read_sweep(dir / "free.h5");
+  REQUIRE(dense.rows.size() == 3);
+  for (std::size_t r = 0; r < dense.rows.size(); ++r) {
+    CAPTURE(r);
+    CHECK(dense.number(r, "relative_spectral_error") > 1e100);
+    CHECK(std::isfinite(dense.number(r, "relative_spectral_error")));
+    CHECK(std::isinf(dense.number(r, "spectral_error")));  // e^700 · 1e206 exceeds double
+    CHECK(std::isnan(lean.number(r, "spectral_error")));
+    CHECK(lean.number(r, "output_relative_error") == dense.number(r, "output_relative_error"));
+  }
+}
+
 TEST_CASE("sweep and spectrum --device cuda: exit 2 and no file where no CUDA device is usable") {
   TempDir dir("device");
   const auto input = make_dump(dir);

@@ -457,7 +457,8 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
     if (!detail::finite_factors(factors))
       errors = {};
     else if (reference.matrix_free)
-      errors = detail::matrix_free_kernel_errors(head_, factors, options_);
+      errors = detail::unless_overflowing(
+          [&] { return detail::matrix_free_kernel_errors(head_, factors, options_); });
     else
       errors = detail::stored_errors<T>(reference.g - factors.dense(), options_);
     point.spectral_error = errors.spectral;
@@ -512,7 +513,9 @@ PointResult HeadEvaluator<T>::attention_point(Method method, const Approximation
   if (!detail::finite_factors(implied))
     errors = {};
   else if (reference.matrix_free)
-    errors = detail::matrix_free_attention_errors(head_, shifted, attention.row_sums, implied, options_);
+    errors = detail::unless_overflowing([&] {
+      return detail::matrix_free_attention_errors(head_, shifted, attention.row_sums, implied, options_);
+    });
   else
     errors = detail::stored_errors<T>(attention.s - implied.dense(), options_);
   point.spectral_error = errors.spectral;

@@ -14,6 +14,7 @@
 #include "nystrom/factored_operator.hpp"
 #include "nystrom/nystrom.hpp"
 #include "nystrom/operators.hpp"
+#include "nystrom/power_of_two.hpp"
 #include "nystrom/spectral.hpp"
 
 namespace nystrom::detail {
@@ -24,6 +25,16 @@ struct MatrixErrors {
   double frobenius = std::numeric_limits<double>::quiet_NaN();
 };
 
+/// 2ᵖ·norm(2⁻ᵖA) for a norm of degree 1 of a stored A whose entries lie beyond a quarter of T's exponent
+/// range (2ᵖ ≤ max|aᵢⱼ| < 2ᵖ⁺¹), where the squares in its Gram products or sums would overflow or underflow;
+/// norm(A) itself otherwise, without a copy. Exact: the scaling is by a power of two.
+template <class T, class Norm>
+double scaled_norm(const Matrix<T>& a, const Norm& norm) {
+  const int p = largest_exponent(a);
+  if (std::abs(p) <= std::numeric_limits<T>::max_exponent / 4) return norm(a);
+  return std::ldexp(norm(Matrix<T>(times_power_of_two(a, -p))), p);
+}
+
 /// ‖A‖₂ of a stored matrix: Lanczos on the stored matrix (one-pass Gram products, σ₁² to options.spectral's
 /// relative tolerance), and where it does not converge the full SVD up to options.dense_svd_limit; NaN for a
 /// matrix with NaN or ±Inf entries. Only σ₁ is needed: at N = 256 Lanczos took a third of the full SVD's time
@@ -31,19 +42,34 @@ struct MatrixErrors {
 template <class T>
 double stored_norm(const Matrix<T>& a, const EvaluationOptions& options) {
   if (!all_finite(a)) return std::numeric_limits<double>::quiet_NaN();
-  const SpectralResult lanczos = spectral_norm(DenseOperator<T>(a), options.spectral);
-  if (!lanczos.converged && std::max(a.rows(), a.cols()) <= options.dense_svd_limit)
-    return singular_values<T>(a)(0);
-  return lanczos.values(0);
+  return scaled_norm(a, [&](const Matrix<T>& x) {
+    const SpectralResult lanczos = spectral_norm(DenseOperator<T>(x), options.spectral);
+    if (!lanczos.converged && std::max(x.rows(), x.cols()) <= options.dense_svd_limit)
+      return singular_values<T>(x)(0);
+    return lanczos.values(0);
+  });
 }
 
 /// ‖E‖₂ and ‖E‖_F of a stored error matrix.
 template <class T>
 MatrixErrors stored_errors(const Matrix<T>& error, const EvaluationOptions& options) {
+  if (!all_finite(error)) return {};  // an approximation that overflows although its factors do not
   MatrixErrors errors;
   errors.spectral = stored_norm(error, options);
-  if (all_finite(error)) errors.frobenius = frobenius_norm<T>(error);
+  errors.frobenius = scaled_norm(error, [](const Matrix<T>& x) { return frobenius_norm<T>(x); });
   return errors;
+}
+
+/// The errors `compute()` gives of a matrix-free error operator, or NaN where one of its products is not
+/// finite: an approximation that overflows although every factor is finite (C Z Cᵀ of a huge Z), as
+/// stored_errors gives for a stored one.
+template <class Compute>
+MatrixErrors unless_overflowing(const Compute& compute) {
+  try {
+    return compute();
+  } catch (const NonFiniteProduct&) {
+    return {};
+  }
 }
 
 /// ‖A − B‖_F for N×N matrices given by their row panels, `exact(first, count)` and `approximate(first,

@@ -5,6 +5,8 @@
 /// singular values matter), with a dense SVD path for small sizes; numerical rank, normalized decay and
 /// energy fractions of a spectrum.
 
+#include <stdexcept>
+
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -17,6 +19,12 @@ struct SpectralOptions {
   /// Throws std::invalid_argument naming the bad value (subspace < 0, max_restarts < 1, tolerance ≤ 0 or not
   /// finite).
   void validate() const;
+};
+
+/// What the Lanczos solvers throw where a product of the operator is not finite (an entry overflows or is
+/// NaN): an std::invalid_argument, its own type for callers that record such an operator's norm as NaN.
+struct NonFiniteProduct : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
 };
 
 /// A Lanczos result with its cost.

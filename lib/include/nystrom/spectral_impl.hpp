@@ -194,8 +194,10 @@ class AugmentedOperator {
 /// an overflowed or NaN entry, which Lanczos would turn into NaN values or a failed tridiagonal solve.
 template <class Derived>
 void require_finite_product(const Eigen::MatrixBase<Derived>& y, Index n) {
-  require(all_finite(y), "Lanczos: a product of the ", n, "x", n,
-          " operator is not finite (an entry of the operator overflows or is NaN)");
+  if (!all_finite(y))
+    throw NonFiniteProduct(
+        describe("Lanczos: a product of the ", n, "x", n,
+                 " operator is not finite (an entry of the operator overflows or is NaN)"));
 }
 
 /// An operator of rank ≤ 1 as Spectra's start reveals it: the eigenvalue λ (0 for the zero operator) and a
