@@ -61,6 +61,19 @@ std::vector<std::string> sweep_args(const std::string& input, const std::string&
   return args;
 }
 
+/// The tables of two sweeps of `point` on `input`: dense (dir/dense.h5) and matrix-free (dir/free.h5, with
+/// `matrix_free`), each required to exit 0.
+std::pair<Table, Table> dense_and_matrix_free(const TempDir& dir, const std::string& input,
+                                              const std::vector<std::string>& point,
+                                              const std::vector<std::string>& matrix_free = {
+                                                  "--matrix-free"}) {
+  auto free_args = sweep_args(input, dir / "free.h5", point);
+  free_args.insert(free_args.end(), matrix_free.begin(), matrix_free.end());
+  REQUIRE(run_cli(sweep_args(input, dir / "dense.h5", point)).status == 0);
+  REQUIRE(run_cli(free_args).status == 0);
+  return {read_sweep(dir / "dense.h5"), read_sweep(dir / "free.h5")};
+}
+
 double largest_singular_value(const Matrix<double>& a) {
   return Eigen::JacobiSVD<Matrix<double>>(a).singularValues()(0);
 }
@@ -852,13 +865,10 @@ TEST_CASE(
   const std::vector<std::string> point = {
       "--layers",      "01", "--kernel", "exp",    "--method", "pnp-nystra", "--strategy",
       "segment-means", "-m", "8",        "--pinv", "exact",    "-q"};
-  auto free_args = sweep_args(input, dir / "free.h5", point);
-  free_args.push_back("--matrix-free");
-  REQUIRE(run_cli(sweep_args(input, dir / "dense.h5", point)).status == 0);
-  REQUIRE(run_cli(free_args).status == 0);
-  for (const char* name : {"dense.h5", "free.h5"}) {
-    CAPTURE(name);
-    const Table table = read_sweep(dir / name);
+  const auto [dense, free] = dense_and_matrix_free(dir, input, point);
+  for (const Table* path : {&dense, &free}) {
+    CAPTURE(path == &free);
+    const Table& table = *path;
     REQUIRE(table.rows.size() == 1);
     const double sigma1 = table.number(0, "sigma1_ext"), margin = table.number(0, "sigma_m1_margin");
     CHECK(table.number(0, "spectral_error") > 0.5 * sigma1);
@@ -890,11 +900,7 @@ TEST_CASE("sweep: an approximation whose Ĝ overflows where its factors do not i
                                           "--strategy", "step",
                                           "--heads",    "1",
                                           "-q"};
-  auto free_args = sweep_args(input, dir / "free.h5", point);
-  free_args.insert(free_args.end(), {"--memory", "1"});
-  REQUIRE(run_cli(sweep_args(input, dir / "dense.h5", point)).status == 0);
-  REQUIRE(run_cli(free_args).status == 0);
-  const Table dense = read_sweep(dir / "dense.h5"), lean = read_sweep(dir / "free.h5");
+  const auto [dense, lean] = dense_and_matrix_free(dir, input, point, {"--memory", "1"});
   REQUIRE(dense.rows.size() == 3);
   for (std::size_t r = 0; r < dense.rows.size(); ++r) {
     CAPTURE(r);
