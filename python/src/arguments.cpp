@@ -77,11 +77,6 @@ const Keyword keywords[] = {
      "window-pool: the h×w token grid, h·w = N (None: a square grid)",
      [](KeywordArguments& a, nb::handle v) {
        a.window = v.is_none() ? std::array<Index, 2>{} : nb::cast<std::array<Index, 2>>(v);
-       // h·w is compared with N: a product that wraps around (2⁶³−1 × 2⁶³−1 is 1) passed for a grid and
-       // pooled far outside the tokens.
-       Index tokens = 0;
-       require(!__builtin_mul_overflow(a.window[0], a.window[1], &tokens), "window = (", a.window[0], ", ",
-               a.window[1], "): h·w overflows 64 bits; a window holds h·w = N tokens");
      }},
     {"window_grid", landmark_keywords, "str", "'aspect'",
      "window-pool: the pooling grid, aspect (the factorization of m closest to the window's aspect) or square "
