@@ -577,8 +577,7 @@ void validate(const BenchSettings& settings) {
   require(settings.landmarks >= 1 && settings.features >= 1 && settings.projected >= 1,
           "options --landmarks = ", settings.landmarks, ", --features = ", settings.features,
           ", --projected = ", settings.projected, " must be >= 1");
-  require(settings.min_seconds >= 0 && std::isfinite(settings.min_seconds),
-          "option --min-seconds = ", settings.min_seconds, " must be a finite number >= 0");
+  require(settings.min_seconds >= 0, "option --min-seconds = ", settings.min_seconds, " must be >= 0");
   require(settings.gemm_size >= 0, "option --gemm-n = ", settings.gemm_size, " must be >= 0");
   if (settings.device == Device::cuda) {
     std::vector<std::string> cpu_only;
@@ -676,7 +675,7 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
      "batches BxHxNxd (dv = d), comma-separated, e.g. 64x6x1024x64,16x8x4096x64: exact attention and every "
      "--method on the whole batch through BatchedAttentionPlan on --device, per precision and thread count "
      "(/bench_batch); default: none")
-    ("min-seconds", po::value(&settings.min_seconds)->default_value(settings.min_seconds, "0.2"),
+    ("min-seconds", real_value(settings.min_seconds),
      "time each point for at least this long (minimum over repeats is reported)")
     ("steps", po::value(&settings.steps)->default_value(settings.steps),
      "time PnP-Nystra Algorithm 1 step by step (CPU only)")
@@ -694,6 +693,7 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
 void complete_settings(const po::variables_map& values, const BenchOptionTexts& texts,
                        BenchSettings& settings) {
   settings.device = parse_device(values);
+  settings.min_seconds = real_option(values, "min-seconds");
   if (!texts.batch_shapes.empty()) settings.batch_shapes = parse_batch_shapes(texts.batch_shapes);
   if (texts.batch_shapes.empty() || !values["n"].defaulted())
     settings.sizes = parse_index_list(texts.sizes, "n");

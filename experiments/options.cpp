@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <set>
+#include <sstream>
+#include <string_view>
 
 #include "nystrom/threads.hpp"
 
@@ -285,18 +288,57 @@ std::vector<Index> parse_index_list(const std::string& text, const std::string& 
   return values;
 }
 
+namespace {
+
+/// What keeps `text` from being a real number for parse_real (empty where nothing does), its value in
+/// `value`.
+std::string real_number_problem(const std::string& untrimmed, double& value) {
+  const std::string text = trim(untrimmed);
+  const std::string_view digits = text.starts_with('+') ? std::string_view(text).substr(1) : text;
+  const auto* end = digits.data() + digits.size();
+  const auto [ptr, ec] = std::from_chars(digits.data(), end, value, std::chars_format::general);
+  if (ec == std::errc::result_out_of_range)
+    return describe("lies beyond double's range (magnitudes ", std::numeric_limits<double>::denorm_min(),
+                    " to ", std::numeric_limits<double>::max(), ", or 0)");
+  if (ec != std::errc() || ptr != end || digits.empty() || text.starts_with("+-"))
+    return "is not a decimal number";
+  return std::isfinite(value) ? "" : "is not a finite number";
+}
+
+}  // namespace
+
+double parse_real(const std::string& text, const std::string& option) {
+  double value = 0;
+  const std::string problem = real_number_problem(text, value);
+  require(problem.empty(), "option --", option, ": '", text, "' ", problem);
+  return value;
+}
+
+void validate(boost::any& value, const std::vector<std::string>& texts, RealNumber*, int) {
+  po::validators::check_first_occurrence(value);
+  const std::string& text = po::validators::get_single_string(texts);
+  double real = 0;
+  const std::string problem = real_number_problem(text, real);
+  // Boost fills in the option's name where it catches this.
+  if (!problem.empty())
+    throw po::error_with_option_name("option %canonical_option%: '" + text + "' " + problem);
+  value = RealNumber{real};
+}
+
+po::typed_value<RealNumber>* real_value(double default_value) {
+  std::ostringstream text;
+  text << default_value;
+  return po::value<RealNumber>()->default_value(RealNumber{default_value}, text.str());
+}
+
+double real_option(const po::variables_map& values, const std::string& name) {
+  return values[name].as<RealNumber>().value;
+}
+
 std::vector<double> parse_double_list(const std::string& text, const std::string& option) {
   std::vector<double> values;
   for (const auto& item : split_list(text, option)) {
-    std::size_t used = 0;
-    double value = 0;
-    try {
-      value = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    require(used == item.size() && std::isfinite(value), "option --", option, ": '", item,
-            "' is not a finite number");
+    const double value = parse_real(item, option);
     if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
   }
   return values;

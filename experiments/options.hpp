@@ -50,6 +50,22 @@ struct Seed {
 /// config file, the line.
 void validate(boost::any& value, const std::vector<std::string>& texts, Seed*, int);
 
+/// A real-valued option as Boost.Program_options reads it, through parse_real (Boost's own reading took
+/// hexadecimal for some options and not others, and read 1e-400 silently as 0).
+struct RealNumber {
+  double value = 0;
+};
+
+/// Boost.Program_options' parser of RealNumber (found by argument-dependent lookup): the message of
+/// parse_real, naming the option and, in a config file, the line.
+void validate(boost::any& value, const std::vector<std::string>& texts, RealNumber*, int);
+
+/// A real-valued option's semantic with its default, for options_description::add_options.
+po::typed_value<RealNumber>* real_value(double default_value);
+
+/// The value of the real-valued option `name` (declared with real_value).
+double real_option(const po::variables_map& values, const std::string& name);
+
 /// Adds `alias` as a deprecated spelling of the string option `name` (so listed in --help); read both with
 /// option_text.
 void add_deprecated_alias(po::options_description& options, const std::string& alias,
@@ -126,8 +142,12 @@ std::vector<Index> parse_index_list(const std::string& text, const std::string& 
 /// follow), e.g. "512M", "2G", "1.5e9". Throws naming `option` and the text otherwise.
 double parse_bytes(const std::string& text, const std::string& option);
 
-/// Finite doubles from a comma-separated list, repeated values dropped (order kept); throws naming `option`
-/// for a malformed or non-finite item.
+/// One finite decimal number within double's range, e.g. "4", " +0.5", "1e-3", "4.9e-324" (subnormal, kept);
+/// throws naming `option` for hexadecimal, trailing characters, Inf, NaN, or a number beyond double's range
+/// (1e400 would be Inf; 1e-400 would read as 0).
+double parse_real(const std::string& text, const std::string& option);
+
+/// parse_real over a comma-separated list, repeated values dropped (order kept).
 std::vector<double> parse_double_list(const std::string& text, const std::string& option);
 
 /// Kernel{type, param} after Kernel::validate, a bad parameter named as option --`option`.

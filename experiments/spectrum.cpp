@@ -231,15 +231,14 @@ po::options_description spectrum_options() {
       "results file with /spectra/<layer>/ (written atomically)")(
       "layers", po::value<std::string>()->default_value(""), "layer names, comma-separated (default: all)")(
       "kernel", po::value<std::string>()->default_value("exp"), "exp, laplacian or gaussian")(
-      "scale", po::value<double>()->default_value(0), "exp: scale s (0: the layer's scale attribute)")(
-      "lambda", po::value<double>()->default_value(4), "laplacian: lambda (> 0)")(
-      "bandwidth", po::value<double>()->default_value(8), "gaussian: bandwidth h (> 0)")(
+      "scale", real_value(0), "exp: scale s (0: the layer's scale attribute)")(
+      "lambda", real_value(4), "laplacian: lambda (> 0)")("bandwidth", real_value(8),
+                                                          "gaussian: bandwidth h (> 0)")(
       "strategy", po::value<std::string>()->default_value("segment-means"), "landmark strategy for G~")(
       "landmarks,m", po::value<Index>()->default_value(16),
       "landmark count m for G~ (default: 16, at most each layer's N)")(
       "top,k", po::value<Index>()->default_value(50), "number of singular values kept (capped at N)")(
-      "rank-tol", po::value<double>()->default_value(1e-6),
-      "numerical rank: singular values > tol * sigma_1");
+      "rank-tol", real_value(1e-6), "numerical rank: singular values > tol * sigma_1");
   add_memory_option(options, "the matrix-free path is taken (attribute path)");
   add_device_option(options, "kernel blocks and Lanczos products on the GPU");
   add_reference_option(options);
@@ -258,19 +257,19 @@ SpectrumSettings parse_settings(const po::variables_map& values) {
       parse_enum<KernelType>(values["kernel"].as<std::string>(), "kernel", kernel_type_from_string);
   // --lambda and --bandwidth are checked whichever kernel --kernel names: a bad value is bad input either
   // way.
-  const Kernel laplacian = kernel_option(KernelType::laplacian, values["lambda"].as<double>(), "lambda");
-  const Kernel gaussian = kernel_option(KernelType::gaussian, values["bandwidth"].as<double>(), "bandwidth");
+  const Kernel laplacian = kernel_option(KernelType::laplacian, real_option(values, "lambda"), "lambda");
+  const Kernel gaussian = kernel_option(KernelType::gaussian, real_option(values, "bandwidth"), "bandwidth");
   settings.kernel = type == KernelType::laplacian ? laplacian
                     : type == KernelType::gaussian
                         ? gaussian
-                        : kernel_option(type, values["scale"].as<double>(), "scale");
+                        : kernel_option(type, real_option(values, "scale"), "scale");
   settings.landmarks.strategy =
       parse_enum<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy", command_line_strategy);
   settings.landmarks.count = values["landmarks"].as<Index>();
   settings.landmarks_given = !values["landmarks"].defaulted();
   settings.landmarks.seed = seed_option(values);
   settings.top = values["top"].as<Index>();
-  settings.rank_tol = values["rank-tol"].as<double>();
+  settings.rank_tol = real_option(values, "rank-tol");
   settings.evaluation.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
   settings.evaluation.device = parse_device(values);
   settings.model_reference = parse_model_reference(values);

@@ -97,7 +97,7 @@ po::options_description sweep_options() {
       "heads", po::value<std::string>()->default_value(""),
       "head indices, list or range, e.g. 0:3:+1 (default: all)")(
       "kernel", po::value<std::string>()->default_value("exp,laplacian"),
-      "kernels: exp, laplacian, gaussian")("scale", po::value<double>()->default_value(0),
+      "kernels: exp, laplacian, gaussian")("scale", real_value(0),
                                            "exp: scale s (0: the layer's scale attribute, else 1/sqrt(d))")(
       "lambda", po::value<std::string>()->default_value("4"), "laplacian: lambda values (> 0)")(
       "bandwidth", po::value<std::string>()->default_value("8"), "gaussian: bandwidths h (> 0)");
@@ -144,7 +144,7 @@ po::options_description sweep_options() {
 /// The kernels of --kernel with their parameter lists. --lambda and --bandwidth are checked whether or not
 /// --kernel names their kernel: a bad value is bad input either way.
 std::vector<Kernel> parse_kernels(const po::variables_map& values) {
-  const Kernel exponential = kernel_option(KernelType::exponential, values["scale"].as<double>(), "scale");
+  const Kernel exponential = kernel_option(KernelType::exponential, real_option(values, "scale"), "scale");
   const auto parameter_kernels = [&](KernelType type, const char* option) {
     std::vector<Kernel> kernels;
     for (double param : parse_double_list(values[option].as<std::string>(), option))

@@ -293,7 +293,7 @@ int run_synth(const Invocation& invocation) {
       "dim,d", po::value<Index>()->default_value(64), "d, query/key dimension")(
       "value-dim", po::value<Index>()->default_value(64), "dv, value dimension (0: no v)")(
       "rank", po::value<Index>()->default_value(8), "low-rank: rank of Q and K")(
-      "noise", po::value<double>()->default_value(0.01), "low-rank, window: Gaussian noise level")(
+      "noise", real_value(0.01), "low-rank, window: Gaussian noise level")(
       "dof", po::value<int>()->default_value(3), "heavy-tailed: Student-t degrees of freedom")(
       "blocks", po::value<Index>()->default_value(8), "block-constant: number of constant token blocks")(
       "window", po::value<std::string>()->default_value(""), "window: token grid HxW (default: square)")(
@@ -314,7 +314,7 @@ int run_synth(const Invocation& invocation) {
   spec.dim = values["dim"].as<Index>();
   spec.value_dim = values["value-dim"].as<Index>();
   spec.rank = values["rank"].as<Index>();
-  spec.noise = values["noise"].as<double>();
+  spec.noise = real_option(values, "noise");
   spec.dof = values["dof"].as<int>();
   spec.blocks = values["blocks"].as<Index>();
   spec.seed = seed_option(values);

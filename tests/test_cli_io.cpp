@@ -5,7 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "cli_test_support.hpp"
@@ -37,9 +39,53 @@ TEST_CASE("landmark lists: numbers, geometric and arithmetic ranges") {
                        "option --heads: range '0:100000000000:+1' has 100000000001 values, more than 1000000",
                        std::invalid_argument);
   CHECK(cli::parse_index_list("1:1000000:+1", "landmarks").size() == 1000000);
-  CHECK(cli::parse_double_list("4, 0.5,1e-3", "lambda") == std::vector<double>{4, 0.5, 1e-3});
-  CHECK_THROWS_AS(cli::parse_double_list("4,nan", "lambda"), std::invalid_argument);
-  CHECK_THROWS_AS(cli::parse_double_list("4x", "lambda"), std::invalid_argument);
+}
+
+TEST_CASE("real numbers: one decimal reading for every option, double's whole range, nothing beyond it") {
+  CHECK(cli::parse_double_list("4, 0.5,1e-3,+2,4", "lambda") == std::vector<double>{4, 0.5, 1e-3, 2});
+  // Subnormal values are numbers: the kernel, not the reader, decides whether its parameter is usable.
+  CHECK(cli::parse_real("4.9e-324", "scale") == std::numeric_limits<double>::denorm_min());
+  CHECK(cli::parse_real("-0", "scale") == 0);
+  CHECK(cli::parse_real(" 3 ", "scale") == 3);
+  const std::map<std::string, std::string> refused{
+      {"nan", "is not a finite number"},
+      {"-inf", "is not a finite number"},
+      {"1e-400", "lies beyond double's range"},  // read as 0 before, which means "the layer's scale"
+      {"-1e999", "lies beyond double's range"},
+      {"0x10", "is not a decimal number"},  // hexadecimal was taken by some options and not by others
+      {"4x", "is not a decimal number"},
+      {"+-3", "is not a decimal number"},
+      {"+", "is not a decimal number"},
+      {"3 4", "is not a decimal number"}};
+  for (const auto& [text, problem] : refused) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(cli::parse_real(text, "lambda"),
+                         doctest::Contains(("option --lambda: '" + text + "' " + problem).c_str()),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(cli::parse_double_list("4," + text, "lambda"),
+                         doctest::Contains(("option --lambda: '" + text + "' " + problem).c_str()),
+                         std::invalid_argument);
+  }
+  // The single-valued options read the same way, named on the command line and in a config file.
+  TempDir dir("real_options");
+  for (const auto& [subcommand, option] : std::vector<std::pair<std::string, std::string>>{
+           {"sweep", "scale"}, {"spectrum", "rank-tol"}, {"spectrum", "lambda"}, {"synth", "noise"}}) {
+    CAPTURE(option);
+    const auto output = dir / "out.h5";
+    for (const char* text : {"1e-400", "0x1p3"}) {
+      const auto run = run_cli({subcommand, "--" + option, text, "-o", output});
+      CHECK(run.status == 2);
+      CHECK(run.err.find("option --" + option + ": '" + text + "'") != std::string::npos);
+      CHECK(!std::filesystem::exists(output));
+    }
+    const auto config = dir / "options.cfg";
+    std::ofstream(config) << option << " = 1e-999\n";
+    const auto run = run_cli({subcommand, "--config", config, "-o", output});
+    CHECK(run.status == 2);
+    CHECK(run.err.find("line 1: option " + option + ": '1e-999' lies beyond double's range") !=
+          std::string::npos);
+    CHECK(!std::filesystem::exists(output));
+  }
 }
 
 TEST_CASE("dispatch: help, unknown subcommands and options exit 2 with a message") {

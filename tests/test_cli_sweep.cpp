@@ -457,7 +457,7 @@ TEST_CASE(
       {{"--method", "cur", "--kernel", "exp", "--landmarks", "41"}, "m = 41 exceeds N = 40"},
       // Checked before the first point (it failed there, leaving a partial file with the points before it).
       {{"--method", "pnp-nystra,nystromformer", "--kernel", "exp", "--scale", "-1"}, "needs a scale s > 0"},
-      {{"--kernel", "exp", "--scale", "nan"}, "option --scale: kernel exp: s = nan is not finite"},
+      {{"--kernel", "exp", "--scale", "nan"}, "option --scale: 'nan' is not a finite number"},
       {{"--threads", "100000"}, "--threads: 100000"},
       // An empty value is a slip, not the default (it ran the default grid).
       {{"--layers", ""}, "option --layers: empty value"},

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "nystrom/pinv.hpp"
 #include "test_support.hpp"
@@ -424,6 +425,21 @@ TEST_CASE("bad pinv arguments throw naming the value") {
   options.tikhonov = 0.1;
   options.shift = 0.2;
   CHECK(fails(options, "shift = 0.2"));
+  // An ε that the matrix's type holds as Inf or 0 (A + εI is formed in T): refused by name, where LAPACK's or
+  // safe_alpha's "non-finite values" blamed A.
+  const Matrix<float> A_float = A.cast<float>();
+  for (const auto& [tikhonov, shift, needle] : std::vector<std::tuple<double, double, std::string>>{
+           {1e39, 0, "tikhonov = 1e+39 lies beyond float's range"},
+           {0, 1e308, "shift = 1e+308 lies beyond float's range"},
+           {0, 1e-50, "shift = 1e-50 lies beyond float's range"}})
+    for (const PinvMethod method : {PinvMethod::exact, PinvMethod::newton_schulz}) {
+      options = PinvOptions{};
+      options.method = method;
+      options.tikhonov = tikhonov;
+      options.shift = shift;
+      CHECK(throws_naming([&] { pseudoinverse<float>(A_float, options); }, needle));
+      CHECK(pseudoinverse<double>(A, options).z.allFinite());  // double holds all three
+    }
   // A non-square core and non-finite entries are input errors, not numerical outcomes.
   CHECK(throws_naming([] { pseudoinverse<double>(Matrix<double>::Ones(3, 4), PinvOptions{}); },
                       "pinv: A must be square, got 3x4"));

@@ -70,6 +70,25 @@ std::string implied_matrix(Method method) {
   return "unknown";
 }
 
+const PinvOptions* pinv_options(Method method, const ApproximationOptions& options) {
+  switch (method) {
+    case Method::pnp_nystra:
+      return &options.nystrom.pinv;
+    case Method::symmetric_nystrom:
+      return &options.symmetric.pinv;
+    case Method::nystromformer:
+      return &options.nystromformer.pinv;
+    case Method::cur:
+      return &options.cur.pinv;
+    default:
+      return nullptr;
+  }
+}
+
+PinvOptions* pinv_options(Method method, ApproximationOptions& options) {
+  return const_cast<PinvOptions*>(pinv_options(method, std::as_const(options)));
+}
+
 void ApproximationOptions::validate(Method method, Index n, Index d) const {
   kernel.validate();
   require(error_matrix(method) != ErrorMatrix::attention || kernel.type == KernelType::exponential,
@@ -140,7 +159,7 @@ void take_softmax_result(Approximation<T>& out, Result result) {
 template <class T>
 Approximation<T> approximate_attention(Method method, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                        const ConstMatrixRef<T>& V, const ApproximationOptions& options) {
-  options.validate(method, Q.rows(), Q.cols());
+  options.validate_in<T>(method, Q.rows(), Q.cols());
   const double s = options.kernel.param;
   Approximation<T> out;
   out.method = method;

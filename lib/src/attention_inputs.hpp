@@ -60,6 +60,7 @@ template <class T, class Tokens>
 void require_nystrom_inputs(const Tokens& Q, const Tokens& K, const NystromOptions& options,
                             const std::string& where) {
   require_nystrom_shapes(Q, K, options, where);
+  options.pinv.validate_in<T>();
   require_finite(Q, where + ": Q");
   require_finite(K, where + ": K");
 }

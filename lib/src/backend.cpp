@@ -245,7 +245,7 @@ PinvResult<T> pseudoinverse(Device device, const ConstMatrixRef<T>& A, const Pin
   require_device(device);
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) {
-    options.validate();
+    options.validate_in<T>();
     return gpu<T>().pseudoinverse(A, options);
   }
 #endif
@@ -435,7 +435,7 @@ BatchedAttentionPlan<T>::BatchedAttentionPlan(Device device, Method method, cons
   require(shape.batch >= 1 && shape.heads >= 1 && shape.tokens >= 1 && shape.dim >= 1 && shape.value_dim >= 1,
           "batched attention plan: shape B = ", shape.batch, ", H = ", shape.heads, ", N = ", shape.tokens,
           ", d = ", shape.dim, ", dv = ", shape.value_dim, " (each must be >= 1)");
-  options.validate(method, shape.tokens, shape.dim);
+  options.validate_in<T>(method, shape.tokens, shape.dim);
 #ifdef NYSTROM_WITH_CUDA
   if (device == Device::cuda) {
     require(method == Method::exact || method == Method::pnp_nystra,

@@ -40,21 +40,6 @@ std::string batch_head_error(Index i, Index heads, const char* what) {
   return describe("batched attention, head ", i, " (b = ", i / heads, ", h = ", i % heads, "): ", what);
 }
 
-PinvOptions* pinv_options(Method method, ApproximationOptions& options) {
-  switch (method) {
-    case Method::pnp_nystra:
-      return &options.nystrom.pinv;
-    case Method::symmetric_nystrom:
-      return &options.symmetric.pinv;
-    case Method::nystromformer:
-      return &options.nystromformer.pinv;
-    case Method::cur:
-      return &options.cur.pinv;
-    default:
-      return nullptr;
-  }
-}
-
 namespace {
 
 /// out (rows×cols, column-major) = in (rows×cols, row-major), through OpenBLAS's omatcopy: Eigen's
@@ -252,7 +237,7 @@ BatchedDiagnostics batched_attention(Method method, const BatchView<const T>& Q,
                                      const BatchView<const T>& V, const BatchView<T>& out,
                                      const ApproximationOptions& options, AlphaScope alpha_scope) {
   detail::require_batch<T>(Q, K, V, out, "batched_attention");
-  options.validate(method, Q.tokens, Q.dim);
+  options.validate_in<T>(method, Q.tokens, Q.dim);
   const Index count = Q.count();
   // Performer's Ω and Linformer's E, F drawn once for the batch, not once per head.
   ApproximationOptions prepared = with_drawn_projections(method, options, Q.tokens, Q.dim);

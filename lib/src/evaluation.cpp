@@ -415,7 +415,7 @@ template <class T>
 PointResult HeadEvaluator<T>::evaluate(Method method, const ApproximationOptions& given) {
   const auto start = Clock::now();
   const ApproximationOptions options = on_token_grid(given, head_.window, head_.prefix_tokens);
-  options.validate(method, head_.tokens(), head_.q.cols());
+  options.validate_in<T>(method, head_.tokens(), head_.q.cols());
   const Kernel shifted = options.kernel.shifted(log_shift(options.kernel));
   PointResult point;
   switch (error_matrix(method)) {

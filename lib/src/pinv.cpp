@@ -136,7 +136,7 @@ Matrix<T> iteration_step(PinvMethod method, const Matrix<T>& Z, const Matrix<T>&
 /// Throws std::invalid_argument for bad options, a non-square or empty A, or an A with NaN or Inf entries.
 template <class T>
 void require_pinv_input(const ConstMatrixRef<T>& A, const PinvOptions& options) {
-  options.validate();
+  options.validate_in<T>();
   require(A.rows() == A.cols(), "pinv: A must be square, got ", A.rows(), "x", A.cols());
   require(A.rows() >= 1, "pinv: A is empty (", A.rows(), "x", A.cols(), ")");
   require_finite(A, "pinv: A");

@@ -87,7 +87,9 @@ struct AttentionInputs {
 /// the tokens' range takes the logits out of the dtype's range (scale=1e38 in float32).
 class UndefinedRows {
  public:
-  UndefinedRows(Method method, Index heads) : method_(method), rows_(heads, 0) {}
+  /// The rows of `heads` heads of `method`, warned of as `function`'s.
+  UndefinedRows(const char* function, Method method, Index heads)
+      : function_(function), method_(method), rows_(heads, 0) {}
 
   /// Counts head `index`'s rows (any thread, the GIL released); a finite head costs one vectorized pass.
   template <class Output>
@@ -109,9 +111,12 @@ class UndefinedRows {
     if (rows == 0) return;
     const bool row_sums = method_ == Method::pnp_nystra || method_ == Method::symmetric_nystrom;
     const std::string message = describe(
-        "attention: ", to_string(method_), " gave ", rows, " of ", Index(rows_.size()) * rows_per_head,
-        " output rows that are not finite, in ", heads, " of ", rows_.size(), " heads (the first: head ",
-        first, " of the flattened leading dimensions): ",
+        function_, ": ", to_string(method_), " gave ", rows, " of ", Index(rows_.size()) * rows_per_head,
+        " output rows that are not finite",
+        rows_.size() == 1 ? std::string()
+                          : describe(", in ", heads, " of ", rows_.size(), " heads (the first: head ", first,
+                                     " of the flattened leading dimensions)"),
+        ": ",
         row_sums
             ? "the approximation's row sums, which normalize the output, vanish or are not finite there, "
               "as when the core's entries underflow or overflow (logits far beyond exp's range; an "
@@ -122,6 +127,7 @@ class UndefinedRows {
   }
 
  private:
+  const char* function_;
   Method method_;
   std::vector<Index> rows_;
 };
@@ -133,7 +139,7 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
   const ApproximationOptions options = approximation_options(arguments, inputs.q.cols());
   const Index count = inputs.q.count();
   const Index heads = inputs.q.leading().empty() ? 1 : inputs.q.leading().back();
-  UndefinedRows undefined(arguments.method, count);
+  UndefinedRows undefined("attention", arguments.method, count);
   const auto head = [&](Index index) {
     const MatrixArgument<T> Q = inputs.q.matrix(index), K = inputs.k.matrix(index),
                             V = inputs.v.matrix(index);
@@ -154,7 +160,7 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
         inputs.run_row_major(arguments.method, out, options);
         for_each_matrix(count, [&](Index index) { undefined.count(index, out.head(index)); });
       } else {
-        options.validate(arguments.method, inputs.q.rows(), inputs.q.cols());
+        options.validate_in<T>(arguments.method, inputs.q.rows(), inputs.q.cols());
         for_each_matrix(count, [&](Index index) { out.head(index) = head(index); });
       }
     });
@@ -178,7 +184,7 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
   }
   MatrixBatch<T> out(inputs.q.leading(), inputs.q.rows(), inputs.v.cols());
   computed([&] {
-    options.validate(arguments.method, inputs.q.rows(), inputs.q.cols());
+    options.validate_in<T>(arguments.method, inputs.q.rows(), inputs.q.cols());
     for_each_matrix(count, [&](Index index) { out.set(index, head(index)); });
   });
   undefined.warn(inputs.q.rows());
@@ -356,14 +362,19 @@ void bind_attention(nb::module_& m) {
         const KeywordArguments arguments = parse_arguments("approximate", method_keywords, kwargs);
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}, {&v, "v"}}), [&](auto scalar) {
           using T = decltype(scalar);
-          return computed([&] {
+          UndefinedRows undefined("approximate", arguments.method, 1);
+          ApproximationAny approximation = computed([&] {
             const AttentionInputs<T> inputs(q, k, v);
             inputs.require_one_head("approximate");
             const MatrixArgument<T> Q = inputs.q.matrix(0), K = inputs.k.matrix(0), V = inputs.v.matrix(0);
             const ApproximationOptions options = approximation_options(arguments, Q.cols());
-            return ApproximationAny{
-                approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options)};
+            Approximation<T> result =
+                approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options);
+            undefined.count(0, result.output);
+            return ApproximationAny{std::move(result)};
           });
+          undefined.warn(approximation.as<T>("the approximation").output.rows());
+          return approximation;
         });
       },
       "q"_a, "k"_a, "v"_a, "kwargs"_a,

@@ -33,11 +33,34 @@ SpectralResult top_values(const char* function, const Operator& op, Index count,
 /// entry in [1, 2) (an exact scaling): Lanczos's products AᵀAx of a float32 A with entries beyond 1e19
 /// would overflow.
 template <class T>
-double stored_norm(Matrix<T> a, const KeywordArguments& arguments) {
+SpectralResult stored_norm(Matrix<T> a, const KeywordArguments& arguments) {
   const int p = largest_exponent(a);  // a non-finite A is left to the solvers' own messages
   a = times_power_of_two(a, -p);
-  if (arguments.solver == Solver::dense) return std::ldexp(singular_values<T>(a)(0), p);
-  return std::ldexp(spectral_norm(DenseOperator<T>(a), spectral_options(arguments)).values(0), p);
+  SpectralResult result;
+  if (arguments.solver == Solver::dense) {
+    result.values = singular_values<T>(a).head(1);
+    result.converged = true;
+  } else {
+    result = spectral_norm(DenseOperator<T>(a), spectral_options(arguments));
+  }
+  result.values *= std::ldexp(1.0, p);
+  result.last_error_bound *= std::ldexp(1.0, p);
+  return result;
+}
+
+/// σ₁ of a norm's result. Where Lanczos did not converge, σ₁ is NaN (Spectra returns converged values
+/// only), and a RuntimeWarning says so and how to get there (the GIL held; raises where warnings are
+/// errors).
+double norm_value(const char* function, const SpectralResult& result, const KeywordArguments& arguments) {
+  if (!result.converged) {
+    const SpectralOptions& options = arguments.spectral;
+    const std::string message =
+        describe(function, ": Lanczos did not reach spectral_tolerance = ", options.tolerance, " within ",
+                 "max_restarts = ", options.max_restarts, " (subspace = ", options.subspace,
+                 "), so the norm is NaN: raise max_restarts or subspace");
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) < 0) throw nb::python_error();
+  }
+  return result.values(0);
 }
 
 /// Throws naming `function` and q or k where one holds NaN or Inf; checked before the logits, whose message
@@ -196,7 +219,7 @@ void bind_spectral(nb::module_& m) {
         const KeywordArguments arguments = parse_arguments("kernel_norm", kernel_norm_keywords, kwargs);
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
           using T = decltype(scalar);
-          return computed([&] {
+          const SpectralResult result = computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             const Kernel kernel = kernel_of(arguments, Q.cols());
             require_finite_tokens("kernel_norm", Q.ref(), K.ref());
@@ -205,13 +228,15 @@ void bind_spectral(nb::module_& m) {
             // (mathematics.md §1), and a σ₁ whose square, in the matrix-free Gram form, would overflow.
             const double c = kernel_log_shift<T>(kernel, Q.ref(), K.ref());
             const Kernel shifted = kernel.shifted(c);
-            if (arguments.solver == Solver::matrix_free)
-              return std::exp(c) * matrix_free_kernel_norm<T>(Q.ref(), K.ref(), shifted,
-                                                              spectral_options(arguments),
-                                                              tiling_options(arguments))
-                                       .values(0);
-            return std::exp(c) * stored_norm<T>(shifted.block<T>(Q.ref(), K.ref()), arguments);
+            SpectralResult result =
+                arguments.solver == Solver::matrix_free
+                    ? matrix_free_kernel_norm<T>(Q.ref(), K.ref(), shifted, spectral_options(arguments),
+                                                 tiling_options(arguments))
+                    : stored_norm<T>(shifted.block<T>(Q.ref(), K.ref()), arguments);
+            result.values *= std::exp(c);
+            return result;
           });
+          return norm_value("kernel_norm", result, arguments);
         });
       },
       "q"_a, "k"_a, "kwargs"_a,
@@ -252,7 +277,7 @@ void bind_spectral(nb::module_& m) {
         const KeywordArguments arguments = parse_arguments("error_norm", error_norm_keywords, kwargs);
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
           using T = decltype(scalar);
-          return computed([&] {
+          const SpectralResult result = computed([&] {
             const FactorInputs<T> in("error_norm", q, k, factors);
             const Kernel& kernel = in.factors.options.kernel;
             if (arguments.solver == Solver::matrix_free) {
@@ -260,13 +285,14 @@ void bind_spectral(nb::module_& m) {
                 return matrix_free_error_norm<T>(in.q.ref(), in.k.ref(), in.factors, shifted,
                                                  spectral_options(arguments), tiling_options(arguments));
               };
-              return on_shifted_kernel(in, norm).values(0);
+              return on_shifted_kernel(in, norm);
             }
             Matrix<T> g = kernel.block<T>(in.q.ref(), in.k.ref());
             require_kernel_in_range<T>(g, in.q.ref(), in.k.ref(), kernel, "error_norm");
             g -= in.factors.dense();
             return stored_norm<T>(std::move(g), arguments);
           });
+          return norm_value("error_norm", result, arguments);
         });
       },
       "q"_a, "k"_a, "factors"_a, "kwargs"_a,

@@ -253,6 +253,28 @@ def test_regularized_pseudoinverses():
     assert relative(tikhonov.z, np.linalg.solve(a.T @ a + 0.1 * np.eye(5), a.T)) < 1e-10
 
 
+@pytest.mark.parametrize("layout", ("C", "F", "one head"))
+def test_a_regularization_beyond_the_dtype_is_refused_by_name(layout):
+    # A + εI is formed in the arrays' dtype, where ε = 1e39 is Inf and 1e-50 is 0: LAPACK's or safe_alpha's
+    # "non-finite values" blamed the core, and in a batch the error named whichever head came first.
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((3, 2, 64, 8)).astype(np.float32) for _ in range(3))
+    if layout == "F":
+        q = np.asfortranarray(q)
+    if layout == "one head":
+        q, k, v = q[0, 0], k[0, 0], v[0, 0]
+    for options in ({"tikhonov": 1e39}, {"shift": 1e-50, "pinv": "newton-schulz"},
+                    {"shift": 1e308, "method": "nystromformer"}, {"tikhonov": 1e39, "method": "cur"}):
+        (name, value), = ((key, value) for key, value in options.items() if key in ("tikhonov", "shift"))
+        with pytest.raises(ValueError, match="^" + re.escape(f"pinv: {name} = {value:g} lies beyond float's range")):
+            nystrom.attention(q, k, v, landmarks=8, **options)
+        # float64 holds each of them
+        assert np.isfinite(nystrom.attention(*(x.astype(np.float64) for x in (q, k, v)), landmarks=8,
+                                             **options)).all()
+    with pytest.raises(ValueError, match=r"^pinv: shift = 1e\+39 lies beyond float's range"):
+        nystrom.pseudoinverse(np.eye(4, dtype=np.float32), shift=1e39)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Nyström factors and PnP-Nystra
 
@@ -1357,13 +1379,47 @@ def test_every_method_warns_of_output_rows_that_are_not_finite(method):
     # A float32 scale whose logits overflow float32 (or whose own value does) gave NaN outputs without a word for
     # the methods other than PnP-Nystra and symmetric Nyström.
     q, k, v = (x[None] for x in qkv(n=16, dtype=np.float32))
-    with pytest.warns(RuntimeWarning, match=rf"attention: {method} gave \d+ of 16 output rows that are not finite, "
-                                            r"in 1 of 1 heads .*overflow or vanish in the arrays' dtype"):
+    with pytest.warns(RuntimeWarning, match=rf"attention: {method} gave \d+ of 16 output rows that are not finite: "
+                                            r".*overflow or vanish in the arrays' dtype"):
         out = nystrom.attention(q, k, v, method=method, scale=1e300, landmarks=4)
     assert not np.isfinite(out).all()
+    # approximate() returns the same output with the rest of the approximation, and warns alike.
+    with pytest.warns(RuntimeWarning, match=rf"approximate: {method} gave \d+ of 16 output rows that are not "
+                                            r"finite: .*overflow or vanish"):
+        approximation = nystrom.approximate(q[0], k[0], v[0], method=method, scale=1e300, landmarks=4)
+    np.testing.assert_array_equal(approximation.output, out[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.isfinite(nystrom.attention(q, k, v, method=method, landmarks=4)).all()
+        assert np.isfinite(nystrom.approximate(q[0], k[0], v[0], method=method, landmarks=4).output).all()
+
+
+@pytest.mark.parametrize("solver", ("matrix-free", "lanczos"))
+def test_a_norm_whose_lanczos_run_stops_short_warns(solver):
+    # kernel_norm and error_norm return σ₁ alone. Where Lanczos stopped before its tolerance (here one restart
+    # of a 3-vector basis), Spectra returns no value and the NaN came back without a word.
+    rng = np.random.default_rng(5)
+    q, k = (rng.standard_normal((2048, 16)) for _ in range(2))
+    factors = nystrom.nystrom_factors(q, k, landmarks=8)
+    short = {"solver": solver, "max_restarts": 1, "subspace": 3}
+    norms = {"kernel_norm": lambda **options: nystrom.kernel_norm(q, k, **options),
+             "error_norm": lambda **options: nystrom.error_norm(q, k, factors, **options)}
+    for name, norm in norms.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dense = norm(solver="dense")
+            assert norm(solver=solver) == pytest.approx(dense, rel=1e-12)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = norm(**short)
+        if np.isnan(value):
+            assert len(caught) == 1 and caught[0].category is RuntimeWarning
+            assert re.search(rf"{name}: Lanczos did not reach spectral_tolerance = 1e-13 within max_restarts = 1 "
+                             r"\(subspace = 3\), so the norm is NaN", str(caught[0].message))
+        else:  # a run that converged in one restart gives the norm, and no warning
+            assert not caught and value == pytest.approx(dense, rel=1e-10)
+    with pytest.warns(RuntimeWarning, match="kernel_norm: Lanczos did not reach"):
+        assert np.isnan(nystrom.kernel_norm(q, k, solver="matrix-free", max_restarts=1, subspace=3))
 
 
 def test_a_big_endian_out_is_refused_saying_so():

@@ -69,7 +69,22 @@ struct ApproximationOptions {
 
   /// Validates `kernel` and the chosen method's options for N tokens of dimension d.
   void validate(Method method, Index n, Index d) const;
+
+  /// validate(method, n, d), and the method's pseudoinverse options in T (PinvOptions::validate_in).
+  template <class T>
+  void validate_in(Method method, Index n, Index d) const;
 };
+
+/// The pseudoinverse options `method` reads from `options` (pnp-nystra, symmetric-nystrom, nystromformer,
+/// cur), or null for the methods without a pseudoinverse (performer, linformer, exact).
+const PinvOptions* pinv_options(Method method, const ApproximationOptions& options);
+PinvOptions* pinv_options(Method method, ApproximationOptions& options);
+
+template <class T>
+void ApproximationOptions::validate_in(Method method, Index n, Index d) const {
+  validate(method, n, d);
+  if (const PinvOptions* pinv = pinv_options(method, *this)) pinv->validate_in<T>();
+}
 
 /// `options` with the random projections `method` would draw from its seed on every call made explicit:
 /// Performer's Ω (r×d) and Linformer's E, F (k×N), the same draws. For calls in a loop (the heads of a batch,

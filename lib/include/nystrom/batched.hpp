@@ -94,10 +94,6 @@ struct BatchedDiagnostics {
 /// (b = i / H, h = i % H): what".
 std::string batch_head_error(Index i, Index heads, const char* what);
 
-/// The pseudoinverse options `method` reads from `options` (pnp-nystra, symmetric-nystrom, nystromformer,
-/// cur), or null for the methods without a pseudoinverse (performer, linformer, exact).
-PinvOptions* pinv_options(Method method, ApproximationOptions& options);
-
 /// Runs `method` on every head: out[b, h] = approximate_attention(method, Q[b, h], K[b, h], V[b, h],
 /// options).output, Q and K of shape [B, H, N, d], V and out of shape [B, H, N, dv]. With AlphaScope::batch
 /// and an iterative pseudoinverse, a first pass finds every head's core and the batch α, and the second runs

@@ -4,10 +4,14 @@
 /// third-order iteration (Nyströmformer, PnP-Nystra), Newton–Schulz (LaplacianFormer); optional Tikhonov or
 /// εI regularization. A numerical failure is a status, never an exception.
 
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "nystrom/error.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -66,6 +70,19 @@ struct PinvOptions {
   /// Throws std::invalid_argument naming the bad value (iterations < 1, α < 0, negative ε, non-finite
   /// values).
   void validate() const;
+
+  /// validate(), and throws naming tikhonov or shift where it is > 0 but T holds no such number (it would
+  /// read as Inf or 0 in T, where the matrix inverted, A + εI or AᵀA + εI, is formed).
+  template <class T>
+  void validate_in() const {
+    validate();
+    for (const auto& [epsilon, name] : {std::pair{tikhonov, "tikhonov"}, std::pair{shift, "shift"}}) {
+      const T rounded = T(epsilon);
+      require(epsilon == 0 || (std::isfinite(rounded) && rounded != 0), "pinv: ", name, " = ", epsilon,
+              " lies beyond ", sizeof(T) == 4 ? "float" : "double", "'s range (magnitudes ",
+              std::numeric_limits<T>::denorm_min(), " to ", std::numeric_limits<T>::max(), ")");
+    }
+  }
 };
 
 /// A pseudoinverse with its diagnostics.
