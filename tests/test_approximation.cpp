@@ -46,6 +46,26 @@ TEST_CASE_TEMPLATE("every method: output shape, implied matrix consistent with t
   }
 }
 
+TEST_CASE_TEMPLATE("logits beyond the type's range: every method answers, a core that overflows is a status",
+                   T, float, double) {
+  // Tokens of magnitude 1e21 (float) or 1e156 (double): the logits s·qᵀk overflow T. Nyströmformer's Ã and
+  // CUR's U are softmax blocks of such logits, NaN there; their pseudoinverse threw "A contains non-finite
+  // values" where PnP-Nystra's overflowed core gives status non-finite.
+  const double magnitude = sizeof(T) == 4 ? 1e21 : 1e156;
+  const Index n = 32;
+  const Matrix<T> Q = random_matrix<T>(n, 8, 41, magnitude), K = random_matrix<T>(n, 8, 42, magnitude),
+                  V = random_matrix<T>(n, 4, 43);
+  for (auto method : methods) {
+    CAPTURE(to_string(method));
+    const auto result = approximate_attention<T>(method, Q, K, V, small_options(8));
+    CHECK(result.output.rows() == n);
+    if (method == Method::nystromformer || method == Method::cur) {
+      CHECK(result.pinv_status == PinvStatus::non_finite);
+      CHECK(!result.output.allFinite());
+    }
+  }
+}
+
 TEST_CASE("softmax methods require the exponential kernel") {
   const Matrix<double> Q = random_matrix<double>(16, 4, 1), V = random_matrix<double>(16, 2, 2);
   ApproximationOptions options = small_options(4);

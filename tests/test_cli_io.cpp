@@ -882,6 +882,26 @@ TEST_CASE("spectrum --reference model refuses a bias row of -inf alone as sweep 
           std::string::npos);
     CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
   }
+  // A finite row of -1e300 is -inf in float alone: the message says so, and double computes it.
+  const auto finite = dir / "finite.h5";
+  write_bad_dump(finite, [&](hid_t g, auto&) {
+    std::vector<double> tokens(n * 4);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::sin(double(i));
+    for (const char* name : {"q", "k", "v"}) write_tensor(g, name, {1, 1, n, 4}, tokens);
+    std::vector<double> bias(n * n, 0.0);
+    std::fill_n(bias.begin() + 2 * n, n, -1e300);
+    write_tensor(g, "bias", {1, n, n}, bias);
+  });
+  const auto in_float = run_cli({"sweep", "-i", finite, "-o", dir / "sweep.h5", "-m", "2", "--reference",
+                                 "model", "--precision", "float", "-q"});
+  CHECK(in_float.status == 2);
+  CHECK(in_float.err.find(
+            "row 2 of bias + mask is -inf throughout (its softmax is undefined); in float, a bias "
+            "or mask below -3.4e38 reads as -inf") != std::string::npos);
+  CHECK(run_cli({"sweep", "-i", finite, "-o", dir / "sweep.h5", "-m", "2", "--reference", "model",
+                 "--precision", "double", "-q"})
+            .status == 0);
+  fs::remove(dir / "sweep.h5");
   CHECK(file_bytes(existing) == before);
   CHECK_FALSE(fs::exists(dir / "sweep.h5"));
   CHECK_FALSE(fs::exists(dir / "sweep.h5.partial"));

@@ -39,7 +39,10 @@ void Head<T>::validate(const std::string& where) const {
   for (Index i = 0; i < bias.rows(); ++i)
     if (!attended(i))
       throw std::invalid_argument(
-          describe(where, ": row ", i, " of bias + mask is -inf throughout (its softmax is undefined)"));
+          describe(where, ": row ", i, " of bias + mask is -inf throughout (its softmax is undefined)",
+                   sizeof(T) == 4 ? "; in float, a bias or mask below -3.4e38 reads as -inf (the precision "
+                                    "double holds it)"
+                                  : ""));
 }
 
 template struct Head<float>;

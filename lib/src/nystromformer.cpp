@@ -75,7 +75,7 @@ NystromformerResult<T> nystromformer_attention(const ConstMatrixRef<T>& Q, const
   // B̃V.
   detail::WideSoftmax<T> upper = detail::wide_softmax<T>(q_landmarks, K, V, scale, padding);
   result.upper = std::move(upper.matrix);
-  result.pinv = pseudoinverse<T>(result.core, options.pinv);
+  result.pinv = core_pseudoinverse<T>(result.core, options.pinv);
   result.output = detail::tall_product<T>(result.left, result.pinv.z * upper.times_values);
   return result;
 }

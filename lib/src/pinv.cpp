@@ -253,6 +253,7 @@ PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& optio
 template <class T>
 PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOptions& options) {
   if (all_finite(core)) return pseudoinverse<T>(core, options);
+  options.validate_in<T>();
   PinvResult<T> result;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   result.z = Matrix<T>::Constant(core.rows(), core.cols(), T(nan));

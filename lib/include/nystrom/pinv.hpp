@@ -113,8 +113,9 @@ double safe_alpha(const ConstMatrixRef<T>& A);
 template <class T>
 double batch_alpha(const std::vector<Matrix<T>>& matrices);
 
-/// The pseudoinverse of a Nyström core (pseudoinverse with options), or, where the core has overflowed, Z =
-/// NaN with status non_finite: a numerical outcome of the approximation, not bad input. Its entries
+/// The pseudoinverse of a Nyström core, Nyströmformer's Ã or CUR's U (pseudoinverse with options), or, where
+/// the core has overflowed, Z = NaN with status non_finite: a numerical outcome of the approximation, not bad
+/// input (Ã and U are softmax rows, NaN where their logits overflow T). A Nyström core's entries
 /// κ(q̄_a, k̄_b)/max_j κ(q̄_a, k_j) are not bounded by 1 for kernels other than the exponential (a landmark pair
 /// may lie far closer than any token pair: e^750 under a Laplacian kernel of λ = 0.002), and no entry is
 /// bounded without row-max scaling.
