@@ -87,29 +87,30 @@ double panel_frobenius(Index n, Index panel_rows, double work, const Exact& exac
   return std::sqrt(total(0));
 }
 
-/// The exponent p of a bound on |Ĝ|'s entries, max_i ‖(M_L G_L)_i‖ · max_j ‖(Z G_U)_j‖ (Cauchy–Schwarz;
-/// O(m²N)), where it lies beyond a quarter of double's exponent range: E = G_c − Ĝ_c's Gram products in
-/// double would overflow (or lose the G side under Ĝ's magnitude), as a stored E's norms do (scaled_norm). 0
-/// otherwise, and where the bound itself is not finite.
+/// The exponent p of a bound on Ĝ_c's entries, max_i ‖(M_L G_L)_i‖ · max_j ‖(Z G_U)_j‖ (Cauchy–Schwarz;
+/// O(m²N), in logarithms), where it passes 2²⁵⁶, a quarter of double's exponent range, beyond which the Gram
+/// products of E_c = G_c − Ĝ_c in double overflow (an approximation that blows up although every factor is
+/// finite); 0 otherwise and where the bound is not finite. On κ_c the blocks' entries are at most 1 (row-max
+/// and log-shifted exponentials) or e^τ (clamped), so such a Ĝ_c owes its size to Z.
 template <class T>
-int approximation_exponent(const NystromFactors<T>& factors) {
+int error_scale_exponent(const NystromFactors<T>& factors) {
   const Matrix<double> right = factors.pinv.z.template cast<double>() * factors.upper.template cast<double>();
-  const Vector<double> left = factors.left.template cast<double>().rowwise().stableNorm().cwiseProduct(
-      factors.left_log_scale.template cast<double>().array().exp().matrix());
-  const double bound = left.maxCoeff() * right.colwise().stableNorm().maxCoeff();
-  if (!std::isfinite(bound) || bound <= std::ldexp(1.0, std::numeric_limits<double>::max_exponent / 4))
-    return 0;
-  return std::ilogb(bound);
+  const Vector<double> left = factors.left.template cast<double>().rowwise().stableNorm().array().log() +
+                              factors.left_log_scale.template cast<double>().array();
+  const double exponent =
+      std::floor((left.maxCoeff() + std::log(right.colwise().stableNorm().maxCoeff())) / std::log(2.0));
+  if (!std::isfinite(exponent) || exponent <= std::numeric_limits<double>::max_exponent / 4) return 0;
+  return int(exponent);
 }
 
 /// ‖G_c − Ĝ_c‖₂ and ‖G_c − Ĝ_c‖_F of kernel factors, matrix-free: Lanczos on error_operator (on
-/// options.device, products in double) and the Frobenius norm in row panels of κ_c on the host. Where Ĝ_c's
-/// entries reach 2ᵖ beyond a quarter of double's exponent range (approximation_exponent), both are computed
-/// on κ_{c + p ln 2}, whose Ĝ is 2⁻ᵖĜ_c exactly (Z scaled by 2⁻ᵖ), and multiplied back by 2ᵖ.
+/// options.device, products in double) and the Frobenius norm in row panels of κ_c on the host; where
+/// error_scale_exponent gives p ≠ 0, both on κ_{c + p ln 2}, whose Ĝ is 2⁻ᵖĜ_c exactly (Z scaled by 2⁻ᵖ),
+/// multiplied back by 2ᵖ.
 template <class T>
 MatrixErrors matrix_free_kernel_errors(const Head<T>& head, const NystromFactors<T>& factors,
                                        const EvaluationOptions& options) {
-  if (const int p = approximation_exponent(factors); p != 0) {
+  if (const int p = error_scale_exponent(factors); p != 0) {
     NystromFactors<T> scaled = factors;
     scaled.pinv.z = times_power_of_two(factors.pinv.z, -p);
     scaled.options.kernel.log_shift += p * std::log(2.0);
