@@ -857,16 +857,20 @@ TEST_CASE("spectrum: N = 1 gives the 1x1 kernel itself on the dense and the matr
 
 TEST_CASE("spectrum --reference model refuses a bias row of -inf alone as sweep does, naming the head") {
   TempDir dir("spectrum_infinite_row");
-  const auto input = dir / "row.h5";
   const std::size_t n = 16;
-  write_bad_dump(input, [&](hid_t g, auto&) {
-    std::vector<double> tokens(n * 4);
-    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::sin(double(i));
-    for (const char* name : {"q", "k", "v"}) write_tensor(g, name, {1, 1, n, 4}, tokens);
-    std::vector<double> bias(n * n, 0.0);
-    std::fill_n(bias.begin() + 2 * n, n, -INFINITY);  // row 2: the model's scores are -inf throughout
-    write_tensor(g, "bias", {1, n, n}, bias);
-  });
+  // A dump whose bias is `row_two` throughout row 2.
+  const auto dump_with_row_two = [&](const std::string& path, double row_two) {
+    write_bad_dump(path, [&](hid_t g, auto&) {
+      std::vector<double> tokens(n * 4);
+      for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::sin(double(i));
+      for (const char* name : {"q", "k", "v"}) write_tensor(g, name, {1, 1, n, 4}, tokens);
+      std::vector<double> bias(n * n, 0.0);
+      std::fill_n(bias.begin() + 2 * n, n, row_two);
+      write_tensor(g, "bias", {1, n, n}, bias);
+    });
+  };
+  const auto input = dir / "row.h5";
+  dump_with_row_two(input, -INFINITY);  // the model's scores are -inf throughout row 2
   // --reference kernel does not read the bias: an existing spectrum to keep.
   const auto existing = dir / "spectrum.h5";
   REQUIRE(run_cli({"spectrum", "-i", input, "-o", existing, "-m", "2", "-q"}).status == 0);
@@ -884,14 +888,7 @@ TEST_CASE("spectrum --reference model refuses a bias row of -inf alone as sweep 
   }
   // A finite row of -1e300 is -inf in float alone: the message says so, and double computes it.
   const auto finite = dir / "finite.h5";
-  write_bad_dump(finite, [&](hid_t g, auto&) {
-    std::vector<double> tokens(n * 4);
-    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::sin(double(i));
-    for (const char* name : {"q", "k", "v"}) write_tensor(g, name, {1, 1, n, 4}, tokens);
-    std::vector<double> bias(n * n, 0.0);
-    std::fill_n(bias.begin() + 2 * n, n, -1e300);
-    write_tensor(g, "bias", {1, n, n}, bias);
-  });
+  dump_with_row_two(finite, -1e300);
   const auto in_float = run_cli({"sweep", "-i", finite, "-o", dir / "sweep.h5", "-m", "2", "--reference",
                                  "model", "--precision", "float", "-q"});
   CHECK(in_float.status == 2);

@@ -49,7 +49,7 @@ SpectralResult stored_norm(Matrix<T> a, const KeywordArguments& arguments) {
 }
 
 /// σ₁ of a norm's result. Where Lanczos did not converge, σ₁ is NaN (Spectra returns converged values
-/// only), and a RuntimeWarning says so and how to get there (the GIL held; raises where warnings are
+/// only), and a RuntimeWarning says so and which keywords reach it (the GIL held; raises where warnings are
 /// errors).
 double norm_value(const char* function, const SpectralResult& result, const KeywordArguments& arguments) {
   if (!result.converged) {
