@@ -101,10 +101,14 @@ TEST_CASE_TEMPLATE(
     options.count = m;
     const Landmarks<T> marks = select_landmarks<T>(Q, K, options);
     const Kernel kernel = Kernel::exponential(1 / std::sqrt(double(d)));
-    const Matrix<T> core = kernel.block<T>(marks.q, marks.k), upper = kernel.block<T>(marks.q, K),
-                    left = kernel.block<T>(Q, marks.k), g = kernel.block<T>(Q, K);
+    // The four blocks are cut from one G̃, so that E and the bounds are of the same matrix: blocks evaluated
+    // on their own may round otherwise (BLAS kernels without FMA sum each entry's product by the block's
+    // shape), a difference of eps·σ₁ that a rounding-level E and bound would not survive.
     const ExtendedTokens<T> tokens = extended_tokens<T>(Q, K, marks);
-    const Vector<double> sigma = singular_values<T>(kernel.block<T>(tokens.queries, tokens.keys));
+    const Matrix<T> extended = kernel.block<T>(tokens.queries, tokens.keys);
+    const Matrix<T> core = extended.topLeftCorner(m, m), upper = extended.topRightCorner(m, n),
+                    left = extended.bottomLeftCorner(n, m), g = extended.bottomRightCorner(n, n);
+    const Vector<double> sigma = singular_values<T>(extended);
     const double floor = double(n + m) * std::numeric_limits<T>::epsilon() * sigma(0);
     CHECK(sigma(m) <= floor);
     const Matrix<double> a = core.template cast<double>();

@@ -9,6 +9,7 @@
 
 #include "nystrom/enum_names.hpp"
 #include "nystrom/error.hpp"
+#include "random.hpp"
 
 namespace nystrom {
 
@@ -50,23 +51,6 @@ void require_valid_indices(const std::vector<Index>& indices, Index n, const std
     require(index >= 0 && index < n, "landmarks: ", what, " index ", index, " is outside [0, ", n, ")");
     require(seen.insert(index).second, "landmarks: ", what, " index ", index, " appears twice");
   }
-}
-
-/// A uniform integer in [0, bound) by rejection from mt19937_64: the same stream on every platform (unlike
-/// std::uniform_int_distribution, whose algorithm the standard leaves open).
-Index uniform_below(std::mt19937_64& engine, Index bound) {
-  const auto range = static_cast<std::uint64_t>(bound);
-  const std::uint64_t limit =
-      std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % range;
-  std::uint64_t draw;
-  do draw = engine();
-  while (draw >= limit);
-  return static_cast<Index>(draw % range);
-}
-
-/// A uniform double in [0, 1) from the top 53 bits of one draw (platform independent).
-double uniform_unit(std::mt19937_64& engine) {
-  return static_cast<double>(engine() >> 11) * 0x1.0p-53;
 }
 
 /// The rows of X listed in `indices`, in that order.
@@ -126,7 +110,7 @@ std::vector<Index> select_rows(const Tokens& X, const LandmarkOptions& options, 
       // Partial Fisher–Yates shuffle: `wanted` distinct tokens, uniformly.
       for (std::size_t r = 0; r < wanted; ++r) {
         const auto pick =
-            r + static_cast<std::size_t>(uniform_below(engine, static_cast<Index>(free.size() - r)));
+            r + static_cast<std::size_t>(detail::uniform_below(engine, static_cast<Index>(free.size() - r)));
         std::swap(free[r], free[pick]);
         chosen.push_back(free[r]);
       }
@@ -163,14 +147,14 @@ Matrix<typename Tokens::Scalar> kmeans_centroids(const Tokens& tokens, Index m, 
   Matrix<double> centroids(m, X.cols());
   // k-means++ seeding: the first centre uniformly, each next one with probability ∝ D(x)², the squared
   // distance to the nearest centre so far.
-  centroids.row(0) = X.row(uniform_below(engine, n));
+  centroids.row(0) = X.row(detail::uniform_below(engine, n));
   Vector<double> nearest(n);
   for (Index i = 0; i < n; ++i) nearest(i) = squared_distance(X, i, centroids, 0);
   for (Index c = 1; c < m; ++c) {
     const double total = nearest.sum();
     Index pick = 0;
     if (total > 0) {
-      double target = uniform_unit(engine) * total;
+      double target = detail::uniform_unit(engine) * total;
       for (Index i = 0; i < n; ++i) {
         if (nearest(i) <= 0) continue;
         pick = i;  // the last row with D > 0 also absorbs rounding in the running sum
@@ -178,7 +162,7 @@ Matrix<typename Tokens::Scalar> kmeans_centroids(const Tokens& tokens, Index m, 
         if (target < 0) break;
       }
     } else {
-      pick = uniform_below(engine, n);  // fewer distinct rows than m: any row
+      pick = detail::uniform_below(engine, n);  // fewer distinct rows than m: any row
     }
     centroids.row(c) = X.row(pick);
     for (Index i = 0; i < n; ++i) nearest(i) = std::min(nearest(i), squared_distance(X, i, centroids, c));

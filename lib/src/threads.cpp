@@ -35,6 +35,12 @@ void single_threaded_blas() {
 #endif
 }
 
+/// The policy holds from the moment the library loads, for callers that never call set_threads (a C++
+/// program, a test): with OpenBLAS's pool running, its threaded kernels split their sums by the workers free
+/// at the time, so the same product gave other last bits from call to call (dsyevr of one 7×7 Gram matrix
+/// on one thread, 3 ulps apart, with OpenBLAS 0.3.21's Prescott kernels on two cores).
+[[maybe_unused]] const bool blas_single_threaded_at_load = (single_threaded_blas(), true);
+
 }  // namespace
 
 namespace detail {

@@ -2,7 +2,9 @@
 /// @file threads.hpp
 /// Thread control. OpenMP is the library's one thread pool: every parallel loop is an OpenMP region with
 /// single-threaded BLAS inside (large kernel blocks, exact and PnP-Nystra attention, matrix-free passes,
-/// large stored products). OpenBLAS's own pthread workers stay off: after each threaded call they spin for a
+/// large stored products). OpenBLAS's own pthread workers stay off, from the moment the library loads (so
+/// that results do not depend on which of its workers were free: its threaded kernels split their sums by
+/// them): after each threaded call they spin for a
 /// long time and stall the next OpenMP region on a 2-core machine (one N = 1024 sweep point with 2 threads:
 /// head reference 9.5 ms and point 7.8 ms with 2 OpenBLAS threads, 5.6 ms and 3.0 ms with 1; oversubscription
 /// inside regions measured 4× slower).
