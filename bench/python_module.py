@@ -47,7 +47,7 @@ def inputs(n: int, d: int, seed: int = 0):
 
 
 def overhead(n: int, d: int, m: int, repeat: int) -> None:
-    options = dict(method="pnp-nystra", landmarks=m, strategy="segment-means", pinv="razavi", iterations=6,
+    options = dict(method="pnp-nystra", landmarks=m, strategy="segment-means", pinv="razavi", pinv_iters=6,
                    stabilization="row-max")
     print(f"1. Python overhead of nystrom.attention, PnP-Nystra, N = {n}, d = {d}, m = {m}, float32, "
           f"{nystrom.threads()} threads, best of {repeat}")
@@ -64,7 +64,7 @@ def against_torch(n: int, d: int, m: int, repeat: int) -> None:
     torch.set_num_threads(threads)
     q, k, v = inputs(n, d, seed=1)
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
-    options = dict(method="pnp-nystra", landmarks=m, strategy="segment-means", pinv="razavi", iterations=6,
+    options = dict(method="pnp-nystra", landmarks=m, strategy="segment-means", pinv="razavi", pinv_iters=6,
                    stabilization="clamped")
     with torch.inference_mode():
         reference = pnp_nystra_torch(tq, tk, tv, m, 6).numpy()

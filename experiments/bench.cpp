@@ -4,7 +4,7 @@
 // fraction of the GEMM peak) and, on request, the matrix-free kernel matvec y = κ(Q, K) x of Lanczos and
 // whole [B, H, N, d] batches of heads through BatchedAttentionPlan (backend.hpp). Writes /bench,
 // /bench_steps, /bench_gemm (unless --gemm-n 0), /bench_matvec (with --matvec-n) and /bench_batch (with
-// --batch) tables (docs/formats.md §2 conventions) and prints them as one table.
+// --batch-shapes) tables (docs/formats.md §2 conventions) and prints them as one table.
 //
 // With --device cuda, exact attention and PnP-Nystra run through the CUDA backend (backend.hpp), which takes
 // and returns host matrices: those timings include the host↔device copies. The other methods and the step
@@ -35,6 +35,7 @@
 #include "nystrom/backend.hpp"
 #include "nystrom/batched.hpp"
 #include "nystrom/landmarks.hpp"
+#include "nystrom/parameters.hpp"
 #include "nystrom/threads.hpp"
 #include "subcommands.hpp"
 
@@ -59,7 +60,7 @@ struct BenchSettings {
   int iterations = 0;               ///< --iterations of an iterative pseudoinverse (0: each method's own)
   Index gemm_size = 4096;           ///< n of the n×n×n reference GEMM; 0: none
   std::vector<Index> matvec_sizes;  ///< N of the kernel matvecs (none by default)
-  std::vector<BatchShape> batch_shapes;  ///< --batch: [B, H, N, d] batches, dv = d (none by default)
+  std::vector<BatchShape> batch_shapes;  ///< --batch-shapes: [B, H, N, d] batches, dv = d (none by default)
   double min_seconds = 0.2;
   bool steps = true;
   std::uint64_t seed = 0;
@@ -180,26 +181,19 @@ Kernel bench_kernel(Index dim) {
   return Kernel::exponential(1 / std::sqrt(double(dim)));
 }
 
-/// The options of every method for query/key dimension `dim` (--d, or a --batch shape's d).
-ApproximationOptions method_options(const BenchSettings& settings, Index dim) {
-  ApproximationOptions options;
-  options.kernel = bench_kernel(dim);
-  options.nystrom.kernel = options.kernel;
-  options.nystrom.landmarks.count = settings.landmarks;
-  options.symmetric.landmarks.count = settings.landmarks;
-  options.nystromformer.landmarks = settings.landmarks;
-  options.cur.selection.count = settings.landmarks;
-  options.performer.features = settings.features;
-  options.performer.seed = settings.seed;
-  options.linformer.projected = settings.projected;
-  options.linformer.seed = settings.seed;
-  for (const Method method :
-       {Method::pnp_nystra, Method::symmetric_nystrom, Method::nystromformer, Method::cur}) {
-    PinvOptions& pinv = *pinv_options(method, options);
-    if (settings.pinv) pinv.method = *settings.pinv;
-    if (settings.iterations > 0) pinv.iterations = settings.iterations;
-  }
-  return options;
+/// The options of `method` for query/key dimension `dim` (--d, or a --batch-shapes shape's d), from the
+/// bench's parameters (parameters.hpp).
+ApproximationOptions method_options(const BenchSettings& settings, Method method, Index dim) {
+  Parameters parameters;
+  parameters.method = method;
+  parameters.scale = bench_kernel(dim).param;
+  parameters.landmarks = settings.landmarks;
+  parameters.features = settings.features;
+  parameters.projected = settings.projected;
+  parameters.seed = settings.seed;
+  parameters.pinv = settings.pinv;
+  if (settings.iterations > 0) parameters.pinv_iters = settings.iterations;
+  return parameters.options(dim);
 }
 
 /// True for the methods the CUDA backend runs (backend.hpp: exact_attention, nystrom_attention).
@@ -216,7 +210,7 @@ Matrix<T> method_output(Method method, Device device, const Matrix<T>& Q, const 
     case Method::exact:
       return exact_attention<T>(device, Q, K, V, options.kernel);
     case Method::pnp_nystra:
-      return nystrom_attention<T>(device, Q, K, V, options.nystrom);
+      return nystrom_attention<T>(device, Q, K, V, options.pnp_nystra);
     default:
       return approximate_attention<T>(method, Q, K, V, options).output;
   }
@@ -334,7 +328,7 @@ std::vector<std::pair<std::string, double>> time_steps(const Matrix<T>& Q, const
   Matrix<T> q_bar, k_bar, left, core, upper, upper_values, p, out;
   Vector<T> upper_ones;
   PinvResult<T> pinv;
-  const PinvOptions pinv_options = method_options(settings, settings.dim).nystrom.pinv;
+  const PinvOptions pinv_options = method_options(settings, Method::pnp_nystra, settings.dim).pnp_nystra.pinv;
   std::vector<std::pair<std::string, double>> steps;
   const auto step = [&](const char* name, auto&& work) {
     steps.emplace_back(name, time_repeats(work, settings).best);
@@ -385,8 +379,6 @@ void time_methods(Index n, const TimingContext& context, const BenchSettings& se
   const Matrix<T> Q = random_tokens<T>(n, settings.dim, engine);
   const Matrix<T> K = random_tokens<T>(n, settings.dim, engine);
   const Matrix<T> V = random_tokens<T>(n, settings.value_dim, engine);
-  const ApproximationOptions options = method_options(settings, settings.dim);
-
   Matrix<T> exact;
   double exact_seconds = not_measured;
   std::vector<Method> order = {Method::exact};
@@ -397,7 +389,8 @@ void time_methods(Index n, const TimingContext& context, const BenchSettings& se
   for (auto method : order) {
     Matrix<T> output;
     // Performer's Ω and Linformer's E, F are a model's parameters: drawn before the clock starts.
-    const ApproximationOptions drawn = with_drawn_projections(method, options, n, settings.dim);
+    const ApproximationOptions drawn =
+        with_drawn_projections(method, method_options(settings, method, settings.dim), n, settings.dim);
     const double seconds =
         time_repeats([&] { output = method_output<T>(method, context.device, Q, K, V, drawn); }, settings)
             .best;
@@ -478,7 +471,6 @@ void time_batch(const BatchShape& shape, const TimingContext& context, const Ben
   const auto view = [&](const Matrix<T>& data) {
     return BatchView<const T>{data.data(), shape.batch, shape.heads, shape.tokens, shape.dim};
   };
-  const ApproximationOptions options = method_options(settings, shape.dim);
   DeviceArray<T> q_device(context.device, size), k_device(context.device, size),
       v_device(context.device, size), out_device(context.device, size);
   q_device.copy_from(q.data());
@@ -492,7 +484,7 @@ void time_batch(const BatchShape& shape, const TimingContext& context, const Ben
   for (auto method : settings.methods)
     if (method != Method::exact) order.push_back(method);
   for (auto method : order) {
-    BatchedAttentionPlan<T> plan(context.device, method, shape, options);
+    BatchedAttentionPlan<T> plan(context.device, method, shape, method_options(settings, method, shape.dim));
     Matrix<T>& output = method == Method::exact ? exact : out;
     const BatchView<T> out_view{output.data(), shape.batch, shape.heads, shape.tokens, shape.dim};
     const Timing timing = time_repeats(
@@ -549,11 +541,11 @@ void time_context(TimingContext context, const BenchSettings& settings, BenchTab
   }
 }
 
-/// The shapes of --batch: a comma-separated list of BxHxNxd (dv = d), each count >= 1; throws
+/// The shapes of --batch-shapes: a comma-separated list of BxHxNxd (dv = d), each count >= 1; throws
 /// std::invalid_argument naming the value.
 std::vector<BatchShape> parse_batch_shapes(const std::string& text) {
   std::vector<BatchShape> shapes;
-  for (const auto& item : split_list(text, "batch")) {
+  for (const auto& item : split_list(text, "batch-shapes")) {
     std::vector<Index> parts;
     std::stringstream dims(item);
     std::string part;
@@ -564,7 +556,7 @@ std::vector<BatchShape> parse_batch_shapes(const std::string& text) {
     }
     require(parts.size() == 4 && item.back() != 'x' &&
                 std::all_of(parts.begin(), parts.end(), [](Index p) { return p >= 1; }),
-            "option --batch: '", item, "' is not BxHxNxd with every count >= 1");
+            "option --batch-shapes: '", item, "' is not BxHxNxd with every count >= 1");
     shapes.push_back({parts[0], parts[1], parts[2], parts[3], parts[3]});
   }
   return shapes;
@@ -586,7 +578,7 @@ void validate(const BenchSettings& settings) {
     require(cpu_only.empty(), "option --method: ", join(cpu_only),
             " run on the CPU only (with --device cuda: exact, pnp-nystra)");
   }
-  // The smallest N of --n and --batch, and the option naming it.
+  // The smallest N of --n and --batch-shapes, and the option naming it.
   Index smallest = std::numeric_limits<Index>::max();
   std::string smallest_option;
   for (auto n : settings.sizes)
@@ -594,8 +586,8 @@ void validate(const BenchSettings& settings) {
   for (const auto& shape : settings.batch_shapes)
     if (shape.tokens < smallest)
       std::tie(smallest, smallest_option) =
-          std::pair(shape.tokens, describe("--batch N = ", shape.tokens, " (", shape.batch, "x", shape.heads,
-                                           "x", shape.tokens, "x", shape.dim, ")"));
+          std::pair(shape.tokens, describe("--batch-shapes N = ", shape.tokens, " (", shape.batch, "x",
+                                           shape.heads, "x", shape.tokens, "x", shape.dim, ")"));
   const bool steps = settings.steps && settings.device == Device::cpu && !settings.sizes.empty();
   // Landmarks are tokens, so m ≤ N; Linformer's k and Performer's r may exceed N, as in the sweep.
   for (auto method : settings.methods) {
@@ -605,11 +597,11 @@ void validate(const BenchSettings& settings) {
   }
   require(!steps || settings.landmarks <= smallest, "option --landmarks = ", settings.landmarks,
           " exceeds the smallest ", smallest_option, " (the PnP-Nystra step table; --steps 0 skips it)");
-  const ApproximationOptions options = method_options(settings, settings.dim);
   for (auto method : settings.methods) {
-    for (auto n : settings.sizes) options.validate(method, n, settings.dim);
+    for (auto n : settings.sizes)
+      method_options(settings, method, settings.dim).validate(method, n, settings.dim);
     for (const auto& shape : settings.batch_shapes)
-      method_options(settings, shape.dim).validate(method, shape.tokens, shape.dim);
+      method_options(settings, method, shape.dim).validate(method, shape.tokens, shape.dim);
   }
 }
 
@@ -638,7 +630,7 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
   // clang-format off
   description.add_options()
     ("n", po::value(&texts.sizes)->default_value(texts.sizes),
-     "token counts N of the one-head tables (list or range first:last:xF); with --batch: none unless given")
+     "token counts N of the one-head tables (list or range first:last:xF); with --batch-shapes: none unless given")
     ("d", po::value(&settings.dim)->default_value(settings.dim), "query/key dimension d")
     ("dv", po::value(&settings.value_dim)->default_value(settings.value_dim), "value dimension dv");
   add_precision_option(description, "float,double", true);
@@ -663,7 +655,7 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
      "pseudoinverse of pnp-nystra, symmetric-nystrom, nystromformer and cur (exact, razavi, newton-schulz, ...; "
      "pinv.hpp names); default: each method's own (exact; nystromformer: razavi x6; symmetric-nystrom: "
      "newton-schulz x20 on W + 1e-6 I)")
-    ("iterations", po::value(&settings.iterations)->default_value(settings.iterations),
+    ("pinv-iters", po::value<std::string>()->default_value("0"),
      "iterations of an iterative --pinv; 0: each method's own (nystromformer 6, symmetric-nystrom 20)")
     ("gemm-n", po::value(&settings.gemm_size)->default_value(settings.gemm_size),
      "n of the n x n x n GEMM timed per precision and thread count (/bench_gemm, the reference of the "
@@ -671,7 +663,7 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
     ("matvec-n", po::value(&texts.matvec_sizes),
      "N of the matrix-free kernel matvecs y = exp(s Q K^T) x timed per precision and thread count "
      "(/bench_matvec; list or range); default: none")
-    ("batch", po::value(&texts.batch_shapes)->value_name("LIST"),
+    ("batch-shapes", po::value<std::string>()->value_name("LIST"),
      "batches BxHxNxd (dv = d), comma-separated, e.g. 64x6x1024x64,16x8x4096x64: exact attention and every "
      "--method on the whole batch through BatchedAttentionPlan on --device, per precision and thread count "
      "(/bench_batch); default: none")
@@ -683,6 +675,8 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
      "OPENBLAS_CORETYPE to run under (re-executes when the environment differs; 'default': keep)")
     ("output,o", po::value(&settings.output)->default_value(settings.output), "results file (HDF5)");
   // clang-format on
+  add_deprecated_alias(description, "iterations", "pinv-iters");
+  add_deprecated_alias(description, "batch", "batch-shapes");
   add_seed_option(description);
   add_quiet_option(description, "no table on stdout");
   add_common_options(description, false);
@@ -690,10 +684,14 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
 }
 
 /// `settings` completed from the parsed options (sizes, thread counts, methods, precisions, seed).
-void complete_settings(const po::variables_map& values, const BenchOptionTexts& texts,
-                       BenchSettings& settings) {
+void complete_settings(const po::variables_map& values, BenchOptionTexts& texts, BenchSettings& settings) {
   settings.device = parse_device(values);
   settings.min_seconds = real_option(values, "min-seconds");
+  texts.batch_shapes = option_text(values, "batch-shapes", "batch");
+  const auto iterations = parse_index_list(option_text(values, "pinv-iters", "iterations"), "pinv-iters", 0);
+  require(iterations.size() == 1 && iterations[0] <= max_pinv_iterations,
+          "option --pinv-iters: one count in [0, ", max_pinv_iterations, "] (0: each method's own)");
+  settings.iterations = int(iterations[0]);
   if (!texts.batch_shapes.empty()) settings.batch_shapes = parse_batch_shapes(texts.batch_shapes);
   if (texts.batch_shapes.empty() || !values["n"].defaulted())
     settings.sizes = parse_index_list(texts.sizes, "n");

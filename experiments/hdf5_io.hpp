@@ -239,10 +239,12 @@ std::string utc_timestamp();
 /// The results format version this build writes (docs/formats.md §2). Version 2: /sweep's `landmarks` holds
 /// m only (0 for methods without landmarks), performer's r is in `features`, linformer's k in `projected`.
 /// Version 3: the /bench tables likewise, and their `dtype` column is `precision` (`float`, `double`).
-constexpr std::int64_t results_format_version = 3;
-/// The oldest results format version whose /sweep table is this build's: a sweep resumes into such a file
-/// (version 3 changed only the /bench tables).
-constexpr std::int64_t resumable_format_version = 2;
+/// Version 4: one vocabulary (CHANGELOG.md): the root attribute `matrix_free_forced` is `matrix_free`,
+/// `method_switches` gave way to the /sweep parameter columns different_indices, copy_rows,
+/// share_projections and front_padding, and the columns of optimality and certificates are new.
+constexpr std::int64_t results_format_version = 4;
+/// The oldest results format version whose /sweep table is this build's: a sweep resumes into such a file.
+constexpr std::int64_t resumable_format_version = 4;
 
 /// Writes format = "nystrom-results", format_version = results_format_version and the provenance attributes
 /// on the root group.

@@ -112,9 +112,11 @@ po::options_description sweep_options() {
       "landmarks,m", po::value<std::string>()->value_name("LIST"),
       "landmark counts m: list and ranges, e.g. 4:256:x2 or 8:64:+8 (default: 8, 16, 32, ... below each "
       "layer's N, and N)")("pinv", po::value<std::string>()->default_value("exact,razavi"),
-                           "pseudoinverses: exact, razavi, newton-schulz")(
-      "iterations", po::value<std::string>()->default_value("2,4,6"),
-      "iteration counts of the iterative pseudoinverses")(
+                           "pseudoinverses: exact, razavi, newton-schulz, truncated (SVD cut at "
+                           "--pinv-tolerance, default sqrt(eps)), "
+                           "oracle-core (the optimal core C+ G R+, an O(N^2 d) oracle)")(
+      "pinv-iters", po::value<std::string>()->default_value("2,4,6"),
+      "iteration counts of the iterative pseudoinverses (razavi, newton-schulz); column pinv_iters")(
       "stabilization", po::value<std::string>()->default_value("row-max"),
       "pnp-nystra: none, row-max, clamped (other methods: none)")(
       "features", po::value<std::string>()->value_name("LIST"),
@@ -125,6 +127,7 @@ po::options_description sweep_options() {
       "copy-rows", po::bool_switch(), "cur: copy the exact rows (R V) into the output")(
       "different-indices", po::bool_switch(), "cur: select rows of Q and K separately")(
       "front-padding", po::bool_switch(), "nystromformer: the package's front zero padding when N % m != 0");
+  add_deprecated_alias(options, "iterations", "pinv-iters");
   add_precision_option(options, "double", false);
   add_memory_option(options, "the matrix-free path is taken (column matrix_free)");
   options.add_options()("matrix-free", po::bool_switch(), "force the matrix-free (Lanczos) path")(
@@ -188,23 +191,23 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
   grid.landmarks = index_list("landmarks");
   grid.features = index_list("features");  // empty: each layer's landmark counts (sweep_grid.hpp)
   grid.projected = index_list("projected");
-  const auto iterations = parse_index_list(values["iterations"].as<std::string>(), "iterations", 1);
+  const auto iterations = parse_index_list(option_text(values, "pinv-iters", "iterations"), "pinv-iters", 1);
   for (auto count : iterations)
-    require(count <= max_pinv_iterations, "option --iterations: ", count, " is above ", max_pinv_iterations);
+    require(count <= max_pinv_iterations, "option --pinv-iters: ", count, " is above ", max_pinv_iterations);
   for (auto method :
        parse_enum_list<PinvMethod>(values["pinv"].as<std::string>(), "pinv", pinv_method_from_string)) {
-    if (method == PinvMethod::exact)
-      grid.pinvs.emplace_back(method, 0);
-    else
+    if (is_iterative(method))
       for (auto count : iterations) grid.pinvs.emplace_back(method, int(count));
+    else
+      grid.pinvs.emplace_back(method, 0);
   }
   grid.stabilizations = parse_enum_list<Stabilization>(values["stabilization"].as<std::string>(),
                                                        "stabilization", stabilization_from_string);
   grid.methods = parse_methods(values);
-  grid.copy_rows = values["copy-rows"].as<bool>();
-  grid.different_indices = values["different-indices"].as<bool>();
-  grid.front_padding = values["front-padding"].as<bool>();
-  grid.share_projections = values["share-projections"].as<bool>();
+  grid.switches.copy_rows = values["copy-rows"].as<bool>();
+  grid.switches.different_indices = values["different-indices"].as<bool>();
+  grid.switches.front_padding = values["front-padding"].as<bool>();
+  grid.switches.share_projections = values["share-projections"].as<bool>();
   grid.precision = parse_precision(values);
   grid.seed = seed_option(values);
   return grid;
@@ -218,7 +221,7 @@ SweepSettings parse_settings(const po::variables_map& values) {
   require(!settings.output.empty(), "option --output: empty file name");
   settings.grid = parse_grid(values, settings.default_input);
   settings.evaluation.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
-  settings.evaluation.force_matrix_free = values["matrix-free"].as<bool>();
+  settings.evaluation.matrix_free = values["matrix-free"].as<bool>();
   settings.evaluation.dense_svd_limit = values["dense-svd-limit"].as<Index>();
   require(settings.evaluation.dense_svd_limit >= 0, "option --dense-svd-limit: must be >= 0");
   settings.evaluation.device = parse_device(values);
@@ -229,19 +232,10 @@ SweepSettings parse_settings(const po::variables_map& values) {
   return settings;
 }
 
-/// The root attributes a sweep resumes only into files that share: `reference` (`kernel` or `model`),
-/// `method_switches`, the methods' switches given, space-separated, and `input_digest`, the input's
-/// (docs/formats.md §2).
+/// The root attributes a sweep resumes only into files that share: `reference` (`kernel` or `model`) and
+/// `input_digest`, the input's (docs/formats.md §2).
 std::vector<RunSetting> run_settings(const SweepSettings& settings) {
-  std::string switches;
-  const SweepGrid& grid = settings.grid;
-  for (const auto& [given, name] : {std::pair{grid.copy_rows, "copy-rows"},
-                                    {grid.different_indices, "different-indices"},
-                                    {grid.front_padding, "front-padding"},
-                                    {grid.share_projections, "share-projections"}})
-    if (given) switches += (switches.empty() ? "" : " ") + std::string(name);
   return {{"reference", settings.model_reference ? "model" : "kernel", "kernel"},
-          {"method_switches", switches, ""},
           {"input_digest", settings.input_digest, std::nullopt}};
 }
 
@@ -249,8 +243,7 @@ std::vector<RunSetting> run_settings(const SweepSettings& settings) {
 void write_sweep_attributes(hid_t file, const SweepSettings& settings, const Skipped& skipped) {
   write_results_header(file, make_provenance(settings.command_line, settings.threads, settings.input));
   write_attribute(file, "memory_budget", std::vector<double>{settings.evaluation.memory_budget});
-  write_attribute(file, "matrix_free_forced",
-                  std::vector<std::int64_t>{settings.evaluation.force_matrix_free});
+  write_attribute(file, "matrix_free", std::vector<std::int64_t>{settings.evaluation.matrix_free});
   write_attribute(file, "device", to_string(settings.evaluation.device));
   for (const auto& setting : run_settings(settings)) write_attribute(file, setting.name, setting.value);
   write_attribute(file, "attention_reference", settings.attention_reference);

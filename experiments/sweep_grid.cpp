@@ -42,68 +42,45 @@ std::string window_pool_obstacle(const DumpLayer& layer) {
   return "";
 }
 
-/// The pseudoinverse of a point: its method and iteration count over `base` (which keeps e.g. a shift).
-PinvOptions point_pinv(PinvMethod method, int iterations, PinvOptions base) {
-  base.method = method;
-  if (method != PinvMethod::exact) base.iterations = iterations;
-  return base;
-}
-
 /// The points of one method on one head and kernel, in grid order (strategy, m, stabilization, pinv), with
-/// `base` carrying the head, kernel and run fields: every combination of the axes the method has.
-std::vector<PointDescription> method_points(const PointDescription& base, const SweepGrid& grid) {
-  const Method method = base.method;
-  if (method == Method::exact) return {base};
+/// `base` carrying the head and run fields and `fixed` the method, kernel, seed and switches: every
+/// combination of the axes the method has, each translated to the library's options once
+/// (Parameters::options).
+std::vector<PointDescription> method_points(const PointDescription& base, const Parameters& fixed,
+                                            const SweepGrid& grid) {
+  const Method method = fixed.method;
+  const auto point_of = [&](const Parameters& parameters) {
+    PointDescription point = base;
+    point.options = parameters.options(base.d);
+    return point;
+  };
+  if (method == Method::exact) return {point_of(fixed)};
   std::vector<PointDescription> points;
   if (method == Method::performer || method == Method::linformer) {
     for (auto size : method == Method::performer ? grid.features : grid.projected) {
-      PointDescription point = base;
-      point.options.performer.features = size;
-      point.options.performer.seed = base.seed;
-      point.options.linformer.projected = size;
-      point.options.linformer.seed = base.seed;
-      point.options.linformer.share = grid.share_projections;
-      points.push_back(point);
+      Parameters parameters = fixed;
+      (method == Method::performer ? parameters.features : parameters.projected) = size;
+      points.push_back(point_of(parameters));
     }
     return points;
   }
   const std::vector<LandmarkStrategy> strategies =
       method == Method::nystromformer ? std::vector{LandmarkStrategy::segment_means} : grid.strategies;
-  const std::vector<Stabilization> stabilizations =
-      method == Method::pnp_nystra ? grid.stabilizations : std::vector{Stabilization::none};
-  const Kernel& kernel = base.options.kernel;
+  const std::vector<std::optional<Stabilization>> stabilizations =
+      method == Method::pnp_nystra
+          ? std::vector<std::optional<Stabilization>>(grid.stabilizations.begin(), grid.stabilizations.end())
+          : std::vector<std::optional<Stabilization>>{std::nullopt};
   for (auto strategy : strategies)
     for (auto m : grid.landmarks)
       for (auto stabilization : stabilizations)
         for (const auto& [pinv, iterations] : grid.pinvs) {
-          PointDescription point = base;
-          LandmarkOptions landmarks;
-          landmarks.strategy = strategy;
-          landmarks.count = m;
-          landmarks.seed = base.seed;
-          ApproximationOptions& o = point.options;
-          switch (method) {
-            case Method::pnp_nystra:
-              o.nystrom = {kernel, landmarks, point_pinv(pinv, iterations, {}), stabilization};
-              break;
-            case Method::symmetric_nystrom:
-              o.symmetric.kernel = kernel;
-              o.symmetric.landmarks = landmarks;
-              o.symmetric.pinv = point_pinv(pinv, iterations, o.symmetric.pinv);
-              break;
-            case Method::nystromformer:
-              o.nystromformer = {m, point_pinv(pinv, iterations, {}), grid.front_padding};
-              break;
-            case Method::cur:
-              o.cur.selection = landmarks;
-              o.cur.selection.same_indices = !grid.different_indices;
-              o.cur.pinv = point_pinv(pinv, iterations, {});
-              o.cur.copy_exact_rows = grid.copy_rows;
-              break;
-            default:
-              break;
-          }
-          points.push_back(point);
+          Parameters parameters = fixed;
+          parameters.strategy = strategy;
+          parameters.landmarks = m;
+          parameters.stabilization = stabilization;
+          parameters.pinv = pinv;
+          if (is_iterative(pinv)) parameters.pinv_iters = iterations;
+          points.push_back(point_of(parameters));
         }
   return points;
 }
@@ -118,9 +95,9 @@ std::string obstacle(const PointDescription& point, const std::string& window_ob
   if (method == Method::cur && !is_selection(point.options.cur.selection.strategy))
     return describe("cur selects rows; ", to_string(point.options.cur.selection.strategy),
                     " is a pooling strategy");
-  const LandmarkOptions* landmarks = method == Method::pnp_nystra ? &point.options.nystrom.landmarks
+  const LandmarkOptions* landmarks = method == Method::pnp_nystra ? &point.options.pnp_nystra.landmarks
                                      : method == Method::symmetric_nystrom
-                                         ? &point.options.symmetric.landmarks
+                                         ? &point.options.symmetric_nystrom.landmarks
                                      : method == Method::cur ? &point.options.cur.selection
                                                              : nullptr;
   if (landmarks && landmarks->strategy == LandmarkStrategy::window_pool && !window_obstacle.empty())
@@ -186,11 +163,14 @@ std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& lay
             base.d = layer.dim;
             base.dv = layer.value_dim;
             base.method = method;
-            base.options.kernel = resolve_kernel(kernel, layer);
             base.precision = grid.precision;
             base.seed = grid.seed;
+            Parameters fixed = grid.switches;
+            fixed.method = method;
+            fixed.seed = grid.seed;
+            fixed.use_kernel(resolve_kernel(kernel, layer));
             const auto first = points.size();
-            for (auto& point : method_points(base, layer_grid)) {
+            for (auto& point : method_points(base, fixed, layer_grid)) {
               const std::string reason = obstacle(point, window_obstacle);
               if (reason.empty())
                 points.push_back(std::move(point));

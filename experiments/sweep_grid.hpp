@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hdf5_io.hpp"
+#include "nystrom/parameters.hpp"
 #include "nystrom/point_record.hpp"
 
 namespace nystrom::cli {
@@ -34,7 +35,9 @@ struct SweepGrid {
   std::vector<std::pair<PinvMethod, int>> pinvs;  ///< method and iterations (0 for exact)
   std::vector<Stabilization> stabilizations;
   std::vector<Method> methods;
-  bool copy_rows = false, different_indices = false, front_padding = false, share_projections = false;
+  /// What every point shares besides its axes: the switches different_indices, copy_rows, share_projections
+  /// and front_padding (the method, kernel and seed of each point are set per point).
+  Parameters switches;
   std::string precision = "double";
   std::uint64_t seed = 0;
 };

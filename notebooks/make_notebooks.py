@@ -748,7 +748,7 @@ truncated iteration is a spectral filter that barely inverts the core's small si
 exact = nystrom.attention(q, k, v, method="exact", scale=scale)
 runs = [
     ("pnp-nystra, row-max, exact pinv", dict(method="pnp-nystra", stabilization="row-max", pinv="exact")),
-    ("pnp-nystra, clamped, razavi x6", dict(method="pnp-nystra", stabilization="clamped", pinv="razavi", iterations=6)),
+    ("pnp-nystra, clamped, razavi x6", dict(method="pnp-nystra", stabilization="clamped", pinv="razavi", pinv_iters=6)),
     ("nystromformer", dict(method="nystromformer")),
     ("cur, top-sum rows", dict(method="cur", strategy="top-sum")),
     ("symmetric-nystrom", dict(method="symmetric-nystrom")),

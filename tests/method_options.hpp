@@ -16,8 +16,8 @@ inline constexpr Method methods[] = {
 inline ApproximationOptions small_options(Index m) {
   ApproximationOptions options;
   options.kernel = Kernel::exponential(0.25);
-  options.nystrom.landmarks.count = m;
-  options.symmetric.landmarks.count = m;
+  options.pnp_nystra.landmarks.count = m;
+  options.symmetric_nystrom.landmarks.count = m;
   options.nystromformer.landmarks = m;
   options.cur.selection.count = m;
   options.performer.features = 4 * m;

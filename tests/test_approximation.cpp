@@ -82,7 +82,7 @@ TEST_CASE_TEMPLATE(
   const Matrix<T> Q = random_matrix<T>(n, d, 11, 0.7), K = random_matrix<T>(n, d, 12, 0.7),
                   V = random_matrix<T>(n, 5, 13);
   ApproximationOptions options = small_options(6);
-  options.linformer.share = false;
+  options.linformer.share_projections = false;
   for (auto method : methods) {
     CAPTURE(to_string(method));
     const ApproximationOptions drawn = with_drawn_projections(method, options, n, d);
@@ -99,7 +99,7 @@ TEST_CASE_TEMPLATE(
   // Given projections are kept; a shared F stays shared (not drawn).
   ApproximationOptions given = options;
   given.linformer.e = Matrix<double>::Constant(options.linformer.projected, n, 0.1);
-  given.linformer.share = true;
+  given.linformer.share_projections = true;
   const ApproximationOptions kept = with_drawn_projections(Method::linformer, given, n, d);
   CHECK(kept.linformer.e == given.linformer.e);
   CHECK(kept.linformer.f.size() == 0);
@@ -119,10 +119,10 @@ TEST_CASE_TEMPLATE("every low-rank method above the parallel threshold: two thre
   REQUIRE(double(options.linformer.projected) * n * d >= detail::parallel_work);
   REQUIRE(double(n) * options.nystromformer.landmarks * d >= detail::parallel_work);
   REQUIRE(double(n) * options.cur.selection.count * d >= detail::parallel_work);
-  REQUIRE(double(n) * options.symmetric.landmarks.count * d >= detail::parallel_work);
+  REQUIRE(double(n) * options.symmetric_nystrom.landmarks.count * d >= detail::parallel_work);
   const int before = threads();
   for (const bool share : {false, true}) {
-    options.linformer.share = share;
+    options.linformer.share_projections = share;
     for (const Method method : {Method::pnp_nystra, Method::symmetric_nystrom, Method::performer,
                                 Method::linformer, Method::nystromformer, Method::cur}) {
       CAPTURE(to_string(method));

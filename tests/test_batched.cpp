@@ -44,7 +44,7 @@ void check_heads(Method method, const Tensor<T>& Q, const Tensor<T>& K, const Te
       CHECK(out.head(i) == expected.output);
       continue;
     }
-    NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+    NystromOptions nystrom = method == Method::pnp_nystra ? options.pnp_nystra : options.symmetric_nystrom;
     nystrom.kernel = options.kernel;
     const auto head = [&](const Tensor<T>& X) {
       return ConstRowMajorMap<T>(X.view().head(i).data(), X.tokens, X.dim, Eigen::OuterStride<>(X.dim));
@@ -186,13 +186,14 @@ TEST_CASE_TEMPLATE(
     std::vector<Matrix<double>> cores;
     for (Index i = 0; i < batch * heads; ++i) {
       const Matrix<T> q = Q.head(i), k = K.head(i), v = V.head(i);
-      NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+      NystromOptions nystrom = method == Method::pnp_nystra ? options.pnp_nystra : options.symmetric_nystrom;
       nystrom.kernel = options.kernel;
       if (method == Method::pnp_nystra)
         cores.push_back(generalized_nystrom<T>(q, k, nystrom).core.template cast<double>());
       if (method == Method::symmetric_nystrom) {
         Matrix<double> core = symmetric_nystrom<T>(q, k, nystrom).core.template cast<double>();
-        core.diagonal().array() += options.symmetric.pinv.shift;  // what Newton–Schulz on W + εI inverts
+        core.diagonal().array() +=
+            options.symmetric_nystrom.pinv.shift;  // what Newton–Schulz on W + εI inverts
         cores.push_back(core);
       }
       if (method == Method::nystromformer)
@@ -238,7 +239,7 @@ TEST_CASE_TEMPLATE(
     CHECK(per_matrix_out.values != out.values);
     if (method == Method::pnp_nystra) {
       for (Index i = 0; i < batch * heads; ++i) {
-        NystromOptions nystrom = options.nystrom;
+        NystromOptions nystrom = options.pnp_nystra;
         nystrom.kernel = options.kernel;
         const double alpha = generalized_nystrom<T>(Q.head(i), K.head(i), nystrom).pinv.alpha;
         CHECK(alpha == doctest::Approx(per_matrix[std::size_t(i)]).epsilon(tolerance<T>(m * m)));
@@ -268,16 +269,16 @@ TEST_CASE_TEMPLATE(
   const Tensor<T> Q(1, 1, n, d, 51, 0.8), K(1, 1, n, d, 52, 0.8), V(1, 1, n, dv, 53);
   ApproximationOptions options = small_options(m);
   options.kernel = Kernel::exponential(0.5).shifted(3.0);
-  options.nystrom.stabilization = Stabilization::none;
-  options.nystrom.pinv = {PinvMethod::razavi, 6, 0, 0, 0.05, 0};           // Tikhonov ε = 0.05
-  options.symmetric.pinv = {PinvMethod::newton_schulz, 12, 0, 0, 0, 0.5};  // shift ε = 0.5
+  options.pnp_nystra.stabilization = Stabilization::none;
+  options.pnp_nystra.pinv = {PinvMethod::razavi, 6, 0, 0, 0.05, 0};                // Tikhonov ε = 0.05
+  options.symmetric_nystrom.pinv = {PinvMethod::newton_schulz, 12, 0, 0, 0, 0.5};  // shift ε = 0.5
   for (auto method : {Method::pnp_nystra, Method::symmetric_nystrom}) {
     CAPTURE(to_string(method));
     Tensor<T> own(1, 1, n, dv, 54), batch(1, 1, n, dv, 55);
     batched_attention<T>(method, Q.view(), K.view(), V.view(), own.view(), options, AlphaScope::matrix);
     const BatchedDiagnostics diagnostics =
         batched_attention<T>(method, Q.view(), K.view(), V.view(), batch.view(), options, AlphaScope::batch);
-    NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+    NystromOptions nystrom = method == Method::pnp_nystra ? options.pnp_nystra : options.symmetric_nystrom;
     nystrom.kernel = options.kernel;
     const NystromFactors<T> factors = method == Method::pnp_nystra
                                           ? generalized_nystrom<T>(Q.head(0), K.head(0), nystrom)
@@ -294,10 +295,10 @@ TEST_CASE_TEMPLATE("batched PnP-Nystra with the clamped kernel at thresholds 0 a
   const Tensor<T> Q(batch, heads, n, d, 41, 2.0), K(batch, heads, n, d, 42, 2.0), V(batch, heads, n, dv, 43);
   ApproximationOptions options = small_options(m);
   options.kernel = Kernel::exponential(1.0);
-  options.nystrom.stabilization = Stabilization::clamped;
+  options.pnp_nystra.stabilization = Stabilization::clamped;
   for (double threshold : {0.0, 5.0}) {
     CAPTURE(threshold);
-    options.nystrom.clamp_threshold = threshold;
+    options.pnp_nystra.clamp_threshold = threshold;
     Tensor<T> out(batch, heads, n, dv, 44);
     batched_attention<T>(Method::pnp_nystra, Q.view(), K.view(), V.view(), out.view(), options);
     for (Index i = 0; i < batch * heads; ++i) {
@@ -306,7 +307,7 @@ TEST_CASE_TEMPLATE("batched PnP-Nystra with the clamped kernel at thresholds 0 a
       CHECK((q * k.transpose()).maxCoeff() > 5);
       const Matrix<double> expected =
           naive_clamped_nystra(q, k, V.head(i).template cast<double>(), m, 1.0, threshold);
-      NystromOptions nystrom = options.nystrom;
+      NystromOptions nystrom = options.pnp_nystra;
       nystrom.kernel = options.kernel;
       const Matrix<double> core =
           generalized_nystrom<T>(Q.head(i), K.head(i), nystrom).core.template cast<double>();
@@ -346,7 +347,7 @@ TEST_CASE("batched attention rejects bad shapes, overlapping outputs and non-fin
   CHECK(throws_naming(one_head, "landmarks: Q contains non-finite values"));
   CHECK_FALSE(throws_naming(one_head, "head 0"));
   ApproximationOptions too_many = options;
-  too_many.nystrom.landmarks.count = 11;
+  too_many.pnp_nystra.landmarks.count = 11;
   CHECK(throws_naming(
       [&] {
         batched_attention<double>(Method::pnp_nystra, Q.view(), K.view(), V.view(), out.view(), too_many);
@@ -381,8 +382,8 @@ TEST_CASE_TEMPLATE(
       CAPTURE(to_string(scope));
       ApproximationOptions options = small_options(m);
       options.kernel = Kernel::exponential(0.5);
-      options.nystrom.stabilization = Stabilization::none;
-      options.nystrom.pinv.method = method;
+      options.pnp_nystra.stabilization = Stabilization::none;
+      options.pnp_nystra.pinv.method = method;
       Tensor<T> out(1, 3, n, dv, 74), two_out(1, 2, n, dv, 75);
       const BatchedDiagnostics all =
           batched_attention<T>(Method::pnp_nystra, Q.view(), K.view(), V.view(), out.view(), options, scope);

@@ -275,7 +275,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("bench --pinv, --iterations: every method with a pseudoinverse takes them, and the file says so") {
+TEST_CASE("bench --pinv, --pinv-iters: every method with a pseudoinverse takes them, and the file says so") {
   TempDir dir("bench_pinv");
   const std::vector<std::string> common = {
       "--n",      "16",        "--landmarks", "16",       "--precision",
@@ -294,7 +294,7 @@ TEST_CASE("bench --pinv, --iterations: every method with a pseudoinverse takes t
   // m = N: the exact pseudoinverse recovers exact attention (Corollary 2.2), one Razavi iteration from
   // Z₀ = αAᵀ does not.
   const auto [exact_file, exact] = errors("exact.h5", {"--pinv", "exact"});
-  const auto [razavi_file, razavi] = errors("razavi.h5", {"--pinv", "razavi", "--iterations", "1"});
+  const auto [razavi_file, razavi] = errors("razavi.h5", {"--pinv", "razavi", "--pinv-iters", "1"});
   const auto [default_file, defaults] = errors("default.h5", {});
   for (std::size_t r = 0; r < 2; ++r) {
     CAPTURE(r);
@@ -396,14 +396,15 @@ TEST_CASE("bench: bad options exit 2 naming the value, write nothing and leave a
       {{"--n", "16", "--d", "0"}, {"--d = 0"}},
       {{"--n", "16", "--pinv", "bogus"}, {"--pinv", "bogus"}},
       {{"--n", "16", "--pinv", "exact,razavi"}, {"--pinv", "'exact,razavi'"}},
-      {{"--n", "16", "--iterations", "-1"}, {"--iterations = -1"}},
+      {{"--n", "16", "--pinv-iters", "-1"}, {"--pinv-iters", "-1"}},
+      {{"--n", "16", "--pinv-iters", "3", "--iterations", "2"}, {"--pinv-iters and --iterations"}},
       {{"--n", "16", "--device", "gpu"}, {"--device", "gpu"}},
-      {{"--batch", "2x2x64"}, {"--batch", "'2x2x64'"}},
-      {{"--batch", "2x2x64x16,2x0x64x16"}, {"--batch", "'2x0x64x16'"}},
-      {{"--batch", "2x2x64x16x"}, {"--batch", "'2x2x64x16x'"}},
-      {{"--batch", "2xax64x16"}, {"--batch", "'2xax64x16'"}},
-      {{"--batch", "1x1x8x4,"}, {"--batch", "empty item"}},
-      {{"--batch", "2x2x8x16", "--landmarks", "16"}, {"--landmarks = 16", "--batch N = 8"}},
+      {{"--batch-shapes", "2x2x64"}, {"--batch-shapes", "'2x2x64'"}},
+      {{"--batch-shapes", "2x2x64x16,2x0x64x16"}, {"--batch-shapes", "'2x0x64x16'"}},
+      {{"--batch-shapes", "2x2x64x16x"}, {"--batch-shapes", "'2x2x64x16x'"}},
+      {{"--batch-shapes", "2xax64x16"}, {"--batch-shapes", "'2xax64x16'"}},
+      {{"--batch", "1x1x8x4,"}, {"--batch-shapes", "empty item"}},
+      {{"--batch-shapes", "2x2x8x16", "--landmarks", "16"}, {"--landmarks = 16", "--batch-shapes N = 8"}},
   };
   for (const auto& [options, named] : cases) {
     CAPTURE(cli::join(options, " "));
@@ -550,5 +551,5 @@ TEST_CASE(
   CHECK(size_cells(a, 1) == performer);
   CHECK(size_cells(a, 2) == linformer);
   CHECK(cli::read_numeric_attribute(cli::open_file(now, false).get(), "format_version") ==
-        std::vector<double>{3});
+        std::vector<double>{4});
 }

@@ -138,7 +138,7 @@ TEST_CASE("equal tokens on the matrix-free path: every method recovers G, no Lan
                                 "segment-means",
                                 "--pinv",
                                 "exact,razavi",
-                                "--iterations",
+                                "--pinv-iters",
                                 "6",
                                 "--method",
                                 "pnp-nystra,nystromformer,symmetric-nystrom",

@@ -139,10 +139,10 @@ TEST_CASE("sweep --reference model: rows of exp(s q k^T + bias + mask), kernel r
       HeadEvaluator<double> evaluator(head_of(layer, b, h, with_model), {});
       ApproximationOptions options;
       options.kernel = Kernel::exponential(scale);
-      options.nystrom.landmarks.strategy = options.cur.selection.strategy = LandmarkStrategy::step;
-      options.nystrom.landmarks.count = options.nystromformer.landmarks =
+      options.pnp_nystra.landmarks.strategy = options.cur.selection.strategy = LandmarkStrategy::step;
+      options.pnp_nystra.landmarks.count = options.nystromformer.landmarks =
           Index(table->number(r, "landmarks"));
-      options.nystrom.pinv = options.nystromformer.pinv = PinvOptions{};  // --pinv exact
+      options.pnp_nystra.pinv = options.nystromformer.pinv = PinvOptions{};  // --pinv exact
       const PointResult point = evaluator.evaluate(method, options);
       CHECK(table->number(r, "log_shift") == doctest::Approx(point.log_shift).epsilon(1e-14));
       CHECK(table->number(r, "output_relative_error") ==

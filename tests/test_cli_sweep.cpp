@@ -50,7 +50,7 @@ const std::vector<std::string> grid = {"--kernel",
                                        "4,8",
                                        "--pinv",
                                        "exact,razavi,newton-schulz",
-                                       "--iterations",
+                                       "--pinv-iters",
                                        "3,12",
                                        "-q"};
 
@@ -233,7 +233,7 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
 
   cli::Handle file = cli::open_file(output, false);
   CHECK(cli::read_string_attribute(file.get(), "format") == "nystrom-results");
-  CHECK(cli::read_numeric_attribute(file.get(), "format_version") == std::vector<double>{3});
+  CHECK(cli::read_numeric_attribute(file.get(), "format_version") == std::vector<double>{4});
   CHECK(!cli::read_string_attribute(file.get(), "program_version").empty());
   CHECK(!cli::read_string_attribute(file.get(), "git_revision").empty());
   CHECK(cli::read_string_attribute(file.get(), "command_line").starts_with("nystrom sweep -i "));
@@ -241,7 +241,7 @@ TEST_CASE("sweep: every row matches an independent dense recomputation, provenan
                          std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
   CHECK(cli::read_numeric_attribute(file.get(), "threads")[0] >= 1);
   CHECK(cli::read_string_attribute(file.get(), "input") == fs::weakly_canonical(input).string());
-  CHECK(cli::read_string_attribute(file.get(), "method_switches").empty());
+  CHECK(cli::read_numeric_attribute(file.get(), "matrix_free") == std::vector<double>{0});
 }
 
 TEST_CASE("sweep: block-constant tokens with aligned segment-means landmarks are recovered exactly") {
@@ -273,7 +273,7 @@ TEST_CASE("sweep: one thread, two and three (heads evaluated at once) give the s
               .status == 0);
   const std::vector<std::string> large_grid = {
       "--kernel", "exp,laplacian", "--strategy",   "segment-means,random", "--landmarks",
-      "8,32",     "--pinv",        "exact,razavi", "--iterations",         "6",
+      "8,32",     "--pinv",        "exact,razavi", "--pinv-iters",         "6",
       "-q"};
   for (const auto& [input, extra] : {std::pair{small, grid}, std::pair{std::string(large), large_grid}}) {
     CAPTURE(input);
@@ -384,7 +384,7 @@ TEST_CASE("sweep: interrupted (SIGINT after some points) and resumed gives the r
   const auto rerun = run_cli(
       sweep_args(input, resumed,
                  {"--kernel", "exp,laplacian", "--lambda", "3", "--strategy", "segment-means,step,random",
-                  "--landmarks", "4,8", "--pinv", "exact,razavi,newton-schulz", "--iterations", "3,12"}));
+                  "--landmarks", "4,8", "--pinv", "exact,razavi,newton-schulz", "--pinv-iters", "3,12"}));
   CHECK(rerun.status == 0);
   CHECK(rerun.err.find("already") != std::string::npos);
   CHECK(file_bytes(resumed) == bytes);
@@ -395,23 +395,24 @@ TEST_CASE("sweep: interrupted (SIGINT after some points) and resumed gives the r
               .status == 0);
   CHECK(read_sweep(resumed).rows.size() == a.rows.size() + 2);
 
-  // Results format version 2 has this build's /sweep table: resumed, and rewritten as version 3; version 1
-  // (r and k in `landmarks`) is refused.
+  // Results format version 4 is this build's /sweep table; version 3 (the method switches an attribute, not
+  // columns) is refused, as is version 1 (r and k in `landmarks`).
   const auto set_version = [&](std::int64_t version) {
     cli::Handle file = cli::open_file(clean, true);
     cli::write_attribute(file.get(), "format_version", std::vector<std::int64_t>{version});
   };
   const std::vector<std::string> extension = {"--kernel", "exp",    "--strategy", "step", "--landmarks",
                                               "4,16",     "--pinv", "exact",      "-q"};
-  set_version(2);
   REQUIRE(run_cli(sweep_args(input, clean, extension)).status == 0);
   CHECK(read_sweep(clean).rows.size() == a.rows.size() + 2);
   CHECK(cli::read_numeric_attribute(cli::open_file(clean, false).get(), "format_version") ==
-        std::vector<double>{3});
-  set_version(1);
-  const auto old = run_cli(sweep_args(input, clean, extension));
-  CHECK(old.status == 2);
-  CHECK_MESSAGE(old.err.find("format_version 1") != std::string::npos, old.err);
+        std::vector<double>{4});
+  for (const std::int64_t version : {3, 1}) {
+    set_version(version);
+    const auto old = run_cli(sweep_args(input, clean, extension));
+    CHECK(old.status == 2);
+    CHECK_MESSAGE(old.err.find(describe("format_version ", version)) != std::string::npos, old.err);
+  }
 }
 
 TEST_CASE(
@@ -439,7 +440,7 @@ TEST_CASE(
       {{"--pinv", "cholesky"}, "--pinv"},
       {{"--method", "magic"}, "unknown method 'magic'"},
       {{"--stabilization", "max"}, "--stabilization"},
-      {{"--iterations", "0"}, "--iterations"},
+      {{"--pinv-iters", "0"}, "--pinv-iters"},
       {{"--heads", "5"}, "--heads: index 5 out of range"},
       {{"--layers", "07"}, "no layer /layers/07"},
       {{"--precision", "half"}, "--precision"},
@@ -495,21 +496,24 @@ TEST_CASE(
   CHECK(mixed.status == 2);
   CHECK(mixed.err.find("choose another --output") != std::string::npos);
   CHECK(file_bytes(existing) == bytes);
-  // Nor results of other method switches, which change values but are no column; a file records its own.
-  const auto switched =
-      run_cli(sweep_args(input, existing, {"--landmarks", "4", "--strategy", "step", "--copy-rows", "-q"}));
-  CHECK(switched.status == 2);
-  CHECK_MESSAGE(
-      switched.err.find("holds results of method_switches '', not 'copy-rows'") != std::string::npos,
-      switched.err);
-  CHECK(file_bytes(existing) == bytes);
+  // The method switches are parameter columns: points of other switches are new rows of the same file.
   const auto both = dir / "switches.h5";
-  const std::vector<std::string> switches = {
-      "--landmarks",   "4",           "--strategy",          "step", "--method",
-      "cur,linformer", "--copy-rows", "--share-projections", "-q"};
+  const std::vector<std::string> points = {
+      "--landmarks", "4",     "--strategy", "step", "--method", "cur,linformer",
+      "--pinv",      "exact", "--heads",    "0",    "-q"};
+  std::vector<std::string> switches = points;
+  switches.insert(switches.end(), {"--copy-rows", "--share-projections"});
+  REQUIRE(run_cli(sweep_args(input, both, points)).status == 0);
   REQUIRE(run_cli(sweep_args(input, both, switches)).status == 0);
-  CHECK(cli::read_string_attribute(cli::open_file(both, false).get(), "method_switches") ==
-        "copy-rows share-projections");
+  const Table table = read_sweep(both);
+  REQUIRE(table.rows.size() == 4);
+  int switched = 0;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    const bool cur = table.text(r, "method") == "cur";
+    switched += int(table.number(r, cur ? "copy_rows" : "share_projections"));
+    CHECK(table.number(r, cur ? "share_projections" : "copy_rows") == 0);
+  }
+  CHECK(switched == 2);
   const auto again = run_cli(sweep_args(input, both, switches));
   CHECK(again.status == 0);
   CHECK(again.err.empty());
@@ -679,9 +683,9 @@ ApproximationOptions row_options(const Table& table, std::size_t r, const Kernel
   marks.seed = 11;
   switch (method) {
     case Method::symmetric_nystrom:
-      options.symmetric.landmarks = marks;
-      pinv.shift = options.symmetric.pinv.shift;
-      options.symmetric.pinv = pinv;
+      options.symmetric_nystrom.landmarks = marks;
+      pinv.shift = options.symmetric_nystrom.pinv.shift;
+      options.symmetric_nystrom.pinv = pinv;
       break;
     case Method::nystromformer:
       options.nystromformer.landmarks = size;
@@ -690,7 +694,7 @@ ApproximationOptions row_options(const Table& table, std::size_t r, const Kernel
     case Method::cur:
       options.cur.selection = marks;
       options.cur.pinv = pinv;
-      options.cur.copy_exact_rows = true;
+      options.cur.copy_rows = true;
       break;
     case Method::performer:
       options.performer.features = size;
@@ -725,7 +729,7 @@ TEST_CASE("sweep --method: every method's rows match dense recomputations, softm
                                        "4,8",
                                        "--pinv",
                                        "exact,razavi",
-                                       "--iterations",
+                                       "--pinv-iters",
                                        "3",
                                        "--features",
                                        "8",

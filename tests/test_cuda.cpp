@@ -130,7 +130,7 @@ template <class T>
 BatchedDiagnostics check_batched_nystra(const BatchShape& shape, const Tensor<T>& q, const Tensor<T>& k,
                                         const Tensor<T>& v, const ApproximationOptions& options,
                                         AlphaScope scope = AlphaScope::matrix) {
-  const Index m = options.nystrom.landmarks.count;
+  const Index m = options.pnp_nystra.landmarks.count;
   Tensor<T> cpu(shape, shape.value_dim, 134), gpu(shape, shape.value_dim, 135);
   const BatchedDiagnostics expected =
       batched_attention<T>(Method::pnp_nystra, q.view(), k.view(), v.view(), cpu.view(), options, scope);
@@ -138,7 +138,7 @@ BatchedDiagnostics check_batched_nystra(const BatchShape& shape, const Tensor<T>
   plan.run(q.view(), k.view(), v.view(), gpu.view());
   const BatchedDiagnostics diagnostics = plan.diagnostics();
   CHECK(diagnostics.alpha == doctest::Approx(expected.alpha).epsilon(tolerance<T>(m * m)));
-  NystromOptions nystrom = options.nystrom;
+  NystromOptions nystrom = options.pnp_nystra;
   nystrom.kernel = options.kernel;
   for (Index i = 0; i < shape.count(); ++i) {
     CAPTURE(i);
@@ -591,8 +591,8 @@ TEST_SUITE("gpu") {
     head.v = random_matrix<T>(n, 4, 123);
     ApproximationOptions options;
     options.kernel = Kernel::exponential(0.35);
-    options.nystrom = nystrom_options(options.kernel, 6, Stabilization::row_max, PinvMethod::exact);
-    options.symmetric.landmarks.count = 6;
+    options.pnp_nystra = nystrom_options(options.kernel, 6, Stabilization::row_max, PinvMethod::exact);
+    options.symmetric_nystrom.landmarks.count = 6;
     options.nystromformer.landmarks = 6;
     options.cur.selection.count = 6;
     options.performer.features = 24;
@@ -600,7 +600,7 @@ TEST_SUITE("gpu") {
     for (bool matrix_free : {false, true}) {
       CAPTURE(matrix_free);
       EvaluationOptions on_cpu, on_gpu;
-      on_cpu.force_matrix_free = on_gpu.force_matrix_free = matrix_free;
+      on_cpu.matrix_free = on_gpu.matrix_free = matrix_free;
       on_gpu.device = Device::cuda;
       HeadEvaluator<T> cpu(head, on_cpu), gpu(head, on_gpu);
       for (Method method : {Method::pnp_nystra, Method::nystromformer, Method::cur, Method::symmetric_nystrom,
@@ -667,7 +667,7 @@ TEST_SUITE("gpu") {
     for (auto method : {Method::exact, Method::pnp_nystra}) {
       CAPTURE(to_string(method));
       ApproximationOptions options = batch_options(Kernel::exponential(0.25), 8);
-      options.nystrom.pinv.method = PinvMethod::razavi;
+      options.pnp_nystra.pinv.method = PinvMethod::razavi;
       BatchedAttentionPlan<T> plan(Device::cuda, method, shape, options);
       const Index tokens = shape.count() * shape.tokens * shape.dim,
                   values = shape.count() * shape.tokens * 8;
@@ -723,10 +723,10 @@ TEST_SUITE("gpu") {
           CAPTURE(kernel.label());
           CAPTURE(to_string(stabilization));
           ApproximationOptions options = batch_options(kernel, c.m);
-          options.nystrom.landmarks.strategy = c.strategy;
-          if (c.strategy == LandmarkStrategy::window_pool) options.nystrom.landmarks.window = {7, 9};
-          options.nystrom.stabilization = stabilization;
-          options.nystrom.pinv.method = PinvMethod::exact;
+          options.pnp_nystra.landmarks.strategy = c.strategy;
+          if (c.strategy == LandmarkStrategy::window_pool) options.pnp_nystra.landmarks.window = {7, 9};
+          options.pnp_nystra.stabilization = stabilization;
+          options.pnp_nystra.pinv.method = PinvMethod::exact;
           check_batched_nystra<T>(c.shape, q, k, v, options);
         }
       }
@@ -762,11 +762,11 @@ TEST_SUITE("gpu") {
               CAPTURE(to_string(method));
               CAPTURE(to_string(scope));
               ApproximationOptions options = batch_options(Kernel::exponential(0.25), m);
-              options.nystrom.landmarks.strategy = strategy;
-              options.nystrom.stabilization = c.stabilization;
-              options.nystrom.clamp_threshold = c.clamp_threshold;
-              options.nystrom.pinv.method = method;
-              options.nystrom.pinv.iterations = method == PinvMethod::razavi ? 6 : 12;
+              options.pnp_nystra.landmarks.strategy = strategy;
+              options.pnp_nystra.stabilization = c.stabilization;
+              options.pnp_nystra.clamp_threshold = c.clamp_threshold;
+              options.pnp_nystra.pinv.method = method;
+              options.pnp_nystra.pinv.iterations = method == PinvMethod::razavi ? 6 : 12;
               check_batched_nystra<T>(shape, q, k, v, options, scope);
             }
           }
@@ -788,8 +788,8 @@ TEST_SUITE("gpu") {
         CAPTURE(to_string(stabilization));
         CAPTURE(to_string(scope));
         ApproximationOptions options = batch_options(Kernel::exponential(0.25).shifted(3), 16);
-        options.nystrom.stabilization = stabilization;
-        options.nystrom.pinv = {PinvMethod::razavi, 6, 0, 0, 0.05, 0};  // Tikhonov ε = 0.05
+        options.pnp_nystra.stabilization = stabilization;
+        options.pnp_nystra.pinv = {PinvMethod::razavi, 6, 0, 0, 0.05, 0};  // Tikhonov ε = 0.05
         check_batched_nystra<T>(shape, q, k, v, options, scope);
       }
     }
@@ -812,8 +812,8 @@ TEST_SUITE("gpu") {
     for (auto scope : {AlphaScope::matrix, AlphaScope::batch}) {
       CAPTURE(to_string(scope));
       ApproximationOptions options = batch_options(Kernel::exponential(0.5), 5);
-      options.nystrom.stabilization = Stabilization::none;
-      options.nystrom.pinv.method = PinvMethod::razavi;
+      options.pnp_nystra.stabilization = Stabilization::none;
+      options.pnp_nystra.pinv.method = PinvMethod::razavi;
       CHECK(check_batched_nystra<T>(shape, q, k, v, options, scope).heads[1].pinv_status ==
             PinvStatus::non_finite);
     }

@@ -66,12 +66,12 @@ TEST_CASE("cur copies the exact rows RV at the selected queries") {
   CurOptions options;
   options.selection.strategy = LandmarkStrategy::step;
   options.selection.count = 5;
-  options.copy_exact_rows = true;
+  options.copy_rows = true;
   const auto result = cur_attention<double>(Q, K, V, 0.35, options);
   const Matrix<double> exact = naive_attention(Q, K, V, 0.35);
   for (Index i : result.q_indices)
     CHECK((result.output.row(i) - exact.row(i)).norm() < 1e-12 * exact.row(i).norm());
-  options.copy_exact_rows = false;
+  options.copy_rows = false;
   const auto plain = cur_attention<double>(Q, K, V, 0.35, options);
   const Matrix<double> expected = oracle(Q, K, V, 0.35, plain.q_indices, plain.k_indices);
   CHECK(relative_difference(plain.output, expected) < 1e-10);
@@ -88,7 +88,7 @@ TEST_CASE("cur selection strategies: same or different indices, forced tokens") 
       CurOptions options;
       options.selection.strategy = strategy;
       options.selection.count = 8;
-      options.selection.same_indices = same;
+      options.selection.different_indices = !same;
       options.selection.forced = {0};
       const auto result = cur_attention<double>(Q, K, V, 0.35, options);
       REQUIRE(result.q_indices.size() == 8);

@@ -42,10 +42,10 @@ Head<T> random_head(Index n, Index d, Index dv, std::uint64_t seed, double scale
 ApproximationOptions method_options(const Kernel& kernel, Index m) {
   ApproximationOptions options;
   options.kernel = kernel;
-  options.nystrom.landmarks.count = m;
-  options.nystrom.stabilization = Stabilization::row_max;
-  options.symmetric.landmarks.count = m;
-  options.symmetric.pinv = PinvOptions{};
+  options.pnp_nystra.landmarks.count = m;
+  options.pnp_nystra.stabilization = Stabilization::row_max;
+  options.symmetric_nystrom.landmarks.count = m;
+  options.symmetric_nystrom.pinv = PinvOptions{};
   options.nystromformer.landmarks = m;
   options.nystromformer.pinv = PinvOptions{};
   options.cur.selection.count = m;
@@ -96,10 +96,10 @@ Oracle oracle(Method method, const Head<T>& head, const ApproximationOptions& o)
   const Matrix<double> attention = naive_softmax(q, k, s);
   switch (method) {
     case Method::pnp_nystra:
-      kernel_approximation(o.nystrom.landmarks, false);
+      kernel_approximation(o.pnp_nystra.landmarks, false);
       return out;
     case Method::symmetric_nystrom:
-      kernel_approximation(o.symmetric.landmarks, true);
+      kernel_approximation(o.symmetric_nystrom.landmarks, true);
       return out;
     case Method::nystromformer: {
       const Matrix<double> qb = naive_segment_means(q, o.nystromformer.landmarks),
@@ -206,7 +206,7 @@ TEST_CASE_TEMPLATE("every method's point equals independent dense oracles", T, f
         continue;
       }
       // The Lemma 2.1 terms of the same landmarks (docs/mathematics.md §3).
-      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.nystrom.landmarks);
+      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.pnp_nystra.landmarks);
       const Matrix<double> qb = marks.q.template cast<double>(), kb = marks.k.template cast<double>();
       const Matrix<double> ga = naive_kernel<double>(qb, kb, kernel),
                            gu = naive_kernel<double>(qb, k, kernel), gl = naive_kernel<double>(q, kb, kernel);
@@ -247,7 +247,7 @@ TEST_CASE(
   HeadEvaluator<double> evaluator(head, EvaluationOptions{});
   ApproximationOptions options;
   options.kernel = Kernel::exponential(1.0);
-  options.nystrom.landmarks.count = n;
+  options.pnp_nystra.landmarks.count = n;
   const PointResult exact = evaluator.evaluate(Method::pnp_nystra, options);
   const double condition = exact.sigma1_ext / exact.sigma_m_core;
   REQUIRE(condition > 1e8);
@@ -260,11 +260,11 @@ TEST_CASE(
   // Ĝ of other pseudoinverses and of the clamped kernel is not the lemma's: the bounds are reported for
   // comparison, and nothing is checked against them.
   ApproximationOptions razavi = options;
-  razavi.nystrom.pinv.method = PinvMethod::razavi;
-  razavi.nystrom.pinv.iterations = 1;
+  razavi.pnp_nystra.pinv.method = PinvMethod::razavi;
+  razavi.pnp_nystra.pinv.iterations = 1;
   ApproximationOptions clamped = options;
-  clamped.nystrom.stabilization = Stabilization::clamped;
-  clamped.nystrom.clamp_threshold = -1;
+  clamped.pnp_nystra.stabilization = Stabilization::clamped;
+  clamped.pnp_nystra.clamp_threshold = -1;
   for (const auto& other : {razavi, clamped}) {
     const PointResult point = evaluator.evaluate(Method::pnp_nystra, other);
     CHECK(point.theorem3_bound == exact.theorem3_bound);
@@ -275,13 +275,13 @@ TEST_CASE(
 
 TEST_CASE_TEMPLATE("every method: dense, Lanczos and matrix-free paths agree", T, float, double) {
   // N = 120 < dense_svd_limit: the default path takes ‖E‖₂ by Lanczos on the stored E and σ(G̃) by full SVDs;
-  // dense_svd_limit = 0 sends σ(G̃) through Lanczos too; force_matrix_free evaluates G in row panels
+  // dense_svd_limit = 0 sends σ(G̃) through Lanczos too; matrix_free evaluates G in row panels
   // (Frobenius norms accumulated there too).
   const Head<T> head = random_head<T>(120, 6, 3, 9);
   EvaluationOptions lanczos;
   lanczos.dense_svd_limit = 0;
   EvaluationOptions free = lanczos;
-  free.force_matrix_free = true;
+  free.matrix_free = true;
   free.panel_rows = 32;
   HeadEvaluator<T> dense_evaluator(head, {}), lanczos_evaluator(head, lanczos), free_evaluator(head, free);
   // Float products differ from double ones by a few eps_f relative to ‖G‖.
@@ -330,7 +330,7 @@ TEST_CASE_TEMPLATE(
     head.q.setConstant(T(value));
     head.k.setConstant(T(value));
     EvaluationOptions free;
-    free.force_matrix_free = true;
+    free.matrix_free = true;
     HeadEvaluator<T> dense_evaluator(head, {}), free_evaluator(head, free);
     const ApproximationOptions options = method_options(Kernel::exponential(0.4), 4);
     for (Method method : {Method::pnp_nystra, Method::nystromformer, Method::symmetric_nystrom}) {
@@ -399,15 +399,16 @@ TEST_CASE_TEMPLATE(
     Kernel kernel;
     const Head<T> head = large_logit_head<T>(n, largest, kernel);
     ApproximationOptions options = method_options(kernel, m);
-    options.nystrom.landmarks.strategy = LandmarkStrategy::step;  // rows of Q and K: a well-conditioned G_A
+    options.pnp_nystra.landmarks.strategy =
+        LandmarkStrategy::step;  // rows of Q and K: a well-conditioned G_A
     for (bool matrix_free : {false, true}) {
       CAPTURE(matrix_free);
       EvaluationOptions evaluation;
-      evaluation.force_matrix_free = matrix_free;
+      evaluation.matrix_free = matrix_free;
       HeadEvaluator<T> evaluator(head, evaluation);
       const PointResult point = evaluator.evaluate(Method::pnp_nystra, options);
       CHECK(point.log_shift == doctest::Approx(largest).epsilon(1e-5));
-      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.nystrom.landmarks);
+      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.pnp_nystra.landmarks);
       const double s = kernel.param;
       const LongMatrix g = long_kernel<T>(head.q, head.k, s), ga = long_kernel<T>(marks.q, marks.k, s),
                        gl = long_kernel<T>(head.q, marks.k, s), gu = long_kernel<T>(marks.q, head.k, s);
@@ -466,9 +467,9 @@ TEST_CASE_TEMPLATE(
     Kernel kernel;
     const Head<T> head = large_logit_head<T>(n, largest, kernel);
     ApproximationOptions options = method_options(kernel, m);
-    options.nystrom.landmarks.strategy = LandmarkStrategy::step;
+    options.pnp_nystra.landmarks.strategy = LandmarkStrategy::step;
     EvaluationOptions evaluation;
-    evaluation.force_matrix_free = matrix_free;
+    evaluation.matrix_free = matrix_free;
     return HeadEvaluator<T>(head, evaluation).evaluate(Method::pnp_nystra, options);
   };
   const bool is_float = std::is_same_v<T, float>;
@@ -609,7 +610,7 @@ TEST_CASE("the evaluator reuses its references, landmarks and terms across point
   HeadEvaluator<double> evaluator(head, {});
   ApproximationOptions options = method_options(Kernel::exponential(0.5), 5);
   const PointResult exact_pinv = evaluator.evaluate(Method::pnp_nystra, options);
-  options.nystrom.pinv = {PinvMethod::razavi, 4};
+  options.pnp_nystra.pinv = {PinvMethod::razavi, 4};
   const PointResult razavi = evaluator.evaluate(Method::pnp_nystra, options);
   // Same head and kernel, same landmarks: the shared computations are the cached ones.
   CHECK(razavi.reference_seconds == exact_pinv.reference_seconds);
@@ -647,7 +648,8 @@ TEST_CASE_TEMPLATE(
         CAPTURE(to_string(pinv_method));
         CAPTURE(iterations);
         ApproximationOptions options = method_options(Kernel::exponential(0.4), 7);
-        NystromOptions& nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+        NystromOptions& nystrom =
+            method == Method::pnp_nystra ? options.pnp_nystra : options.symmetric_nystrom;
         nystrom.stabilization = stabilization;
         nystrom.pinv = {.method = pinv_method, .iterations = iterations};
         const PointResult reused = evaluator.evaluate(method, options);
@@ -679,9 +681,9 @@ TEST_CASE("landmark terms overlap the point only where G̃ is stored and its pro
   CHECK(overlap_landmark_terms<float>(2000, 47, evaluation));  // (n + m)² just below detail::parallel_work
   CHECK_FALSE(overlap_landmark_terms<float>(2000, 48, evaluation));  // 2048² = parallel_work
   EvaluationOptions free = evaluation;
-  free.force_matrix_free = true;
+  free.matrix_free = true;
   CHECK_FALSE(overlap_landmark_terms<double>(1024, 16, free));
-  free.force_matrix_free = false;
+  free.matrix_free = false;
   free.memory_budget = 3.0 * 1024 * 1024 * 8 - 1;  // dense double 1024-token head no longer fits
   CHECK_FALSE(overlap_landmark_terms<double>(1024, 16, free));
   CHECK(overlap_landmark_terms<float>(1024, 16, free));
@@ -783,7 +785,7 @@ TEST_CASE_TEMPLATE("with a bias and mask, the exact side is exp(s q k^T + B + M)
   Head<T> head = random_head<T>(n, d, dv, 31);
   head.bias = bias_and_mask<T>(n, 41);
   EvaluationOptions forced;
-  forced.force_matrix_free = true;  // a head with a bias is stored whatever the budget
+  forced.matrix_free = true;  // a head with a bias is stored whatever the budget
   for (const EvaluationOptions& evaluation : {EvaluationOptions{}, forced}) {
     HeadEvaluator<T> evaluator(head, evaluation);
     for (const Kernel& kernel : {Kernel::exponential(1 / std::sqrt(8.0)), Kernel::laplacian(4.0)}) {
@@ -821,7 +823,7 @@ TEST_CASE_TEMPLATE("with a bias and mask, the exact side is exp(s q k^T + B + M)
         CHECK(near(point.frobenius_error, error.norm(), tol, reference.norm()));
         if (method != Method::pnp_nystra) continue;
         // G̃ = [[G_A, G_U], [G_L, G]] with the model's G (docs/mathematics.md §3).
-        const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.nystrom.landmarks);
+        const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.pnp_nystra.landmarks);
         const Matrix<double> qb = marks.q.template cast<double>(), kb = marks.k.template cast<double>();
         Matrix<double> extended(n + m, n + m);
         extended << naive_kernel<double>(qb, kb, kernel), naive_kernel<double>(qb, k, kernel),

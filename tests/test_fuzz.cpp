@@ -150,7 +150,7 @@ std::vector<std::string> small_grid(const std::string& landmarks, const std::str
           landmarks,
           "--pinv",
           "exact,razavi,newton-schulz",
-          "--iterations",
+          "--pinv-iters",
           "2,6",
           "-q"};
 }
@@ -323,7 +323,7 @@ TEST_SUITE("fuzz") {
         TempDir dir("fuzz_block_constant");
         const std::string output = fresh_output(dir, "small.h5");
         if (run_ok({"sweep", "-i", input, "-o", output, "--kernel", "exp,laplacian", "--strategy",
-                    "segment-means,step", "--landmarks", "2," + m, "--pinv", "exact,razavi", "--iterations",
+                    "segment-means,step", "--landmarks", "2," + m, "--pinv", "exact,razavi", "--pinv-iters",
                     "3", "-q"},
                    false))
           check_nan_rules(read_sweep(output));

@@ -286,7 +286,7 @@ TEST_CASE_TEMPLATE(
       CAPTURE(to_string(strategy));
       LandmarkOptions with_prefix = options_for(strategy, m);
       with_prefix.prefix_tokens = p;
-      with_prefix.same_indices = false;
+      with_prefix.different_indices = true;
       with_prefix.forced = {1, 50};  // overlaps the prefix in token 1
       LandmarkOptions forced = with_prefix;
       forced.prefix_tokens = 0;
@@ -327,7 +327,7 @@ TEST_CASE_TEMPLATE("top-sum, top-abs and top-embed pick the rows a full sort ran
     const Landmarks<T> same = select_landmarks<T>(Q, K, options);
     CHECK(same.q_indices == top_by_sort(c.q_score, m));
     CHECK(same.k_indices == same.q_indices);  // same indices: scored on Q
-    options.same_indices = false;
+    options.different_indices = true;
     const Landmarks<T> different = select_landmarks<T>(Q, K, options);
     CHECK(different.q_indices == top_by_sort(c.q_score, m));
     CHECK(different.k_indices == top_by_sort(c.k_score, m));
@@ -359,7 +359,7 @@ TEST_CASE_TEMPLATE("step, random and given selections", T, float, double) {
                       [&](Index i) { return i >= 0 && i < n; }));
     options.seed = 8;
     CHECK(select_landmarks<T>(Q, K, options).q_indices != first.q_indices);
-    options.same_indices = false;
+    options.different_indices = true;
     const Landmarks<T> different = select_landmarks<T>(Q, K, options);
     CHECK(different.q_indices != different.k_indices);
     // m = N selects every token exactly once.
@@ -383,7 +383,7 @@ TEST_CASE_TEMPLATE("step, random and given selections", T, float, double) {
       CAPTURE(to_string(strategy));
       LandmarkOptions options = options_for(strategy, 10);
       options.forced = {0, 57};
-      options.same_indices = false;
+      options.different_indices = true;
       const Landmarks<T> marks = select_landmarks<T>(Q, K, options);
       for (const auto* indices : {&marks.q_indices, &marks.k_indices}) {
         CHECK(indices->size() == 10);

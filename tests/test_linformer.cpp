@@ -21,7 +21,7 @@ TEST_CASE_TEMPLATE(
       LinformerOptions options;
       options.projected = k;
       options.seed = 7;
-      options.share = share;
+      options.share_projections = share;
       const auto result = linformer_attention<T>(Q, K, V, 0.35, options);
       const auto drawn = linformer_projections(k, n, 7, share);
       const Matrix<double> expected =
@@ -41,7 +41,7 @@ TEST_CASE("linformer with E = F = I (k = N) is exact attention, explicit and sha
   LinformerOptions options;
   options.projected = n;
   options.e = Matrix<double>::Identity(n, n);
-  options.share = true;
+  options.share_projections = true;
   CHECK(relative_difference(linformer_attention<double>(Q, K, V, 0.5, options).output,
                             naive_attention(Q, K, V, 0.5)) < 1e-13);
 }

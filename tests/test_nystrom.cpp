@@ -121,7 +121,7 @@ TEST_CASE_TEMPLATE(
                    {}};
       ApproximationOptions options;
       options.kernel = Kernel::exponential(1 / std::sqrt(double(d)));
-      options.nystrom = options_for(options.kernel, m, Stabilization::row_max);
+      options.pnp_nystra = options_for(options.kernel, m, Stabilization::row_max);
       const PointResult point = HeadEvaluator<T>(head, evaluation).evaluate(Method::pnp_nystra, options);
       // Ĝ = G up to the rounding of G and of the products in T (1e-10 asked in double).
       CHECK(point.relative_spectral_error <= (std::is_same_v<T, double> ? 1e-10 : double(n) * eps));

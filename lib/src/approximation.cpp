@@ -73,9 +73,9 @@ std::string implied_matrix(Method method) {
 const PinvOptions* pinv_options(Method method, const ApproximationOptions& options) {
   switch (method) {
     case Method::pnp_nystra:
-      return &options.nystrom.pinv;
+      return &options.pnp_nystra.pinv;
     case Method::symmetric_nystrom:
-      return &options.symmetric.pinv;
+      return &options.symmetric_nystrom.pinv;
     case Method::nystromformer:
       return &options.nystromformer.pinv;
     case Method::cur:
@@ -98,7 +98,7 @@ void ApproximationOptions::validate(Method method, Index n, Index d) const {
   switch (method) {
     case Method::pnp_nystra:
     case Method::symmetric_nystrom: {
-      NystromOptions with_kernel = method == Method::pnp_nystra ? nystrom : symmetric;
+      NystromOptions with_kernel = method == Method::pnp_nystra ? pnp_nystra : symmetric_nystrom;
       with_kernel.kernel = kernel;
       with_kernel.validate(n, d);
       return;
@@ -128,11 +128,11 @@ ApproximationOptions with_drawn_projections(Method method, const ApproximationOp
     performer.projection =
         performer_projection(performer.feature_count(d), d, performer.seed, performer.orthogonal);
   LinformerOptions& linformer = drawn.linformer;
-  if (method == Method::linformer && (!linformer.e.size() || (!linformer.f.size() && !linformer.share))) {
+  if (method == Method::linformer && (!linformer.e.size() || (!linformer.f.size() && !linformer.share_projections))) {
     LinformerProjections projections =
-        linformer_projections(linformer.projected, n, linformer.seed, linformer.share);
+        linformer_projections(linformer.projected, n, linformer.seed, linformer.share_projections);
     if (!linformer.e.size()) linformer.e = std::move(projections.e);
-    if (!linformer.f.size() && !linformer.share) linformer.f = std::move(projections.f);
+    if (!linformer.f.size() && !linformer.share_projections) linformer.f = std::move(projections.f);
   }
   return drawn;
 }
@@ -166,7 +166,7 @@ Approximation<T> approximate_attention(Method method, const ConstMatrixRef<T>& Q
   switch (method) {
     case Method::pnp_nystra:
     case Method::symmetric_nystrom: {
-      NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+      NystromOptions nystrom = method == Method::pnp_nystra ? options.pnp_nystra : options.symmetric_nystrom;
       nystrom.kernel = options.kernel;
       NystromFactors<T>& factors = out.kernel_factors.emplace();
       if (method == Method::pnp_nystra) {

@@ -442,7 +442,7 @@ BatchedAttentionPlan<T>::BatchedAttentionPlan(Device device, Method method, cons
             "batched attention on --device cuda: method ", to_string(method),
             " runs on the CPU only (on the GPU: exact, pnp-nystra)");
     cuda::LandmarkPooling pooling;
-    const LandmarkOptions& landmarks = options.nystrom.landmarks;
+    const LandmarkOptions& landmarks = options.pnp_nystra.landmarks;
     if (method == Method::pnp_nystra) {
       require(landmarks.strategy == LandmarkStrategy::segment_means ||
                   landmarks.strategy == LandmarkStrategy::window_pool,
@@ -462,10 +462,10 @@ BatchedAttentionPlan<T>::BatchedAttentionPlan(Device device, Method method, cons
     // PnP-Nystra's options as the device runs them (device_nystrom_options), as for one head.
     ApproximationOptions device_options = options;
     if (method == Method::pnp_nystra) {
-      NystromOptions nystrom = options.nystrom;
+      NystromOptions nystrom = options.pnp_nystra;
       nystrom.kernel = options.kernel;
-      device_options.nystrom = device_nystrom_options(nystrom);
-      device_options.kernel = device_options.nystrom.kernel;
+      device_options.pnp_nystra = device_nystrom_options(nystrom);
+      device_options.kernel = device_options.pnp_nystra.kernel;
     }
     runner_ = gpu<T>().batched_plan(method, shape, device_options, alpha_scope, pooling);
     return;

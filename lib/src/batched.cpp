@@ -133,7 +133,7 @@ void for_each_head(Index count, Index heads_per_batch, const Head& head) {
 
 /// The Nyström methods' options as approximate_attention builds them (the kernel taken from `options`).
 NystromOptions nystrom_options(Method method, const ApproximationOptions& options) {
-  NystromOptions nystrom = method == Method::pnp_nystra ? options.nystrom : options.symmetric;
+  NystromOptions nystrom = method == Method::pnp_nystra ? options.pnp_nystra : options.symmetric_nystrom;
   nystrom.kernel = options.kernel;
   return nystrom;
 }
@@ -248,7 +248,7 @@ BatchedDiagnostics batched_attention(Method method, const BatchView<const T>& Q,
   // AlphaScope::batch with an iterative pseudoinverse: every head's core first, then α over all of them
   // (docs/mathematics.md §4), then the heads with that α.
   std::vector<CoreOfHead<T>> cores(static_cast<std::size_t>(count));
-  if (alpha_scope == AlphaScope::batch && pinv && pinv->method != PinvMethod::exact) {
+  if (alpha_scope == AlphaScope::batch && pinv && is_iterative(pinv->method)) {
     for_each_head<HeadScratch<T>>(count, Q.heads, [&](Index i, HeadScratch<T>& head) {
       cores[std::size_t(i)] = core_of_head<T>(method, batch, i, head, prepared, *pinv);
     });

@@ -34,7 +34,7 @@ CurResult<T> cur_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& 
   for (Index i = 0; i < m; ++i) result.intersection.row(i) = result.columns.row(result.q_indices[i]);  // U
   result.pinv = core_pseudoinverse<T>(result.intersection, options.pinv);
   result.output = detail::tall_product<T>(result.columns, result.pinv.z * row_values);
-  if (options.copy_exact_rows)
+  if (options.copy_rows)
     for (Index i = 0; i < m; ++i) result.output.row(result.q_indices[i]) = row_values.row(i);
   return result;
 }

@@ -27,9 +27,9 @@ void EvaluationOptions::validate() const {
   require_device(device);
 }
 
-bool EvaluationOptions::matrix_free(Index n, std::size_t scalar_bytes) const {
+bool EvaluationOptions::uses_matrix_free(Index n, std::size_t scalar_bytes) const {
   const double tokens = static_cast<double>(n);
-  return force_matrix_free || 3.0 * tokens * tokens * double(scalar_bytes) > memory_budget;
+  return matrix_free || 3.0 * tokens * tokens * double(scalar_bytes) > memory_budget;
 }
 
 namespace {
@@ -60,7 +60,7 @@ std::string kernel_key(const Kernel& kernel) {
 
 /// The cache key of landmark options: every field that selects the landmarks.
 std::string landmark_key(const LandmarkOptions& o) {
-  std::string key = describe(to_string(o.strategy), "/", o.count, "/", o.seed, "/", o.same_indices, "/",
+  std::string key = describe(to_string(o.strategy), "/", o.count, "/", o.seed, "/", o.different_indices, "/",
                              o.window[0], "x", o.window[1], "/", to_string(o.window_grid), "/",
                              o.prefix_tokens, "/", o.embed_column, "/", o.kmeans_iterations);
   for (const auto* indices : {&o.forced, &o.q_indices, &o.k_indices}) {
@@ -230,7 +230,7 @@ LandmarkOptions on_token_grid(LandmarkOptions landmarks, const std::array<Index,
 ApproximationOptions on_token_grid(ApproximationOptions options, const std::array<Index, 2>& window,
                                    Index prefix_tokens) {
   for (LandmarkOptions* landmarks :
-       {&options.nystrom.landmarks, &options.symmetric.landmarks, &options.cur.selection})
+       {&options.pnp_nystra.landmarks, &options.symmetric_nystrom.landmarks, &options.cur.selection})
     *landmarks = on_token_grid(*landmarks, window, prefix_tokens);
   return options;
 }
@@ -439,7 +439,7 @@ template <class T>
 PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOptions& options,
                                            const Kernel& shifted) {
   const bool generalized = method == Method::pnp_nystra;
-  NystromOptions nystrom = generalized ? options.nystrom : options.symmetric;
+  NystromOptions nystrom = generalized ? options.pnp_nystra : options.symmetric_nystrom;
   nystrom.kernel = shifted;
   const auto start = Clock::now();
   bool selected = false;

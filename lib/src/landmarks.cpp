@@ -259,11 +259,22 @@ std::array<Index, 2> pooling_grid(Index h, Index w, Index cells, WindowGrid grid
   return best;
 }
 
+Index LandmarkOptions::query_count() const {
+  return oversampling == 1 ? count : static_cast<Index>(std::ceil(oversampling * static_cast<double>(count)));
+}
+
 void LandmarkOptions::validate(Index n, Index d) const {
   const std::string name = to_string(strategy);
   require(n >= 1, "landmarks: no tokens (N = ", n, ")");
   require(count >= 1, "landmarks: m = ", count, " must be >= 1");
   require(count <= n, "landmarks: m = ", count, " exceeds the number of tokens N = ", n);
+  require(std::isfinite(oversampling) && oversampling >= 1, "landmarks: oversampling = ", oversampling,
+          " must be finite and >= 1");
+  require(oversampling == 1 || strategy != LandmarkStrategy::given,
+          "landmarks: oversampling applies to every strategy but given (whose q_indices say the query rows)");
+  require(oversampling <= static_cast<double>(n) / static_cast<double>(count) && query_count() <= n,
+          "landmarks: oversampling = ", oversampling, " asks for ", oversampling * static_cast<double>(count),
+          " query landmarks, more than N = ", n);
   require(prefix_tokens >= 0, "landmarks: prefix_tokens = ", prefix_tokens, " must be >= 0");
   if (strategy != LandmarkStrategy::given)
     require(prefix_tokens < count, "landmarks: prefix_tokens = ", prefix_tokens, " must be < m = ", count,
@@ -427,8 +438,9 @@ Landmarks<typename Tokens::Scalar> landmarks_of(const Tokens& Q, const Tokens& K
   Landmarks<T> out;
   std::mt19937_64 engine(options.seed);
   if (!is_selection(options.strategy)) {
-    // Pooling: the p prefix tokens themselves, then m − p landmarks pooled from the other N − p tokens.
-    const auto pooled = [&](const Tokens& X) {
+    // Pooling: the p prefix tokens themselves, then count − p landmarks pooled from the other N − p tokens
+    // (count = m for K̄, the query count for Q̄).
+    const auto pooled = [&](const Tokens& X, Index m) {
       const auto tokens = X.bottomRows(n - p);
       Matrix<T> marks(m, X.cols());
       marks.topRows(p) = X.topRows(p);
@@ -449,8 +461,8 @@ Landmarks<typename Tokens::Scalar> landmarks_of(const Tokens& Q, const Tokens& K
       }
       return marks;
     };
-    out.q = pooled(Q);
-    out.k = pooled(K);
+    out.q = pooled(Q, options.query_count());
+    out.k = pooled(K, m);
     if (every_token_pooled && !(all_finite(out.q) && all_finite(out.k))) require_finite_tokens();
     return out;
   }
@@ -459,11 +471,23 @@ Landmarks<typename Tokens::Scalar> landmarks_of(const Tokens& Q, const Tokens& K
       out.q_indices = options.q_indices;
       out.k_indices = options.k_indices.empty() ? options.q_indices : options.k_indices;
       break;
-    default:
+    default: {
       // Same indices: scored on Q and shared; different: Q and K each scored on their own rows (CURformer).
-      out.q_indices = select_rows(Q, options, engine);
-      out.k_indices = options.same_indices ? out.q_indices : select_rows(K, options, engine);
+      // Oversampled, the query rows are a selection of their own count, drawn from the same seed (random
+      // selections are then nested: the key rows are the first m drawn).
+      LandmarkOptions queries = options;
+      queries.count = options.query_count();
+      out.q_indices = select_rows(Q, queries, engine);
+      if (options.different_indices) {
+        out.k_indices = select_rows(K, options, engine);
+      } else if (queries.count != m) {
+        std::mt19937_64 again(options.seed);
+        out.k_indices = select_rows(Q, options, again);
+      } else {
+        out.k_indices = out.q_indices;
+      }
       break;
+    }
   }
   out.q = gather_rows(Q, out.q_indices);
   out.k = gather_rows(K, out.k_indices);

@@ -19,7 +19,7 @@ void LinformerOptions::validate(Index n) const {
             given->cols(), ", expected k x N = ", projected, "x", n);
     require_finite(*given, describe("linformer: ", name));
   }
-  require(!(share && f.size()), "linformer: share = true but F was given explicitly");
+  require(!(share_projections && f.size()), "linformer: share_projections = true but F was given explicitly");
 }
 
 LinformerProjections linformer_projections(Index k, Index n, std::uint64_t seed, bool share) {
@@ -47,10 +47,10 @@ LinformerResult<T> linformer_attention(const ConstMatrixRef<T>& Q, const ConstMa
   const Index n = Q.rows();
   options.validate(n);
   LinformerProjections drawn;
-  if (!options.e.size() || (!options.f.size() && !options.share))
-    drawn = linformer_projections(options.projected, n, options.seed, options.share);
+  if (!options.e.size() || (!options.f.size() && !options.share_projections))
+    drawn = linformer_projections(options.projected, n, options.seed, options.share_projections);
   const Matrix<double>& e = options.e.size() ? options.e : drawn.e;
-  const Matrix<double>& f = options.share ? e : (options.f.size() ? options.f : drawn.f);
+  const Matrix<double>& f = options.share_projections ? e : (options.f.size() ? options.f : drawn.f);
   LinformerResult<T> result;
   // [EK, FV] (k×(d+dv)) summed over the panels of tokens in order; E's and F's columns are cast to T one
   // panel at a time (F's into the result).
@@ -61,7 +61,7 @@ LinformerResult<T> linformer_attention(const ConstMatrixRef<T>& Q, const ConstMa
       [&](const detail::Panel& panel, MatrixRef<T> term) {
         auto f_panel = result.value_proj.middleCols(panel.first, panel.rows);
         f_panel = f.middleCols(panel.first, panel.rows).template cast<T>();
-        const Matrix<T> e_panel = options.share
+        const Matrix<T> e_panel = options.share_projections
                                       ? Matrix<T>(f_panel)
                                       : Matrix<T>(e.middleCols(panel.first, panel.rows).template cast<T>());
         detail::gemm<T>(detail::Op::plain, detail::Op::plain, T(1), e_panel,

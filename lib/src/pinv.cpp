@@ -13,9 +13,11 @@
 namespace nystrom {
 
 namespace {
-constexpr std::array<EnumName<PinvMethod>, 3> method_names{{{PinvMethod::exact, "exact"},
+constexpr std::array<EnumName<PinvMethod>, 5> method_names{{{PinvMethod::exact, "exact"},
                                                             {PinvMethod::razavi, "razavi"},
-                                                            {PinvMethod::newton_schulz, "newton-schulz"}}};
+                                                            {PinvMethod::newton_schulz, "newton-schulz"},
+                                                            {PinvMethod::truncated, "truncated"},
+                                                            {PinvMethod::oracle_core, "oracle-core"}}};
 constexpr std::array<EnumName<PinvStatus>, 4> status_names{{{PinvStatus::converged, "converged"},
                                                             {PinvStatus::completed, "completed"},
                                                             {PinvStatus::diverged, "diverged"},
@@ -99,6 +101,13 @@ double identity_residual(const Matrix<double>& product) {
   return (Matrix<double>::Identity(product.rows(), product.cols()) - product).stableNorm();  // no overflow
 }
 
+/// ‖I − ZM‖_F for a tall M (p > m: ZM → I_m, while MZ is a rank-m projection), ‖I − MZ‖_F otherwise.
+template <class T>
+double pinv_residual(const Matrix<double>& M, const Matrix<T>& Z) {
+  return identity_residual(M.rows() > M.cols() ? Matrix<double>(Z.template cast<double>() * M)
+                                               : product_in_double(M, Z));
+}
+
 /// Exact pseudoinverse of M by SVD in double (docs/mathematics.md §4; spectral.hpp's dense_svd, LAPACK
 /// dgesdd): singular values ≤ cut·σ₁ are dropped.
 template <class T>
@@ -114,8 +123,7 @@ void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result) 
     }
   }
   result.z = (svd.v * inverse.asDiagonal() * svd.u.transpose()).template cast<T>();
-  result.residuals.push_back(
-      identity_residual(product_in_double(M.template cast<double>().eval(), result.z)));
+  result.residuals.push_back(pinv_residual(M.template cast<double>().eval(), result.z));
   // A⁺ beyond T's range (a core of 1e-310 in double): no pseudoinverse to return.
   result.status = result.z.allFinite() ? PinvStatus::converged : PinvStatus::non_finite;
 }
@@ -133,11 +141,17 @@ Matrix<T> iteration_step(PinvMethod method, const Matrix<T>& Z, const Matrix<T>&
   return T(0.25) * (Z * (T(13) * identity - middle));
 }
 
-/// Throws std::invalid_argument for bad options, a non-square or empty A, or an A with NaN or Inf entries.
+/// Throws std::invalid_argument for bad options, an empty A, a non-square A for an iteration or a shift, or
+/// an A with NaN or Inf entries.
 template <class T>
 void require_pinv_input(const ConstMatrixRef<T>& A, const PinvOptions& options) {
   options.validate_in<T>();
-  require(A.rows() == A.cols(), "pinv: A must be square, got ", A.rows(), "x", A.cols());
+  require(options.method != PinvMethod::oracle_core,
+          "pinv: oracle-core is the optimal core of landmark blocks, computed with G by generalized_nystrom, "
+          "not a pseudoinverse of one matrix");
+  require(A.rows() == A.cols() || (!is_iterative(options.method) && options.shift == 0), "pinv: A is ",
+          A.rows(), "x", A.cols(), "; ", is_iterative(options.method) ? to_string(options.method) : "shift",
+          " needs a square A (exact and truncated take a rectangular one)");
   require(A.rows() >= 1, "pinv: A is empty (", A.rows(), "x", A.cols(), ")");
   require_finite(A, "pinv: A");
 }
@@ -164,7 +178,7 @@ PinvIteration<T>::PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& o
     : a_(A), options_(options) {
   const auto start = detail::Clock::now();
   require_pinv_input(A, options);
-  require(options.method != PinvMethod::exact, "PinvIteration: the exact pseudoinverse does not iterate");
+  require(is_iterative(options.method), "PinvIteration: ", to_string(options.method), " does not iterate");
   const Matrix<double> M = inverted_matrix<T>(A, options).template cast<double>();
   scale_exponent_ = largest_exponent(M);
   m_ = times_power_of_two(M, -scale_exponent_);
@@ -233,17 +247,19 @@ PinvResult<T> PinvIteration<T>::result() const {
 
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options) {
-  if (options.method != PinvMethod::exact) {
+  if (is_iterative(options.method)) {
     PinvIteration<T> iteration(A, options);
     iteration.run(options.iterations);
     return iteration.result();
   }
   const auto start = detail::Clock::now();
   require_pinv_input(A, options);
-  const Index m = A.rows();
   PinvResult<T> result;
-  const double cut =
-      options.tolerance > 0 ? options.tolerance : static_cast<double>(m) * std::numeric_limits<T>::epsilon();
+  const double eps = std::numeric_limits<T>::epsilon();
+  const double default_cut = options.method == PinvMethod::truncated
+                                 ? std::sqrt(eps)
+                                 : static_cast<double>(std::max(A.rows(), A.cols())) * eps;
+  const double cut = options.tolerance > 0 ? options.tolerance : default_cut;
   exact_pseudoinverse(inverted_matrix<T>(A, options), cut, result);
   finish_tikhonov<T>(A, options, result);
   result.seconds = detail::seconds_since(start);
@@ -265,7 +281,7 @@ PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOption
 template <class T>
 PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOptions& options,
                                  std::optional<PinvIteration<T>>& iteration) {
-  if (options.method == PinvMethod::exact || !all_finite(core)) {
+  if (!is_iterative(options.method) || !all_finite(core)) {
     iteration.reset();
     return core_pseudoinverse<T>(core, options);
   }

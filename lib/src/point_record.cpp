@@ -3,12 +3,17 @@
 #include <cmath>
 #include <functional>
 
+#include "nystrom/parameters.hpp"
+
 namespace nystrom {
 
 namespace {
 
-/// The axes of the grid as a method has them ("none" / 0 where it has not).
+/// The axes of the grid as a method has them ("none" / 0 where it has not): its Parameters (the options
+/// translated back, Parameters::of), which name a strategy only for the methods with landmarks, a
+/// pseudoinverse only for those with one, a stabilization only for the Nyström ones.
 struct Axes {
+  Parameters parameters;
   std::string strategy = "none";
   Index landmarks = 0, features = 0, projected = 0;
   std::string pinv = "none";
@@ -17,44 +22,19 @@ struct Axes {
 };
 
 Axes axes_of(const PointDescription& point) {
-  const ApproximationOptions& o = point.options;
-  Axes axes;
-  const auto with_landmarks = [&](LandmarkStrategy strategy, Index count) {
-    axes.strategy = to_string(strategy);
-    axes.landmarks = count;
-  };
-  const auto with_pinv = [&](const PinvOptions& pinv) {
-    axes.pinv = to_string(pinv.method);
-    axes.pinv_iters = pinv.method == PinvMethod::exact ? 0 : pinv.iterations;
-  };
-  switch (point.method) {
-    case Method::pnp_nystra:
-      with_landmarks(o.nystrom.landmarks.strategy, o.nystrom.landmarks.count);
-      with_pinv(o.nystrom.pinv);
-      axes.stabilization = to_string(o.nystrom.stabilization);
-      break;
-    case Method::symmetric_nystrom:
-      with_landmarks(o.symmetric.landmarks.strategy, o.symmetric.landmarks.count);
-      with_pinv(o.symmetric.pinv);
-      axes.stabilization = to_string(o.symmetric.stabilization);
-      break;
-    case Method::nystromformer:
-      with_landmarks(LandmarkStrategy::segment_means, o.nystromformer.landmarks);
-      with_pinv(o.nystromformer.pinv);
-      break;
-    case Method::cur:
-      with_landmarks(o.cur.selection.strategy, o.cur.selection.count);
-      with_pinv(o.cur.pinv);
-      break;
-    case Method::performer:
-      axes.features = o.performer.feature_count(point.d);
-      break;
-    case Method::linformer:
-      axes.projected = o.linformer.projected;
-      break;
-    case Method::exact:
-      break;
+  Axes axes{Parameters::of(point.method, point.options)};
+  const Parameters& p = axes.parameters;
+  if (p.strategy) {
+    axes.strategy = to_string(*p.strategy);
+    axes.landmarks = p.landmarks;
   }
+  if (p.pinv) {
+    axes.pinv = to_string(*p.pinv);
+    axes.pinv_iters = is_iterative(*p.pinv) ? p.pinv_iters.value_or(0) : 0;
+  }
+  if (p.stabilization) axes.stabilization = to_string(*p.stabilization);
+  if (point.method == Method::performer) axes.features = point.options.performer.feature_count(point.d);
+  if (point.method == Method::linformer) axes.projected = p.projected.value_or(0);
   return axes;
 }
 
@@ -96,6 +76,10 @@ const std::vector<ColumnRule>& column_rules() {
       {{"pinv", text, true}, [](D, R, A a) { return a.pinv; }},
       {{"pinv_iters", int64, true}, [](D, R, A a) { return std::int64_t(a.pinv_iters); }},
       {{"stabilization", text, true}, [](D, R, A a) { return a.stabilization; }},
+      {{"different_indices", int64, true}, [](D, R, A a) { return flag(a.parameters.different_indices); }},
+      {{"copy_rows", int64, true}, [](D, R, A a) { return flag(a.parameters.copy_rows); }},
+      {{"share_projections", int64, true}, [](D, R, A a) { return flag(a.parameters.share_projections); }},
+      {{"front_padding", int64, true}, [](D, R, A a) { return flag(a.parameters.front_padding); }},
       {{"method", text, true}, [](D d, R, A) { return to_string(d.method); }},
       {{"precision", text, true}, [](D d, R, A) { return d.precision; }},
       {{"seed", int64, true}, [](D d, R, A) { return std::int64_t(d.seed); }},

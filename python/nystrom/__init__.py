@@ -7,7 +7,7 @@ matrix-free), the Lemma 2.1 terms and bounds, and the reader of `nystrom sweep` 
 
     import numpy as np, nystrom
     q, k, v = (np.random.default_rng(0).standard_normal((1024, 64), dtype=np.float32) for _ in range(3))
-    out = nystrom.attention(q, k, v, method="pnp-nystra", landmarks=16, pinv="razavi", iterations=6)
+    out = nystrom.attention(q, k, v, method="pnp-nystra", landmarks=16, pinv="razavi", pinv_iters=6)
     exact = nystrom.attention(q, k, v, method="exact")
     print(nystrom.output_errors(exact, out).relative_frobenius)
 

@@ -24,8 +24,14 @@ if TYPE_CHECKING:
 RESULTS_FORMAT = "nystrom-results"
 # Version 2: /sweep's `landmarks` holds m only (0 for methods without landmarks); performer's feature count r is in
 # `features`, linformer's projected length k in `projected`. Version 3: /bench likewise, and the /bench tables' `dtype`
-# (float32, float64) is `precision` (float, double). Older files are read as version 3.
-RESULTS_FORMAT_VERSIONS = (1, 2, 3)
+# (float32, float64) is `precision` (float, double). Version 4 (one vocabulary, CHANGELOG.md): the root attribute
+# `matrix_free_forced` is `matrix_free`; the methods' switches are /sweep columns (different_indices, copy_rows,
+# share_projections, front_padding) instead of the root attribute `method_switches`; new columns of optimality and
+# certificates. Older files are read as version 4.
+RESULTS_FORMAT_VERSIONS = (1, 2, 3, 4)
+# The /sweep switch columns of version 4, and their spellings in an older file's `method_switches` attribute.
+SWITCH_COLUMNS = {"different_indices": "different-indices", "copy_rows": "copy-rows",
+                  "share_projections": "share-projections", "front_padding": "front-padding"}
 STRING_COLUMNS = ("layer", "kernel", "strategy", "pinv", "method")
 INT_COLUMNS = ("batch", "head", "n", "d", "landmarks", "pinv_iters", "seed")
 FLOAT_COLUMNS = (
@@ -97,9 +103,13 @@ def _attribute_value(value):
 
 def attributes(path: Path | str) -> dict[str, object]:
     """The root attributes of a results file (format, program_version, git_revision, command_line, created,
-    threads, input, ...) as Python values."""
+    threads, input, ...) as Python values, as format version 4 names them (`matrix_free_forced` of an older file
+    read as `matrix_free`)."""
     with open_results(path) as file:
-        return {key: _attribute_value(value) for key, value in file.attrs.items()}
+        values = {key: _attribute_value(value) for key, value in file.attrs.items()}
+    if "matrix_free_forced" in values:
+        values["matrix_free"] = values.pop("matrix_free_forced")
+    return values
 
 
 def provenance(path: Path | str) -> dict[str, str]:
@@ -186,13 +196,25 @@ def _sizes_in_their_columns(table: Table) -> None:
         table["landmarks"] = np.where(rows, 0, table["landmarks"]).astype(np.int64)
 
 
+def _switches_in_their_columns(file: h5py.File, table: Table) -> None:
+    """Reads a /sweep before version 4 as version 4: the run's switches (root attribute `method_switches`,
+    space-separated; none where it is missing) become the columns of SWITCH_COLUMNS, the same on every row."""
+    given = file.attrs.get("method_switches", "")
+    given = (given.decode() if isinstance(given, bytes) else str(given)).split()
+    rows = len(table["method"])
+    for column, switch in SWITCH_COLUMNS.items():
+        table[column] = np.full(rows, int(switch in given), dtype=np.int64)
+
+
 def read_sweep(path: Path | str) -> Table:
-    """The /sweep table of a results file (as format version 3, whose /sweep is version 2's); checks the format attributes and the required
+    """The /sweep table of a results file (as format version 4); checks the format attributes and the required
     columns."""
     with open_results(path) as file:
         table = read_table(file, path, "sweep", REQUIRED_COLUMNS)
         if format_version(file) == 1:
             _sizes_in_their_columns(table)
+        if format_version(file) < 4:
+            _switches_in_their_columns(file, table)
         return table
 
 

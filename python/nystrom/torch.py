@@ -5,7 +5,7 @@ Hugging Face models loaded with attn_implementation="sdpa", custom modules using
 
     import nystrom.torch
     with torch.inference_mode(), nystrom.torch.approximate_attention(method="pnp-nystra", landmarks=16,
-                                                                     pinv="razavi", iterations=6):
+                                                                     pinv="razavi", pinv_iters=6):
         y = model(x)   # m = 16 landmarks must not exceed the N tokens of each call
 
 Inference only: the library computes on the CPU without autograd, so these functions refuse tensors that require

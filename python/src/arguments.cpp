@@ -52,94 +52,94 @@ const Keyword keywords[] = {
     {"method", factor_keywords, "str", "'pnp-nystra'",
      "pnp-nystra, nystromformer, cur, symmetric-nystrom, performer, linformer or exact (nystrom_factors: "
      "pnp-nystra or symmetric-nystrom)",
-     [](KeywordArguments& a, nb::handle v) { a.method = method_from_string(text(v)); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.method = method_from_string(text(v)); }},
     {"kernel", kernel_keywords, "str", "'exp'",
      "exp: exp(s qᵀk); laplacian: exp(−‖q − k‖₁/λ); gaussian: exp(−‖q − k‖₂²/(2h²)) (docs/mathematics.md §1)",
-     [](KeywordArguments& a, nb::handle v) { a.kernel = kernel_type_from_string(text(v)); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.kernel = kernel_type_from_string(text(v)); }},
     {"scale", kernel_keywords, "float | None", "None", "exp: the scale s (None: 1/√d)",
-     [](KeywordArguments& a, nb::handle v) { a.scale = optional_cast<double>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.scale = optional_cast<double>(v).value_or(0); }},
     {"lambda_", kernel_keywords, "float", "4.0", "laplacian: λ > 0 (--lambda on the command line)",
-     [](KeywordArguments& a, nb::handle v) { a.lambda = nb::cast<double>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.lambda = nb::cast<double>(v); }},
     {"bandwidth", kernel_keywords, "float", "8.0", "gaussian: h > 0",
-     [](KeywordArguments& a, nb::handle v) { a.bandwidth = nb::cast<double>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.bandwidth = nb::cast<double>(v); }},
     {"landmarks", landmark_keywords, "int", "16", "m, the number of landmarks or selected rows (1 ≤ m ≤ N)",
-     [](KeywordArguments& a, nb::handle v) { a.landmarks = nb::cast<Index>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.landmarks = nb::cast<Index>(v); }},
     {"strategy", landmark_keywords, "str | None", "None",
      "segment-means, window-pool, step, random, top-sum, top-abs, top-embed, kmeans or given (None: "
      "segment-means; cur: step; nystromformer always takes segment means)",
      [](KeywordArguments& a, nb::handle v) {
-       a.strategy = v.is_none() ? std::nullopt : std::optional(landmark_strategy_from_string(text(v)));
+       a.parameters.strategy = v.is_none() ? std::nullopt : std::optional(landmark_strategy_from_string(text(v)));
      }},
     {"seed", landmark_keywords, "int", "0",
      "seed of random and k-means landmarks, Performer's features and Linformer's projections",
-     [](KeywordArguments& a, nb::handle v) { a.seed = nb::cast<std::uint64_t>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.seed = nb::cast<std::uint64_t>(v); }},
     {"window", landmark_keywords, "tuple[int, int] | None", "None",
      "window-pool: the h×w token grid, h·w = N (None: a square grid)",
      [](KeywordArguments& a, nb::handle v) {
-       a.window = v.is_none() ? std::array<Index, 2>{} : nb::cast<std::array<Index, 2>>(v);
+       a.parameters.window = v.is_none() ? std::array<Index, 2>{} : nb::cast<std::array<Index, 2>>(v);
      }},
     {"window_grid", landmark_keywords, "str", "'aspect'",
      "window-pool: the pooling grid, aspect (the factorization of m closest to the window's aspect) or square "
      "(the closest-square factors of m, the authors' code) (docs/mathematics.md §5)",
-     [](KeywordArguments& a, nb::handle v) { a.window_grid = window_grid_from_string(text(v)); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.window_grid = window_grid_from_string(text(v)); }},
     {"prefix_tokens", landmark_keywords, "int", "0",
      "leading tokens not on the window grid (a ViT's CLS token), landmarks of their own (docs/formats.md §1)",
-     [](KeywordArguments& a, nb::handle v) { a.prefix_tokens = nb::cast<Index>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.prefix_tokens = nb::cast<Index>(v); }},
     {"different_indices", landmark_keywords, "bool", "False",
      "selection strategies (and cur): select the rows of Q and K separately instead of the same rows",
-     [](KeywordArguments& a, nb::handle v) { a.different_indices = flag(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.different_indices = flag(v); }},
     {"forced", landmark_keywords, "collections.abc.Sequence[int]", "()",
      "selection strategies: token indices always selected (counted within m), e.g. a CLS token",
-     [](KeywordArguments& a, nb::handle v) { a.forced = nb::cast<std::vector<Index>>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.forced = nb::cast<std::vector<Index>>(v); }},
     {"q_indices", landmark_keywords, "collections.abc.Sequence[int]", "()", "strategy 'given': the rows of Q",
-     [](KeywordArguments& a, nb::handle v) { a.q_indices = nb::cast<std::vector<Index>>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.q_indices = nb::cast<std::vector<Index>>(v); }},
     {"k_indices", landmark_keywords, "collections.abc.Sequence[int]", "()",
      "strategy 'given': the rows of K (empty: q_indices)",
-     [](KeywordArguments& a, nb::handle v) { a.k_indices = nb::cast<std::vector<Index>>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.k_indices = nb::cast<std::vector<Index>>(v); }},
     {"embed_column", landmark_keywords, "int", "0", "top-embed: the embedding column scored",
-     [](KeywordArguments& a, nb::handle v) { a.embed_column = nb::cast<Index>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.embed_column = nb::cast<Index>(v); }},
     {"kmeans_iterations", landmark_keywords, "int", "25", "kmeans: Lloyd iterations after k-means++ seeding",
-     [](KeywordArguments& a, nb::handle v) { a.kmeans_iterations = nb::cast<int>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.kmeans_iterations = nb::cast<int>(v); }},
     {"pinv", pinv_keywords, "str | None", "None",
      "pseudoinverse: exact, razavi or newton-schulz (None: the method's own: exact for pnp-nystra and cur, "
      "razavi for nystromformer, newton-schulz for symmetric-nystrom)",
      [](KeywordArguments& a, nb::handle v) {
-       a.pinv = v.is_none() ? std::nullopt : std::optional(pinv_method_from_string(text(v)));
+       a.parameters.pinv = v.is_none() ? std::nullopt : std::optional(pinv_method_from_string(text(v)));
      }},
-    {"iterations", pinv_keywords, "int | None", "None",
+    {"pinv_iters", pinv_keywords, "int | None", "None",
      "iterations of razavi and newton-schulz (None: 6; symmetric-nystrom: 20)",
-     [](KeywordArguments& a, nb::handle v) { a.iterations = optional_cast<int>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.pinv_iters = optional_cast<int>(v); }},
     {"alpha", pinv_keywords, "float | None", "None",
      "start Z₀ = αAᵀ of the iterations (None or 0: α = 1/(‖A‖₁‖A‖_∞) per matrix)",
-     [](KeywordArguments& a, nb::handle v) { a.alpha = optional_cast<double>(v); }},
-    {"tolerance", pinv_keywords, "float | None", "None",
+     [](KeywordArguments& a, nb::handle v) { a.parameters.alpha = optional_cast<double>(v).value_or(0); }},
+    {"pinv_tolerance", pinv_keywords, "float | None", "None",
      "exact: relative singular-value cut (None or 0: m·eps); iterative: stop once ‖I − AZ‖_F is below it",
-     [](KeywordArguments& a, nb::handle v) { a.tolerance = optional_cast<double>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.pinv_tolerance = optional_cast<double>(v).value_or(0); }},
     {"tikhonov", pinv_keywords, "float | None", "None", "ε > 0: Z = (AᵀA + εI)⁻¹Aᵀ instead of A⁺",
-     [](KeywordArguments& a, nb::handle v) { a.tikhonov = optional_cast<double>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.tikhonov = optional_cast<double>(v).value_or(0); }},
     {"shift", pinv_keywords, "float | None", "None",
      "ε > 0: invert A + εI (None: 0; symmetric-nystrom: 1e-6 as LaplacianFormer)",
-     [](KeywordArguments& a, nb::handle v) { a.shift = optional_cast<double>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.shift = optional_cast<double>(v); }},
     {"stabilization", factor_keywords, "str | None", "None",
      "pnp-nystra: none, row-max (PnP-Nystra eq. (8)) or clamped (the authors' clamped exp) (None: row-max; "
      "symmetric-nystrom: none)",
      [](KeywordArguments& a, nb::handle v) {
-       a.stabilization = v.is_none() ? std::nullopt : std::optional(stabilization_from_string(text(v)));
+       a.parameters.stabilization = v.is_none() ? std::nullopt : std::optional(stabilization_from_string(text(v)));
      }},
     {"clamp_threshold", factor_keywords, "float", "5.0",
      "pnp-nystra, stabilization clamped: the threshold c of exp(min(x, c)) + max(x − c, 0) (the authors' code)",
-     [](KeywordArguments& a, nb::handle v) { a.clamp_threshold = nb::cast<double>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.clamp_threshold = nb::cast<double>(v); }},
     {"features", other_method_keywords, "int | None", "None", "performer: random features r (None: landmarks)",
-     [](KeywordArguments& a, nb::handle v) { a.features = optional_cast<Index>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.features = optional_cast<Index>(v); }},
     {"projected", other_method_keywords, "int | None", "None", "linformer: projected length k (None: landmarks)",
-     [](KeywordArguments& a, nb::handle v) { a.projected = optional_cast<Index>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.projected = optional_cast<Index>(v); }},
     {"share_projections", other_method_keywords, "bool", "False", "linformer: F = E (the package's share_kv)",
-     [](KeywordArguments& a, nb::handle v) { a.share_projections = flag(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.share_projections = flag(v); }},
     {"copy_rows", other_method_keywords, "bool", "False", "cur: copy the exact rows (R V) into the output",
-     [](KeywordArguments& a, nb::handle v) { a.copy_rows = flag(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.copy_rows = flag(v); }},
     {"front_padding", other_method_keywords, "bool", "False",
      "nystromformer: the package's front zero padding when N % m ≠ 0",
-     [](KeywordArguments& a, nb::handle v) { a.front_padding = flag(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.parameters.front_padding = flag(v); }},
     {"solver", solver_keywords, "str", "'lanczos'",
      "dense (full SVD, the oracle), lanczos (Lanczos on the stored N×N matrix) or matrix-free (Lanczos on "
      "kernel tiles evaluated on the fly, for large N)",
@@ -172,6 +172,12 @@ const Keyword keywords[] = {
      [](KeywordArguments& a, nb::handle v) { a.out = v.is_none() ? nb::handle() : v; }},
 };
 // clang-format on
+
+/// Deprecated spellings of keywords, read as their new names with a DeprecationWarning.
+constexpr std::pair<std::string_view, std::string_view> deprecated_keywords[] = {
+    {"iterations", "pinv_iters"},
+    {"tolerance", "pinv_tolerance"},
+};
 
 const Keyword* find_keyword(std::string_view name) {
   for (const auto& keyword : keywords)
@@ -207,7 +213,14 @@ void converted(const char* function, std::string_view name, std::string_view ann
 KeywordArguments parse_arguments(const char* function, unsigned groups, const nb::kwargs& kwargs) {
   KeywordArguments arguments;
   for (auto [key, value] : kwargs) {
-    const std::string name = nb::cast<std::string>(key);
+    std::string name = nb::cast<std::string>(key);
+    for (const auto& [alias, current] : deprecated_keywords)
+      if (name == alias) {
+        const std::string warning =
+            describe(function, "(): the keyword '", alias, "' is deprecated; use '", current, "'");
+        if (PyErr_WarnEx(PyExc_DeprecationWarning, warning.c_str(), 1) != 0) throw nb::python_error();
+        name = current;
+      }
     const Keyword* keyword = find_keyword(name);
     if (!keyword || !(keyword->group & groups))
       throw nb::type_error(describe(function, "() got an unexpected keyword argument '", name, "'").c_str());
@@ -259,94 +272,6 @@ const char* documentation(const char* doc, unsigned groups) {
   return kept(text);
 }
 
-Kernel kernel_of(const KeywordArguments& arguments, Index d) {
-  require(d >= 1, "the tokens have d = ", d, " features: q and k need at least one column");
-  switch (arguments.kernel) {
-    case KernelType::exponential:
-      return Kernel::exponential(arguments.scale.value_or(1 / std::sqrt(double(d))));
-    case KernelType::laplacian:
-      return Kernel::laplacian(arguments.lambda);
-    case KernelType::gaussian:
-      return Kernel::gaussian(arguments.bandwidth);
-  }
-  return {};
-}
-
-LandmarkOptions landmark_options(const KeywordArguments& arguments, LandmarkStrategy default_strategy) {
-  LandmarkOptions options;
-  options.strategy = arguments.strategy.value_or(default_strategy);
-  options.count = arguments.landmarks;
-  options.seed = arguments.seed;
-  options.same_indices = !arguments.different_indices;
-  options.forced = arguments.forced;
-  options.q_indices = arguments.q_indices;
-  options.k_indices = arguments.k_indices;
-  options.window = arguments.window;
-  options.window_grid = arguments.window_grid;
-  options.prefix_tokens = arguments.prefix_tokens;
-  options.embed_column = arguments.embed_column;
-  options.kmeans_iterations = arguments.kmeans_iterations;
-  return options;
-}
-
-PinvOptions pinv_options(const KeywordArguments& arguments, PinvOptions base) {
-  if (arguments.pinv) base.method = *arguments.pinv;
-  if (arguments.iterations) base.iterations = *arguments.iterations;
-  if (arguments.alpha) base.alpha = *arguments.alpha;
-  if (arguments.tolerance) base.tolerance = *arguments.tolerance;
-  if (arguments.tikhonov) base.tikhonov = *arguments.tikhonov;
-  if (arguments.shift) base.shift = *arguments.shift;
-  return base;
-}
-
-NystromOptions nystrom_options(const KeywordArguments& arguments, Index d) {
-  const bool symmetric = arguments.method == Method::symmetric_nystrom;
-  require(symmetric || arguments.method == Method::pnp_nystra, "method '", to_string(arguments.method),
-          "' has no Nyström factors (expected pnp-nystra or symmetric-nystrom)");
-  NystromOptions options = symmetric ? ApproximationOptions{}.symmetric : NystromOptions{};
-  options.kernel = kernel_of(arguments, d);
-  options.landmarks = landmark_options(arguments, LandmarkStrategy::segment_means);
-  options.pinv = pinv_options(arguments, options.pinv);
-  if (arguments.stabilization) options.stabilization = *arguments.stabilization;
-  options.clamp_threshold = arguments.clamp_threshold;
-  return options;
-}
-
-ApproximationOptions approximation_options(const KeywordArguments& arguments, Index d) {
-  ApproximationOptions options;
-  options.kernel = kernel_of(arguments, d);
-  switch (arguments.method) {
-    case Method::pnp_nystra:
-      options.nystrom = nystrom_options(arguments, d);
-      break;
-    case Method::symmetric_nystrom:
-      options.symmetric = nystrom_options(arguments, d);
-      break;
-    case Method::nystromformer:
-      options.nystromformer.landmarks = arguments.landmarks;
-      options.nystromformer.pinv = pinv_options(arguments, options.nystromformer.pinv);
-      options.nystromformer.front_padding = arguments.front_padding;
-      break;
-    case Method::cur:
-      options.cur.selection = landmark_options(arguments, LandmarkStrategy::step);
-      options.cur.pinv = pinv_options(arguments, options.cur.pinv);
-      options.cur.copy_exact_rows = arguments.copy_rows;
-      break;
-    case Method::performer:
-      options.performer.features = arguments.features.value_or(arguments.landmarks);
-      options.performer.seed = arguments.seed;
-      break;
-    case Method::linformer:
-      options.linformer.projected = arguments.projected.value_or(arguments.landmarks);
-      options.linformer.seed = arguments.seed;
-      options.linformer.share = arguments.share_projections;
-      break;
-    case Method::exact:
-      break;
-  }
-  return options;
-}
-
 SpectralOptions spectral_options(const KeywordArguments& arguments) {
   arguments.spectral.validate();
   return arguments.spectral;
@@ -362,7 +287,7 @@ MatrixFreeOptions tiling_options(const KeywordArguments& arguments) {
 EvaluationOptions evaluation_options(const KeywordArguments& arguments) {
   EvaluationOptions options;
   options.memory_budget = arguments.memory;
-  options.force_matrix_free = arguments.matrix_free;
+  options.matrix_free = arguments.matrix_free;
   options.spectral = arguments.spectral;
   options.panel_rows = arguments.panel_rows;
   options.dense_svd_limit = arguments.dense_svd_limit;

@@ -21,6 +21,7 @@
 #include "nystrom/kernels.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
+#include "nystrom/parameters.hpp"
 #include "nystrom/pinv.hpp"
 
 namespace nystrom::python {
@@ -32,29 +33,10 @@ enum class Solver {
   matrix_free  ///< Lanczos on operators that evaluate the kernel in tiles, never storing N×N
 };
 
-/// Every keyword's value; std::nullopt: the chosen method's own default.
+/// Every keyword's value: the flat parameters of the library (parameters.hpp: each keyword of a parameter is
+/// its field's name) and the keywords of the module's own functions (solvers, tiling, timing, output).
 struct KeywordArguments {
-  Method method = Method::pnp_nystra;
-  KernelType kernel = KernelType::exponential;
-  std::optional<double> scale;  ///< exp: s (default 1/√d)
-  double lambda = 4;            ///< laplacian: λ
-  double bandwidth = 8;         ///< gaussian: h
-  Index landmarks = 16;         ///< m
-  std::optional<LandmarkStrategy> strategy;
-  std::optional<PinvMethod> pinv;
-  std::optional<int> iterations;
-  std::optional<double> alpha, tolerance, tikhonov, shift;
-  std::optional<Stabilization> stabilization;
-  std::optional<Index> features, projected;
-  bool share_projections = false, copy_rows = false, different_indices = false, front_padding = false;
-  std::uint64_t seed = 0;
-  std::array<Index, 2> window{};
-  WindowGrid window_grid = LandmarkOptions{}.window_grid;
-  Index prefix_tokens = 0;
-  double clamp_threshold = NystromOptions{}.clamp_threshold;
-  std::vector<Index> forced, q_indices, k_indices;
-  Index embed_column = 0;
-  int kmeans_iterations = 25;
+  Parameters parameters;
   Solver solver = Solver::lanczos;
   SpectralOptions spectral;
   bool augmented = false;
@@ -112,23 +94,6 @@ std::string array_parameters(std::initializer_list<std::string_view> names);
 
 /// `doc` followed by a "Keyword arguments" section listing the groups' keywords, kept alive likewise.
 const char* documentation(const char* doc, unsigned groups);
-
-/// κ from the kernel keywords; the exponential scale defaults to 1/√d.
-Kernel kernel_of(const KeywordArguments& arguments, Index d);
-
-/// The landmark options of the landmark keywords, with `default_strategy` when `strategy` is not given.
-LandmarkOptions landmark_options(const KeywordArguments& arguments, LandmarkStrategy default_strategy);
-
-/// `base` with the pseudoinverse keywords that were given.
-PinvOptions pinv_options(const KeywordArguments& arguments, PinvOptions base);
-
-/// The Nyström options of pnp-nystra (or of symmetric-nystrom when method says so), for tokens of dimension
-/// d.
-NystromOptions nystrom_options(const KeywordArguments& arguments, Index d);
-
-/// The library options of `arguments.method` for tokens of dimension d (the mapping `nystrom sweep` makes
-/// from its options): features and projected default to `landmarks`, nystromformer always uses segment means.
-ApproximationOptions approximation_options(const KeywordArguments& arguments, Index d);
 
 /// The Lanczos options of the spectral keywords.
 SpectralOptions spectral_options(const KeywordArguments& arguments);

@@ -136,16 +136,16 @@ template <class T>
 nb::object attention_output(const Array& q, const Array& k, const Array& v,
                             const KeywordArguments& arguments) {
   const AttentionInputs<T> inputs(q, k, v);
-  const ApproximationOptions options = approximation_options(arguments, inputs.q.cols());
+  const ApproximationOptions options = arguments.parameters.options(inputs.q.cols());
   const Index count = inputs.q.count();
   const Index heads = inputs.q.leading().empty() ? 1 : inputs.q.leading().back();
-  UndefinedRows undefined("attention", arguments.method, count);
+  UndefinedRows undefined("attention", arguments.parameters.method, count);
   const auto head = [&](Index index) {
     const MatrixArgument<T> Q = inputs.q.matrix(index), K = inputs.k.matrix(index),
                             V = inputs.v.matrix(index);
     try {
       Matrix<T> output =
-          approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options).output;
+          approximate_attention<T>(arguments.parameters.method, Q.ref(), K.ref(), V.ref(), options).output;
       undefined.count(index, output);
       return output;
     } catch (const std::invalid_argument& error) {
@@ -157,10 +157,10 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
   const auto into = [&](const BatchView<T>& out) {
     computed([&] {
       if (inputs.row_major) {
-        inputs.run_row_major(arguments.method, out, options);
+        inputs.run_row_major(arguments.parameters.method, out, options);
         for_each_matrix(count, [&](Index index) { undefined.count(index, out.head(index)); });
       } else {
-        options.validate_in<T>(arguments.method, inputs.q.rows(), inputs.q.cols());
+        options.validate_in<T>(arguments.parameters.method, inputs.q.rows(), inputs.q.cols());
         for_each_matrix(count, [&](Index index) { out.head(index) = head(index); });
       }
     });
@@ -184,7 +184,7 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
   }
   MatrixBatch<T> out(inputs.q.leading(), inputs.q.rows(), inputs.v.cols());
   computed([&] {
-    options.validate_in<T>(arguments.method, inputs.q.rows(), inputs.q.cols());
+    options.validate_in<T>(arguments.parameters.method, inputs.q.rows(), inputs.q.cols());
     for_each_matrix(count, [&](Index index) { out.set(index, head(index)); });
   });
   undefined.warn(inputs.q.rows());
@@ -199,16 +199,16 @@ double best_seconds(const Array& q, const Array& k, const Array& v, const Keywor
   const AttentionInputs<T> inputs(q, k, v);
   inputs.require_one_head("time_attention");
   const MatrixArgument<T> Q = inputs.q.matrix(0), K = inputs.k.matrix(0), V = inputs.v.matrix(0);
-  const ApproximationOptions options = approximation_options(arguments, Q.cols());
+  const ApproximationOptions options = arguments.parameters.options(Q.cols());
   RowMajorMatrix<T> row_major_output(Q.rows(), V.cols());
   const BatchView<T> out{row_major_output.data(), 1, 1, Q.rows(), V.cols()};
   double best = std::numeric_limits<double>::infinity();
   for (int call = 0; call < arguments.repeat; ++call) {
     const auto start = std::chrono::steady_clock::now();
     if (inputs.row_major)
-      inputs.run_row_major(arguments.method, out, options);
+      inputs.run_row_major(arguments.parameters.method, out, options);
     else
-      approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options);
+      approximate_attention<T>(arguments.parameters.method, Q.ref(), K.ref(), V.ref(), options);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return best;
@@ -228,16 +228,16 @@ std::vector<RecordCell> evaluate_point(const Array& q, const Array& k, const std
   head.k = K.ref();
   if (v) head.v = MatrixArgument<T>(*v, "v").ref();
   if (bias) head.bias = MatrixArgument<T>(*bias, "bias").ref();
-  head.window = arguments.window;
-  head.prefix_tokens = arguments.prefix_tokens;
+  head.window = arguments.parameters.window;
+  head.prefix_tokens = arguments.parameters.prefix_tokens;
   PointDescription point;
   point.n = head.q.rows();
   point.d = head.q.cols();
   point.dv = head.v.cols();
-  point.method = arguments.method;
-  point.options = approximation_options(arguments, point.d);
+  point.method = arguments.parameters.method;
+  point.options = arguments.parameters.options(point.d);
   point.precision = sizeof(T) == 4 ? "float" : "double";
-  point.seed = arguments.seed;
+  point.seed = arguments.parameters.seed;
   HeadEvaluator<T> evaluator(std::move(head), evaluation_options(arguments), "evaluate");
   return point_record(point, evaluator.evaluate(point.method, point.options));
 }
@@ -362,14 +362,14 @@ void bind_attention(nb::module_& m) {
         const KeywordArguments arguments = parse_arguments("approximate", method_keywords, kwargs);
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}, {&v, "v"}}), [&](auto scalar) {
           using T = decltype(scalar);
-          UndefinedRows undefined("approximate", arguments.method, 1);
+          UndefinedRows undefined("approximate", arguments.parameters.method, 1);
           ApproximationAny approximation = computed([&] {
             const AttentionInputs<T> inputs(q, k, v);
             inputs.require_one_head("approximate");
             const MatrixArgument<T> Q = inputs.q.matrix(0), K = inputs.k.matrix(0), V = inputs.v.matrix(0);
-            const ApproximationOptions options = approximation_options(arguments, Q.cols());
+            const ApproximationOptions options = arguments.parameters.options(Q.cols());
             Approximation<T> result =
-                approximate_attention<T>(arguments.method, Q.ref(), K.ref(), V.ref(), options);
+                approximate_attention<T>(arguments.parameters.method, Q.ref(), K.ref(), V.ref(), options);
             undefined.count(0, result.output);
             return ApproximationAny{std::move(result)};
           });

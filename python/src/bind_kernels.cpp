@@ -222,7 +222,7 @@ void bind_kernels(nb::module_& m) {
             const MatrixArgument<T> X(x, "x"), Y(y, "y");
             require_finite(X.ref(), "kernel_matrix: x");
             require_finite(Y.ref(), "kernel_matrix: y");
-            const Kernel kernel = kernel_of(arguments, X.cols());
+            const Kernel kernel = arguments.parameters.kernel_for(X.cols());
             out.emplace(std::vector<Index>{}, X.rows(), Y.rows());
             kernel.evaluate<T>(X.ref(), Y.ref(), out->matrix(0));
             require_kernel_in_range<T>(out->matrix(0), X.ref(), Y.ref(), kernel, "kernel_matrix");
@@ -249,7 +249,7 @@ void bind_kernels(nb::module_& m) {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
             require_finite(Q.ref(), "attention_matrix: q");
             require_finite(K.ref(), "attention_matrix: k");
-            const Kernel kernel = kernel_of(arguments, Q.cols());
+            const Kernel kernel = arguments.parameters.kernel_for(Q.cols());
             out.emplace(std::vector<Index>{}, Q.rows(), K.rows());
             attention_matrix<T>(Q.ref(), K.ref(), kernel, out->matrix(0));
           });
@@ -272,7 +272,7 @@ void bind_kernels(nb::module_& m) {
           Compute compute;
           const MatrixArgument<T> Q(q, "q"), K(k, "k");
           return LandmarksAny{select_landmarks<T>(
-              Q.ref(), K.ref(), landmark_options(arguments, LandmarkStrategy::segment_means))};
+              Q.ref(), K.ref(), arguments.parameters.landmark_options(LandmarkStrategy::segment_means))};
         });
       },
       "q"_a, "k"_a, "kwargs"_a,
@@ -291,7 +291,7 @@ void bind_kernels(nb::module_& m) {
           using T = decltype(scalar);
           Compute compute;
           const MatrixArgument<T> A(a, "a");
-          return PinvAny{pseudoinverse<T>(A.ref(), pinv_options(arguments, PinvOptions{}))};
+          return PinvAny{pseudoinverse<T>(A.ref(), arguments.parameters.pinv_options(PinvOptions{}))};
         });
       },
       "a"_a, "kwargs"_a,
@@ -321,8 +321,8 @@ void bind_kernels(nb::module_& m) {
           using T = decltype(scalar);
           Compute compute;
           const MatrixArgument<T> Q(q, "q"), K(k, "k");
-          const NystromOptions options = nystrom_options(arguments, Q.cols());
-          return FactorsAny{arguments.method == Method::symmetric_nystrom
+          const NystromOptions options = arguments.parameters.nystrom_options(Q.cols());
+          return FactorsAny{arguments.parameters.method == Method::symmetric_nystrom
                                 ? symmetric_nystrom<T>(Q.ref(), K.ref(), options)
                                 : generalized_nystrom<T>(Q.ref(), K.ref(), options)};
         });

@@ -221,7 +221,7 @@ void bind_spectral(nb::module_& m) {
           using T = decltype(scalar);
           const SpectralResult result = computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
-            const Kernel kernel = kernel_of(arguments, Q.cols());
+            const Kernel kernel = arguments.parameters.kernel_for(Q.cols());
             require_finite_tokens("kernel_norm", Q.ref(), K.ref());
             require_representable_kernel<T>(Q.ref(), K.ref(), kernel, "kernel_norm");
             // ‖G‖₂ = e^c‖κ_c(Q, K)‖₂ with the sweep's log-shift c: logits beyond T's range either way
@@ -255,7 +255,7 @@ void bind_spectral(nb::module_& m) {
           using T = decltype(scalar);
           return computed([&] {
             const MatrixArgument<T> Q(q, "q"), K(k, "k");
-            const Kernel kernel = kernel_of(arguments, Q.cols());
+            const Kernel kernel = arguments.parameters.kernel_for(Q.cols());
             require_finite_tokens("kernel_singular_values", Q.ref(), K.ref());
             require_representable_kernel<T>(Q.ref(), K.ref(), kernel, "kernel_singular_values");
             const KernelOperator<T, double> g(Q.ref(), K.ref(), kernel, tiling_options(arguments));

@@ -317,4 +317,4 @@ def test_without_values_and_matrix_free(tmp_path: Path) -> None:
         # Matrix-free: a Frobenius error for every method, from row panels.
         assert np.isfinite(row["frobenius_error"]), row["method"]
     with h5py.File(output, "r") as file:
-        assert file.attrs["matrix_free_forced"] == 1
+        assert file.attrs["matrix_free"] == 1

@@ -226,7 +226,7 @@ def test_exact_pseudoinverse_matches_numpy(dtype):
                          [("razavi", 4, razavi_ref), ("newton-schulz", 6, newton_schulz_ref)])
 def test_iterative_pseudoinverses_follow_their_iteration(dtype, method, iterations, reference):
     a = tokens(5, 5, dtype, 13) + 4 * np.eye(5, dtype=dtype)
-    result = nystrom.pseudoinverse(a, pinv=method, iterations=iterations)
+    result = nystrom.pseudoinverse(a, pinv=method, pinv_iters=iterations)
     assert result.iterations == iterations and result.status in ("completed", "converged")
     assert result.alpha == pytest.approx(safe_alpha_ref(a.astype(float)), rel=1e-6)
     assert relative(result.z, reference(a, iterations)) < 10 * TOLERANCE[dtype]
@@ -241,7 +241,7 @@ def test_iterative_pseudoinverses_follow_their_iteration(dtype, method, iteratio
 def test_divergence_is_a_status_not_an_error():
     a = tokens(5, 5, np.float64, 14) + 4 * np.eye(5)
     sigma1 = np.linalg.norm(a, 2)
-    result = nystrom.pseudoinverse(a, pinv="newton-schulz", iterations=10, alpha=3 / sigma1**2)
+    result = nystrom.pseudoinverse(a, pinv="newton-schulz", pinv_iters=10, alpha=3 / sigma1**2)
     assert result.status == "diverged"
 
 
@@ -342,7 +342,7 @@ def test_razavi_pnp_nystra_uses_the_iterated_core(dtype):
     q, k, v = qkv(dtype=dtype)
     q_bar, k_bar = segment_means_ref(q, 6), segment_means_ref(k, 6)
     g_hat = kernel_ref(q, k_bar) @ razavi_ref(kernel_ref(q_bar, k_bar), 3) @ kernel_ref(q_bar, k)
-    out = nystrom.attention(q, k, v, landmarks=6, pinv="razavi", iterations=3, stabilization="none")
+    out = nystrom.attention(q, k, v, landmarks=6, pinv="razavi", pinv_iters=3, stabilization="none")
     assert relative(out, normalized_output(g_hat, v)) < 30 * TOLERANCE[dtype]
 
 
@@ -426,7 +426,7 @@ def test_features_and_projected_default_to_landmarks():
 
 def test_approximation_object():
     q, k, v = qkv()
-    approximation = nystrom.approximate(q, k, v, landmarks=6, pinv="razavi", iterations=4)
+    approximation = nystrom.approximate(q, k, v, landmarks=6, pinv="razavi", pinv_iters=4)
     assert approximation.method == "pnp-nystra" and approximation.pinv_status in ("completed", "converged")
     assert approximation.factors.pinv.iterations == 4
     assert approximation.pinv_residual == pytest.approx(approximation.factors.pinv.residual)
@@ -672,7 +672,7 @@ def test_errors_name_the_head_and_the_value():
         (lambda: nystrom.attention(k[0, 0, :, :0], k[0, 0, :, :0], v[0, 0]), "the tokens have d = 0 features"),
         (lambda: nystrom.attention(k[0, 0], k[0, 0], v[0, 0], method="cur", landmarks=4, strategy="random",
                                    seed=-1), r"seed = -1 is out of range"),
-        (lambda: nystrom.pseudoinverse(np.eye(3), pinv="razavi", iterations=10**5),
+        (lambda: nystrom.pseudoinverse(np.eye(3), pinv="razavi", pinv_iters=10**5),
          "iterations = 100000 must be between 1 and 10000"),
     ):
         with pytest.raises(ValueError, match=message):
@@ -697,8 +697,8 @@ def test_iterative_pseudoinverses_at_the_ends_of_double(dtype, scale):
     scale = scale if dtype == np.float64 else (1e-30 if scale < 1 else 1e30)
     a = np.random.default_rng(6).standard_normal((6, 6)) + 6 * np.eye(6)
     for pinv in ("razavi", "newton-schulz"):
-        result = nystrom.pseudoinverse((scale * a).astype(dtype), pinv=pinv, iterations=60,
-                                       tolerance=1e-12 if dtype == np.float64 else 1e-5)
+        result = nystrom.pseudoinverse((scale * a).astype(dtype), pinv=pinv, pinv_iters=60,
+                                       pinv_tolerance=1e-12 if dtype == np.float64 else 1e-5)
         assert result.status == "converged", pinv
         assert relative(result.z.astype(float) * scale, np.linalg.pinv(a)) < TOLERANCE[dtype], pinv
 
@@ -1072,7 +1072,7 @@ def test_bad_values_raise_value_error_naming_them():
         (dict(pinv="qr"), "unknown pseudoinverse method 'qr'"),
         (dict(stabilization="max"), "unknown stabilization 'max'"),
         (dict(kernel="cosine"), "unknown kernel 'cosine'"),
-        (dict(pinv="razavi", iterations=0), "iterations = 0"),
+        (dict(pinv="razavi", pinv_iters=0), "iterations = 0"),
         (dict(method="nystromformer", kernel="laplacian"), "softmax method"),
         (dict(method="cur", strategy="segment-means"), "segment-means"),
     ]

@@ -155,7 +155,7 @@ def test_the_window_pool_grid_and_the_clamp_threshold_reach_the_module():
 
     def module(**keywords):
         return nystrom.attention(q, k, v, method="pnp-nystra", landmarks=16, strategy="window-pool",
-                                    window=window, pinv="razavi", iterations=6, scale=scale, **keywords)
+                                    window=window, pinv="razavi", pinv_iters=6, scale=scale, **keywords)
 
     square = module(window_grid="square", stabilization="row-max")
     aspect = module(window_grid="aspect", stabilization="row-max")

@@ -193,16 +193,16 @@ class NystromPlan final : public DevicePlan<T> {
  public:
   NystromPlan(const BatchShape& shape, const ApproximationOptions& options, AlphaScope alpha_scope,
               const LandmarkPooling& pooling)
-      : DevicePlan<T>(shape,
-                      DevicePinv<T>::capturable(int(options.nystrom.landmarks.count), options.nystrom.pinv)),
-        options_(options.nystrom),
+      : DevicePlan<T>(shape, DevicePinv<T>::capturable(int(options.pnp_nystra.landmarks.count),
+                                                       options.pnp_nystra.pinv)),
+        options_(options.pnp_nystra),
         pooling_(pooling),
-        shared_alpha_(alpha_scope == AlphaScope::batch && options.nystrom.pinv.method != PinvMethod::exact),
-        m_(int(options.nystrom.landmarks.count)),
+        shared_alpha_(alpha_scope == AlphaScope::batch && is_iterative(options.pnp_nystra.pinv.method)),
+        m_(int(options.pnp_nystra.landmarks.count)),
         q_bar_(std::size_t(this->count) * m_ * this->d),
         k_bar_(q_bar_.size()),
         landmark_sums_(std::size_t(pooled_landmarks_scratch(this->n, this->d, this->count, m_))),
-        factors_(this->count, this->n, m_, options.nystrom.pinv),
+        factors_(this->count, this->n, m_, options.pnp_nystra.pinv),
         work_(this->count, m_, this->dv) {
     options_.kernel = options.kernel;
   }

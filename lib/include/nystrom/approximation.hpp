@@ -58,10 +58,11 @@ struct ApproximationOptions {
   /// κ of every method. nystromformer, cur, performer and linformer are softmax methods and require the
   /// exponential kernel (s = kernel.param); pnp-nystra, symmetric-nystrom and exact accept any kernel.
   Kernel kernel;
-  NystromOptions nystrom;  ///< pnp-nystra (its kernel member is replaced by `kernel`)
+  NystromOptions pnp_nystra;  ///< pnp-nystra (its kernel member is replaced by `kernel`)
   /// symmetric-nystrom (kernel replaced by `kernel`): LaplacianFormer's Newton–Schulz on W + εI, no row-max
   /// scaling (row-max is undefined for C W⁺ Cᵀ).
-  NystromOptions symmetric = {{}, {}, {PinvMethod::newton_schulz, 20, 0, 0, 0, 1e-6}, Stabilization::none};
+  NystromOptions symmetric_nystrom = {
+      {}, {}, {PinvMethod::newton_schulz, 20, 0, 0, 0, 1e-6}, Stabilization::none};
   NystromformerOptions nystromformer;
   CurOptions cur;
   PerformerOptions performer;

@@ -30,7 +30,7 @@ struct CurOptions {
     return step;
   }();
   PinvOptions pinv;              ///< pseudoinverse of U (exact SVD by default)
-  bool copy_exact_rows = false;  ///< overwrite Ô[q_idx[i], :] with the exact row (R V)[i, :]
+  bool copy_rows = false;  ///< overwrite Ô[q_idx[i], :] with the exact row (R V)[i, :]
 
   /// Throws std::invalid_argument naming the bad value (a pooling strategy, m > N, bad indices or pinv
   /// options).

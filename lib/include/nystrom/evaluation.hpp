@@ -47,8 +47,8 @@ namespace nystrom {
 /// How points are evaluated.
 struct EvaluationOptions {
   double memory_budget =
-      4.0e9;  ///< bytes a dense N×N analysis may use; above it the matrix-free path is taken
-  bool force_matrix_free = false;
+      4.0e9;                 ///< bytes a dense N×N analysis may use; above it the matrix-free path is taken
+  bool matrix_free = false;  ///< every head matrix-free, whatever the budget (--matrix-free)
   Device device = Device::cpu;  ///< where factors, attention outputs and matrix-free products run
   SpectralOptions spectral;
   Index panel_rows = 128;  ///< row panel of matrix-free kernel operators (MatrixFreeOptions::panel_rows)
@@ -61,7 +61,7 @@ struct EvaluationOptions {
   void validate() const;
   /// True when a head of n tokens in a scalar of `scalar_bytes` is analysed matrix-free: forced, or the dense
   /// analysis (3 N×N matrices) does not fit memory_budget. The one rule for every subcommand.
-  bool matrix_free(Index n, std::size_t scalar_bytes) const;
+  bool uses_matrix_free(Index n, std::size_t scalar_bytes) const;
   /// The tiling of the matrix-free operators.
   MatrixFreeOptions tiling() const { return {.panel_rows = panel_rows}; }
 };
@@ -94,7 +94,7 @@ LandmarkTerms landmark_terms(const Head<T>& head, const Kernel& kernel, const La
 template <class T>
 bool overlap_landmark_terms(Index n, Index m, const EvaluationOptions& options) {
   const double extended = double(n + m);
-  return !options.matrix_free(n, sizeof(T)) && extended * extended < detail::parallel_work;
+  return !options.uses_matrix_free(n, sizeof(T)) && extended * extended < detail::parallel_work;
 }
 
 /// Every column of one point (docs/formats.md §2; point_record.hpp turns it into the table's cells). NaN
@@ -151,7 +151,7 @@ double head_log_shift(const Head<T>& head, const Kernel& kernel, const std::stri
 /// with a stored N×N bias has its G stored too).
 template <class T>
 bool matrix_free_head(const Head<T>& head, const EvaluationOptions& options) {
-  return head.bias.size() == 0 && options.matrix_free(head.tokens(), sizeof(T));
+  return head.bias.size() == 0 && options.uses_matrix_free(head.tokens(), sizeof(T));
 }
 
 /// The exponent of the head's exact side, φ(Q, K) of `kernel` without its log-shift (kernels.hpp) plus the

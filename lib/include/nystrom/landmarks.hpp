@@ -63,30 +63,38 @@ inline bool window_holds(const std::array<Index, 2>& window, Index tokens) {
 
 struct LandmarkOptions {
   LandmarkStrategy strategy = LandmarkStrategy::segment_means;
-  Index count = 16;        ///< m, the number of landmarks (1 ≤ m ≤ N)
-  std::uint64_t seed = 0;  ///< seed for random and k-means++
-  bool same_indices =
-      true;  ///< selection: choose the same rows for Q and K (scored on Q), or each separately
-  std::vector<Index> forced;      ///< selection: indices always included (counted within m)
-  std::vector<Index> q_indices;   ///< given: indices into Q
-  std::vector<Index> k_indices;   ///< given: indices into K (empty: the same as q_indices)
-  std::array<Index, 2> window{};  ///< window-pool: the h×w grid of the N − prefix_tokens window tokens
-                                  ///< (row-major, h·w = N − p); {0, 0}: a square grid, N − p a square
+  Index count = 16;                ///< m, the number of landmarks (1 ≤ m ≤ N)
+  std::uint64_t seed = 0;          ///< seed for random and k-means++
+  bool different_indices = false;  ///< selection: choose the rows of Q and K separately, not the same rows
+                                   ///< (scored on Q)
+  std::vector<Index> forced;       ///< selection: indices always included (counted within m)
+  std::vector<Index> q_indices;    ///< given: indices into Q
+  std::vector<Index> k_indices;    ///< given: indices into K (empty: the same as q_indices)
+  std::array<Index, 2> window{};   ///< window-pool: the h×w grid of the N − prefix_tokens window tokens
+                                   ///< (row-major, h·w = N − p); {0, 0}: a square grid, N − p a square
   WindowGrid window_grid = WindowGrid::aspect;  ///< window-pool: the pooling grid of the window
   Index prefix_tokens = 0;     ///< p leading tokens not on the window grid, landmarks of their own for every
                                ///< strategy but `given` (0 ≤ p < m; see the file comment)
   Index embed_column = 0;      ///< top-embed: the embedding column scored
   int kmeans_iterations = 25;  ///< k-means: Lloyd iterations after k-means++ seeding
+  /// Query landmarks per key landmark (≥ 1): Q̄ gets p = ⌈oversampling·m⌉ rows and K̄ keeps m, so the core
+  /// G_A = κ(Q̄, K̄) is p×m and Ĝ = G_L G_A⁺ G_U a least-squares fit over p landmark rows (Park &
+  /// Nakatsukasa, arXiv:2405.06375; docs/mathematics.md §5). Every strategy but `given` takes it.
+  double oversampling = 1;
+
+  /// p = ⌈oversampling·m⌉, the number of query landmarks (m where oversampling is 1).
+  Index query_count() const;
 
   /// Throws std::invalid_argument naming the bad value (m = 0, m > N, indices out of range, bad window,
   /// prefix_tokens < 0 or ≥ m, ...).
   void validate(Index n, Index d) const;
 };
 
-/// Landmarks Q̄, K̄ (m×d each) and, for selection strategies, the rows they were taken from.
+/// Landmarks Q̄ (p×d, p = m unless oversampled) and K̄ (m×d) and, for selection strategies, the rows they
+/// were taken from.
 template <class T>
 struct Landmarks {
-  Matrix<T> q;                   ///< Q̄, m×d (with prefix tokens, its first p rows are theirs)
+  Matrix<T> q;                   ///< Q̄, p×d (with prefix tokens, its first rows are theirs)
   Matrix<T> k;                   ///< K̄, m×d
   std::vector<Index> q_indices;  ///< rows of Q behind Q̄ (empty for pooling strategies)
   std::vector<Index> k_indices;  ///< rows of K behind K̄ (empty for pooling strategies)

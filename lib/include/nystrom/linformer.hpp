@@ -20,10 +20,10 @@ namespace nystrom {
 
 /// Options for linformer_attention.
 struct LinformerOptions {
-  Index projected = 64;    ///< k, the projected sequence length (≥ 1)
-  std::uint64_t seed = 0;  ///< seed of E and F when they are not given
-  bool share = false;      ///< F = E (the package's share_kv)
-  Matrix<double> e, f;     ///< explicit E, F (k×N) for cross-checks; empty: drawn from `seed`
+  Index projected = 64;            ///< k, the projected sequence length (≥ 1)
+  std::uint64_t seed = 0;          ///< seed of E and F when they are not given
+  bool share_projections = false;  ///< F = E (the package's share_kv)
+  Matrix<double> e, f;             ///< explicit E, F (k×N) for cross-checks; empty: drawn from `seed`
 
   /// Throws std::invalid_argument naming the bad value (k < 1, explicit E/F not k×N or non-finite).
   void validate(Index n) const;

@@ -30,15 +30,24 @@ namespace nystrom {
 ///   - x > x*: f(x) < 0, so e > 1 and e grows without bound: `diverged` (x = x* exactly sticks at e = 1).
 ///   The safe α = 1/(‖A‖₁‖A‖_∞) gives ασ₁² ≤ 1, inside every convergent range.
 enum class PinvMethod {
-  exact,         ///< SVD; singular values ≤ tol·σ₁ are dropped
-  razavi,        ///< Z ← ¼ Z(13I − AZ(15I − AZ(7I − AZ))), Z₀ = αAᵀ (Nyströmformer eq. (15))
-  newton_schulz  ///< X ← X(2I − AX), X₀ = αAᵀ (LaplacianFormer Alg. 1)
+  exact,          ///< SVD; singular values ≤ tol·σ₁ are dropped (tol default max(p, m)·eps)
+  razavi,         ///< Z ← ¼ Z(13I − AZ(15I − AZ(7I − AZ))), Z₀ = αAᵀ (Nyströmformer eq. (15))
+  newton_schulz,  ///< X ← X(2I − AX), X₀ = αAᵀ (LaplacianFormer Alg. 1)
+  truncated,      ///< SVD cut at a relative tolerance (default √eps): the ε-truncated pseudoinverse of the
+                  ///< core that Park & Nakatsukasa (arXiv:2405.06375) show stable for oversampled CUR
+  oracle_core     ///< not a pseudoinverse: the Frobenius-optimal core Z = G_L⁺ G G_U⁺ of given landmark
+                  ///< blocks, an O(N²d) oracle that needs G (generalized_nystrom evaluates it in panels;
+                  ///< Sorensen & Embree, SISC 38(5), 2016); separates bad landmarks from a bad core
 };
 
-/// "exact", "razavi", "newton-schulz".
+/// "exact", "razavi", "newton-schulz", "truncated", "oracle-core".
 std::string to_string(PinvMethod method);
 /// Inverse of to_string; throws std::invalid_argument naming an unknown method.
 PinvMethod pinv_method_from_string(const std::string& name);
+/// True for the iterations (razavi, newton-schulz), whose count PinvOptions::iterations sets.
+constexpr bool is_iterative(PinvMethod method) {
+  return method == PinvMethod::razavi || method == PinvMethod::newton_schulz;
+}
 
 /// How an iteration ended.
 enum class PinvStatus {
@@ -62,8 +71,8 @@ struct PinvOptions {
   PinvMethod method = PinvMethod::exact;
   int iterations = 6;  ///< iterative methods: number of iterations (1 ≤ iterations ≤ max_pinv_iterations)
   double alpha = 0;  ///< iterative start Z₀ = αAᵀ; 0 selects the per-matrix safe α = 1/(‖A‖₁‖A‖_∞)
-  double tolerance =
-      0;  ///< exact: relative singular-value cut (0: max(m)·eps); iterative: stop when ‖I−AZ‖_F ≤ it
+  double tolerance = 0;  ///< exact, truncated: relative singular-value cut (0: max(p, m)·eps for exact, √eps
+                         ///< for truncated); iterative: stop when ‖I − AZ‖_F ≤ it
   double tikhonov = 0;  ///< ε > 0: Z = (AᵀA + εI)⁻¹Aᵀ instead of A⁺ (non-symmetric safe regularization)
   double shift = 0;  ///< ε > 0: invert A + εI (LaplacianFormer; valid for symmetric PSD A)
 
@@ -127,9 +136,11 @@ PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOption
 template <class T>
 Matrix<T> inverted_matrix(const ConstMatrixRef<T>& A, const PinvOptions& options);
 
-/// Z ≈ A⁺ (or the regularized inverse) for a square A by `options`; the residuals are computed in double.
-/// Throws std::invalid_argument for bad options, a non-square or empty A, or an A with NaN or Inf entries;
-/// a numerical failure of the iteration is a status.
+/// Z ≈ A⁺ (or the regularized inverse) by `options`; the residuals are computed in double. The SVD methods
+/// (exact, truncated) take any p×m A (an oversampled core), with the residual ‖I − ZA‖_F of the smaller
+/// product for p > m; the iterations and the shift need a square A. Throws std::invalid_argument for bad
+/// options, an empty A, a non-square A where it must be square, an A with NaN or Inf entries, or
+/// oracle_core (which needs G); a numerical failure of the iteration is a status.
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options);
 
