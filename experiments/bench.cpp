@@ -10,12 +10,9 @@
 // and returns host matrices: those timings include the host↔device copies. The other methods and the step
 // table are CPU-only; the thread list does not apply (rows say threads = 1).
 //
-// OpenBLAS picks its kernels when the library is loaded, from OPENBLAS_CORETYPE; the default shell presets
-// Haswell, which halves the SGEMM peak on AVX-512 machines. With --blas-core set (default SkylakeX) and a
-// different environment value, the program re-executes itself with the variable set (after the options are
-// checked), and logs the core in use.
-#include <unistd.h>
-
+// OpenBLAS picks its kernels when the library is loaded (blas_core.hpp). With --blas-core set (default
+// SkylakeX) and a different environment value, the program re-executes itself with the variable set (after
+// the options are checked), and logs the core in use.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -29,7 +26,9 @@
 #include <sstream>
 #include <tuple>
 
-#include "hdf5_io.hpp"
+#include "atomic_files.hpp"
+#include "blas_core.hpp"
+#include "hdf5_handles.hpp"
 #include "nystrom/approximation.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
@@ -37,13 +36,13 @@
 #include "nystrom/landmarks.hpp"
 #include "nystrom/parameters.hpp"
 #include "nystrom/threads.hpp"
+#include "results_files.hpp"
 #include "subcommands.hpp"
 
 namespace nystrom::cli {
 
 namespace {
 
-constexpr const char* reexec_marker = "NYSTROM_BENCH_REEXEC";
 constexpr double not_measured = std::numeric_limits<double>::quiet_NaN();
 
 struct BenchSettings {
@@ -53,10 +52,13 @@ struct BenchSettings {
   std::vector<Index> thread_counts;
   std::vector<Method> methods;
   Device device = Device::cpu;
-  Index landmarks = 16;             ///< m of pnp-nystra, nystromformer, cur, symmetric-nystrom
-  Index features = 64;              ///< r of performer
-  Index projected = 64;             ///< k of linformer
-  std::optional<PinvMethod> pinv;   ///< --pinv of every method with a pseudoinverse (none: each its own)
+  Index landmarks = 16;            ///< m of pnp-nystra, nystromformer, cur, symmetric-nystrom
+  Index features = 64;             ///< r of performer
+  Index projected = 64;            ///< k of linformer
+  std::optional<PinvMethod> pinv;  ///< --pinv of every method with a pseudoinverse (none: each its own)
+  /// --strategy of pnp-nystra, cur and symmetric-nystrom and of the step table (none: each method's own;
+  /// the steps take segment means)
+  std::optional<LandmarkStrategy> strategy;
   int iterations = 0;               ///< --iterations of an iterative pseudoinverse (0: each method's own)
   Index gemm_size = 4096;           ///< n of the n×n×n reference GEMM; 0: none
   std::vector<Index> matvec_sizes;  ///< N of the kernel matvecs (none by default)
@@ -88,26 +90,14 @@ struct BenchTables {
   std::optional<ResultsTable> gemm, matvec, batch;
 };
 
-/// Re-executes the program with OPENBLAS_CORETYPE = `core` when it differs (once; OpenBLAS reads it at load
-/// time).
+/// Re-executes the program with OPENBLAS_CORETYPE = `core` when it differs (run_under_blas_core).
 void ensure_blas_core(const std::string& core, const Invocation& invocation) {
-  if (core.empty() || core == "default") return;
-  const char* current = std::getenv("OPENBLAS_CORETYPE");
-  if (current && core == current) return;
-  if (std::getenv(reexec_marker)) {
-    std::cerr << "nystrom bench: warning: OPENBLAS_CORETYPE is still '" << (current ? current : "") << "'\n";
-    return;
-  }
-  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  setenv(reexec_marker, "1", 1);
   std::vector<std::string> arguments = {"nystrom", invocation.subcommand};
   arguments.insert(arguments.end(), invocation.args.begin(), invocation.args.end());
   std::vector<char*> argv;
   for (auto& argument : arguments) argv.push_back(argument.data());
   argv.push_back(nullptr);
-  std::cout.flush();
-  execv("/proc/self/exe", argv.data());
-  std::cerr << "nystrom bench: warning: could not re-execute with OPENBLAS_CORETYPE=" << core << "\n";
+  run_under_blas_core(core, argv.data(), "nystrom bench");
 }
 
 /// Throws std::invalid_argument naming --blas-core when OpenBLAS runs another core than the one asked for (an
@@ -192,6 +182,7 @@ ApproximationOptions method_options(const BenchSettings& settings, Method method
   parameters.projected = settings.projected;
   parameters.seed = settings.seed;
   parameters.pinv = settings.pinv;
+  parameters.strategy = settings.strategy;
   if (settings.iterations > 0) parameters.pinv_iters = settings.iterations;
   return parameters.options(dim);
 }
@@ -224,6 +215,7 @@ std::vector<Column> bench_columns() {
           {"precision", ColumnType::text, true},
           {"threads", ColumnType::int64, true},
           {"landmarks", ColumnType::int64, true},
+          {"strategy", ColumnType::text, true},
           {"features", ColumnType::int64, true},
           {"projected", ColumnType::int64, true},
           {"seconds", ColumnType::float64, false},
@@ -237,11 +229,12 @@ std::vector<Column> bench_columns() {
 }
 
 std::vector<Column> step_columns() {
-  return {{"step", ColumnType::text, true},         {"step_index", ColumnType::int64, true},
-          {"n", ColumnType::int64, true},           {"d", ColumnType::int64, true},
-          {"precision", ColumnType::text, true},    {"threads", ColumnType::int64, true},
-          {"landmarks", ColumnType::int64, true},   {"seconds", ColumnType::float64, false},
-          {"fraction", ColumnType::float64, false}, {"blas_core", ColumnType::text, false}};
+  return {{"step", ColumnType::text, true},        {"step_index", ColumnType::int64, true},
+          {"n", ColumnType::int64, true},          {"d", ColumnType::int64, true},
+          {"precision", ColumnType::text, true},   {"threads", ColumnType::int64, true},
+          {"landmarks", ColumnType::int64, true},  {"strategy", ColumnType::text, true},
+          {"seconds", ColumnType::float64, false}, {"fraction", ColumnType::float64, false},
+          {"blas_core", ColumnType::text, false}};
 }
 
 std::vector<Column> gemm_columns() {
@@ -318,8 +311,15 @@ Matrix<T> random_tokens(Index rows, Index cols, std::mt19937_64& engine) {
   return out;
 }
 
-/// PnP-Nystra Algorithm 1 step by step (segment-means landmarks, the m×m core's pseudoinverse as --pinv gives
-/// it (exact by default), no row-max scaling): the seven timed steps of the paper's Table 1.
+/// The `strategy` cell of a bench row: --strategy, or "default" (each method's own; the steps' segment
+/// means).
+std::string strategy_label(const BenchSettings& settings) {
+  return settings.strategy ? to_string(*settings.strategy) : "default";
+}
+
+/// PnP-Nystra Algorithm 1 step by step (the landmarks of --strategy, segment means by default; the m×m core's
+/// pseudoinverse as --pinv gives it (exact by default), no row-max scaling): the seven timed steps of the
+/// paper's Table 1, the first the landmark selection.
 template <class T>
 std::vector<std::pair<std::string, double>> time_steps(const Matrix<T>& Q, const Matrix<T>& K,
                                                        const Matrix<T>& V, const BenchSettings& settings) {
@@ -333,9 +333,17 @@ std::vector<std::pair<std::string, double>> time_steps(const Matrix<T>& Q, const
   const auto step = [&](const char* name, auto&& work) {
     steps.emplace_back(name, time_repeats(work, settings).best);
   };
+  const LandmarkOptions landmarks =
+      method_options(settings, Method::pnp_nystra, settings.dim).pnp_nystra.landmarks;
   step("1 landmarks", [&] {
-    q_bar = segment_means<T>(Q, m);
-    k_bar = segment_means<T>(K, m);
+    if (!settings.strategy) {
+      q_bar = segment_means<T>(Q, m);
+      k_bar = segment_means<T>(K, m);
+      return;
+    }
+    Landmarks<T> selected = select_landmarks<T>(Q, K, landmarks, kernel);
+    q_bar = std::move(selected.q);
+    k_bar = std::move(selected.k);
   });
   step("2 G_L", [&] { left = kernel.block<T>(Q, k_bar); });
   step("3 G_A", [&] { core = kernel.block<T>(q_bar, k_bar); });
@@ -363,7 +371,7 @@ void time_step_table(const Matrix<T>& Q, const Matrix<T>& K, const Matrix<T>& V,
   for (size_t i = 0; i < steps.size(); ++i)
     table.append({steps[i].first, std::int64_t(i + 1), std::int64_t(n), std::int64_t(settings.dim),
                   context.precision, std::int64_t(context.threads), std::int64_t(settings.landmarks),
-                  steps[i].second, steps[i].second / total, context.blas});
+                  strategy_label(settings), steps[i].second, steps[i].second / total, context.blas});
   if (!settings.quiet) {
     std::cout << "  pnp-nystra steps (m = " << settings.landmarks << "):";
     for (const auto& [name, seconds] : steps)
@@ -407,9 +415,10 @@ void time_methods(Index n, const TimingContext& context, const BenchSettings& se
     const auto size = approximation_size(method, settings);
     tables.bench.append({to_string(method), std::int64_t(n), std::int64_t(settings.dim),
                          std::int64_t(settings.value_dim), context.precision, std::int64_t(context.threads),
-                         std::int64_t(size.landmarks), std::int64_t(size.features),
-                         std::int64_t(size.projected), seconds, flops, gflops, speedup, error, context.blas,
-                         context.gemm_fraction(gflops), to_string(context.device)});
+                         std::int64_t(size.landmarks), size.landmarks ? strategy_label(settings) : "none",
+                         std::int64_t(size.features), std::int64_t(size.projected), seconds, flops, gflops,
+                         speedup, error, context.blas, context.gemm_fraction(gflops),
+                         to_string(context.device)});
     if (!settings.quiet) {
       print_timing(to_string(method), n, context, seconds, gflops, context.gemm_fraction(gflops));
       std::cout << std::fixed << std::setprecision(1) << std::setw(10) << speedup << std::scientific
@@ -621,7 +630,7 @@ std::string timing_note(Device device) {
 
 /// The raw texts of the list options, parsed by complete_settings.
 struct BenchOptionTexts {
-  std::string sizes = "256:16384:x2", matvec_sizes, batch_shapes, pinv;
+  std::string sizes = "256:16384:x2", matvec_sizes, batch_shapes, pinv, strategy;
 };
 
 /// The options of `nystrom bench`, writing into `texts` and `settings`.
@@ -633,7 +642,7 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
      "token counts N of the one-head tables (list or range first:last:xF); with --batch-shapes: none unless given")
     ("d", po::value(&settings.dim)->default_value(settings.dim), "query/key dimension d")
     ("dv", po::value(&settings.value_dim)->default_value(settings.value_dim), "value dimension dv");
-  add_precision_option(description, "float,double", true);
+  add_precision_option(description, "float,double", PrecisionValues::list);
   description.add_options()
     ("threads", po::value<std::string>()->default_value("1,2")->value_name("LIST"),
      "OpenMP thread counts to time, list or range (0: the OpenMP default; CPU only: --device cuda writes "
@@ -651,6 +660,9 @@ po::options_description bench_options(BenchOptionTexts& texts, BenchSettings& se
      "m of pnp-nystra, nystromformer, cur, symmetric-nystrom")
     ("features", po::value(&settings.features)->default_value(settings.features), "r of performer")
     ("projected", po::value(&settings.projected)->default_value(settings.projected), "k of linformer")
+    ("strategy", po::value(&texts.strategy),
+     "landmark strategy of pnp-nystra, cur and symmetric-nystrom and of the step table, whose first step times "
+     "it (default: each method's own; the steps take segment means)")
     ("pinv", po::value(&texts.pinv),
      "pseudoinverse of pnp-nystra, symmetric-nystrom, nystromformer and cur (exact, razavi, newton-schulz, ...; "
      "pinv.hpp names); default: each method's own (exact; nystromformer: razavi x6; symmetric-nystrom: "
@@ -721,6 +733,7 @@ void complete_settings(const po::variables_map& values, BenchOptionTexts& texts,
     require(methods.size() == 1, "option --pinv: one pseudoinverse, not '", texts.pinv, "'");
     settings.pinv = methods.front();
   }
+  if (!texts.strategy.empty()) settings.strategy = landmark_strategy_from_string(texts.strategy);
   require(settings.iterations >= 0 && settings.iterations <= max_pinv_iterations,
           "option --iterations = ", settings.iterations, " must be between 0 and ", max_pinv_iterations);
 }

@@ -8,8 +8,9 @@
 #include <string_view>
 
 #include "distribute.hpp"
-#include "hdf5_io.hpp"
+#include "hdf5_handles.hpp"
 #include "nystrom/error.hpp"
+#include "results_files.hpp"
 #include "subcommands.hpp"
 
 #ifndef NYSTROM_VERSION

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "hdf5_io.hpp"
+#include "results_files.hpp"
 
 namespace nystrom::cli {
 

@@ -7,7 +7,9 @@
 #include <set>
 #include <sstream>
 
-#include "hdf5_io.hpp"
+#include "dumps.hpp"
+#include "hdf5_handles.hpp"
+#include "results_files.hpp"
 #include "subcommands.hpp"
 
 namespace nystrom::cli {

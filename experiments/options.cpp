@@ -59,10 +59,16 @@ std::string option_text(const po::variables_map& values, const std::string& name
   return values[alias].as<std::string>();
 }
 
-void add_precision_option(po::options_description& options, const std::string& default_value, bool list) {
+void add_precision_option(po::options_description& options, const std::string& default_value,
+                          PrecisionValues values) {
+  const char* help[] = {
+      "arithmetic: float or double (float32, float64 also accepted)",
+      "arithmetic, a list of: float, double (float32, float64 also accepted)",
+      "storage formats, a list: double alone, or any of float, half, bfloat16 (half and bfloat16 emulated "
+      "in float32 with every stored matrix rounded to them, errors against the float64 exact output; "
+      "float16, bf16, float32, float64 also accepted)"};
   options.add_options()("precision", po::value<std::string>()->default_value(default_value),
-                        list ? "arithmetic, a list of: float, double (float32, float64 also accepted)"
-                             : "arithmetic: float or double (float32, float64 also accepted)");
+                        help[static_cast<int>(values)]);
   add_deprecated_alias(options, "dtype", "precision");
 }
 
@@ -83,6 +89,24 @@ std::string parse_precision(const po::variables_map& values) {
   require(precisions.size() == 1, "option --precision: one value expected (float or double), got ",
           join(precisions));
   return precisions.front();
+}
+
+std::vector<Precision> parse_formats(const po::variables_map& values) {
+  std::vector<Precision> formats;
+  for (const auto& item : split_list(option_text(values, "precision", "dtype"), "precision")) {
+    Precision format;
+    try {
+      format = precision_from_string(item);
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument(describe("option --precision: ", error.what()));
+    }
+    if (std::find(formats.begin(), formats.end(), format) == formats.end()) formats.push_back(format);
+  }
+  const bool float64 = std::find(formats.begin(), formats.end(), Precision::float64) != formats.end();
+  require(
+      !float64 || formats.size() == 1, "option --precision: '", option_text(values, "precision", "dtype"),
+      "': double runs alone (float, half and bfloat16 are computed in float32; run double in its own sweep)");
+  return formats;
 }
 
 void add_method_option(po::options_description& options, const std::string& default_value,

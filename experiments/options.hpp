@@ -17,6 +17,7 @@
 #include "nystrom/error.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/landmarks.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom::cli {
@@ -75,16 +76,25 @@ void add_deprecated_alias(po::options_description& options, const std::string& a
 /// std::invalid_argument when both were given.
 std::string option_text(const po::variables_map& values, const std::string& name, const std::string& alias);
 
-/// Adds `--precision` (`float` or `double`; a comma-separated list where `list`) with `default_value`, and
-/// its deprecated alias `--dtype`.
-void add_precision_option(po::options_description& options, const std::string& default_value, bool list);
+/// What a subcommand's `--precision` takes: one native format, a list of them, or a list that may also name
+/// the emulated formats half and bfloat16 (docs/mathematics.md §8).
+enum class PrecisionValues { one, list, emulated_list };
+
+/// Adds `--precision` (its values as `values` says) with `default_value`, and its deprecated alias `--dtype`.
+void add_precision_option(po::options_description& options, const std::string& default_value,
+                          PrecisionValues values);
 
 /// The values of `--precision` (or `--dtype`), each `float` or `double`; `float32` and `float64` are read as
 /// aliases of them. Throws std::invalid_argument naming the option and the value otherwise.
 std::vector<std::string> parse_precisions(const po::variables_map& values);
 
-/// The one value of `--precision` of a subcommand without a list (add_precision_option with list = false).
+/// The one value of `--precision` of a subcommand without a list (PrecisionValues::one).
 std::string parse_precision(const po::variables_map& values);
+
+/// The formats of `--precision` of PrecisionValues::emulated_list (precision_from_string's names), each
+/// once: float64 alone, or any of float32, half and bfloat16 (computed in float32). Throws
+/// std::invalid_argument naming the option and the value otherwise.
+std::vector<Precision> parse_formats(const po::variables_map& values);
 
 /// Adds `--method` (approximation.hpp names, a comma-separated list) with its deprecated alias `--methods`;
 /// no default value where `default_value` is empty.

@@ -19,7 +19,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hdf5_io.hpp"
+#include "atomic_files.hpp"
+#include "hdf5_handles.hpp"
+#include "results_files.hpp"
 
 namespace nystrom::cli {
 

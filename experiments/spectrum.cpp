@@ -20,8 +20,10 @@
 #include <mutex>
 #include <numeric>
 
+#include "atomic_files.hpp"
 #include "distribute.hpp"
-#include "hdf5_io.hpp"
+#include "dumps.hpp"
+#include "hdf5_handles.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/backend.hpp"
 #include "nystrom/evaluation.hpp"
@@ -29,6 +31,7 @@
 #include "nystrom/spectral.hpp"
 #include "nystrom/threads.hpp"
 #include "progress.hpp"
+#include "results_files.hpp"
 #include "subcommands.hpp"
 
 namespace nystrom::cli {
@@ -103,7 +106,7 @@ std::array<SpectrumSummary, matrix_count> head_spectra(const DumpInfo& dump, con
   head.validate(where);
   const Kernel kernel = settings.kernel.shifted(head_log_shift(head, settings.kernel, where));
   const ExtendedTokens<T> extended = extended_tokens<T>(
-      head.q, head.k, select_landmarks<T>(head.q, head.k, layer_landmarks(settings, layer)));
+      head.q, head.k, select_landmarks<T>(head.q, head.k, layer_landmarks(settings, layer), kernel));
   const EvaluationOptions& evaluation = settings.evaluation;
   const auto stored_spectrum = [&](const Matrix<T>& matrix) {
     return summarize(singular_values<T>(matrix), k, settings.rank_tol, kernel.log_shift);
@@ -242,7 +245,7 @@ po::options_description spectrum_options() {
   add_memory_option(options, "the matrix-free path is taken (attribute path)");
   add_device_option(options, "kernel blocks and Lanczos products on the GPU");
   add_reference_option(options);
-  add_precision_option(options, "double", false);
+  add_precision_option(options, "double", PrecisionValues::one);
   add_quiet_option(options, "no progress output");
   return options;
 }

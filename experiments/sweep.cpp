@@ -22,12 +22,15 @@
 #include <optional>
 #include <unordered_map>
 
+#include "atomic_files.hpp"
 #include "distribute.hpp"
-#include "hdf5_io.hpp"
+#include "dumps.hpp"
+#include "hdf5_handles.hpp"
 #include "nystrom/evaluation.hpp"
 #include "nystrom/point_record.hpp"
 #include "nystrom/threads.hpp"
 #include "progress.hpp"
+#include "results_files.hpp"
 #include "resume_store.hpp"
 #include "signals.hpp"
 #include "subcommands.hpp"
@@ -106,19 +109,30 @@ po::options_description sweep_options() {
                     "linformer, exact; the softmax methods (nystromformer, cur, performer, linformer) skip "
                     "non-exp kernels");
   options.add_options()(
-      "strategy", po::value<std::string>()->default_value("segment-means,window-pool,step,random"),
-      "landmark strategies: segment-means, window-pool, step, random, top-sum, top-abs, top-embed, kmeans "
-      "(cur uses the selection ones: step, random, top-*; window-pool only layers with a token window)")(
+      "strategy",
+      po::value<std::string>()->default_value(
+          "segment-means,window-pool,step,random,cross,farthest-point-means"),
+      "landmark strategies: segment-means, window-pool, step, random, top-sum, top-abs, top-embed, kmeans, "
+      "cross, softmax-cross, maxvol, rpcholesky, farthest-point, farthest-point-means, oracle-qdeim (cur "
+      "uses "
+      "the ones that select rows; window-pool only layers with a token window); column selection_entries")(
       "landmarks,m", po::value<std::string>()->value_name("LIST"),
-      "landmark counts m: list and ranges, e.g. 4:256:x2 or 8:64:+8 (default: 8, 16, 32, ... below each "
-      "layer's N, and N)")("pinv", po::value<std::string>()->default_value("exact,razavi"),
-                           "pseudoinverses: exact, razavi, newton-schulz, truncated (SVD cut at "
-                           "--pinv-tolerance, default sqrt(eps)), "
-                           "oracle-core (the optimal core C+ G R+, an O(N^2 d) oracle)")(
+      "landmark counts m: list and ranges, e.g. 4:256:x2 or 8:64:+8 (default: 8, 16, 32, 64, 128 below each "
+      "layer's N, and N)")(
+      "oversampling", po::value<std::string>()->default_value("1"),
+      "pnp-nystra: query landmarks per key landmark, a list (>= 1; above 1 the core is rectangular and the "
+      "pseudoinverse exact, truncated or oracle-core)")(
+      "pinv", po::value<std::string>()->default_value("exact,razavi"),
+      "pseudoinverses: exact, razavi, newton-schulz, truncated (SVD cut at "
+      "--pinv-tolerance, default sqrt(eps)), "
+      "oracle-core (the optimal core C+ G R+, an O(N^2 d) oracle)")(
       "pinv-iters", po::value<std::string>()->default_value("2,4,6"),
       "iteration counts of the iterative pseudoinverses (razavi, newton-schulz); column pinv_iters")(
-      "stabilization", po::value<std::string>()->default_value("row-max"),
-      "pnp-nystra: none, row-max, clamped (other methods: none)")(
+      "pinv-tolerance", real_value(0),
+      "relative singular-value cut of exact and truncated (0: max(p, m) eps and sqrt(eps)), stopping "
+      "residual "
+      "of the iterations")("stabilization", po::value<std::string>()->default_value("row-max"),
+                           "pnp-nystra: none, row-max, clamped, row-sum (other methods: none)")(
       "features", po::value<std::string>()->value_name("LIST"),
       "performer: random-feature counts r (default: the --landmarks values); column `features`")(
       "projected", po::value<std::string>()->value_name("LIST"),
@@ -128,9 +142,16 @@ po::options_description sweep_options() {
       "different-indices", po::bool_switch(), "cur: select rows of Q and K separately")(
       "front-padding", po::bool_switch(), "nystromformer: the package's front zero padding when N % m != 0");
   add_deprecated_alias(options, "iterations", "pinv-iters");
-  add_precision_option(options, "double", false);
+  add_precision_option(options, "double", PrecisionValues::emulated_list);
   add_memory_option(options, "the matrix-free path is taken (column matrix_free)");
   options.add_options()("matrix-free", po::bool_switch(), "force the matrix-free (Lanczos) path")(
+      "certificates-only", po::bool_switch(),
+      "no exact spectral_error: only its certified bounds spectral_error_lower/upper (for heads whose exact "
+      "norm "
+      "costs too much)")("certificate-steps", po::value<int>()->default_value(CertificateOptions{}.steps),
+                         "Lanczos steps of the certificates of spectral_error (Kuczynski-Wozniakowski)")(
+      "certificate-failure", real_value(CertificateOptions{}.failure_probability),
+      "failure probability of spectral_error_upper (column spectral_error_upper_failure)")(
       "dense-svd-limit", po::value<Index>()->default_value(EvaluationOptions{}.dense_svd_limit),
       "sigma(G~) of matrices up to this size by full SVDs, larger ones by Lanczos (a stored G~ falls back to "
       "a full SVD where its Lanczos value is not certified to 1e-10); norms of stored matrices by Lanczos, "
@@ -184,6 +205,7 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
   grid.kernels = parse_kernels(values);
   grid.strategies = parse_enum_list<LandmarkStrategy>(values["strategy"].as<std::string>(), "strategy",
                                                       command_line_strategy);
+  grid.oversamplings = parse_double_list(values["oversampling"].as<std::string>(), "oversampling");
   const auto index_list = [&](const char* name) {
     return values.count(name) ? parse_index_list(values[name].as<std::string>(), name, 1)
                               : std::vector<Index>{};
@@ -208,7 +230,8 @@ SweepGrid parse_grid(const po::variables_map& values, bool default_input) {
   grid.switches.different_indices = values["different-indices"].as<bool>();
   grid.switches.front_padding = values["front-padding"].as<bool>();
   grid.switches.share_projections = values["share-projections"].as<bool>();
-  grid.precision = parse_precision(values);
+  grid.switches.pinv_tolerance = real_option(values, "pinv-tolerance");
+  grid.precisions = parse_formats(values);
   grid.seed = seed_option(values);
   return grid;
 }
@@ -222,9 +245,17 @@ SweepSettings parse_settings(const po::variables_map& values) {
   settings.grid = parse_grid(values, settings.default_input);
   settings.evaluation.memory_budget = parse_bytes(values["memory"].as<std::string>(), "memory");
   settings.evaluation.matrix_free = values["matrix-free"].as<bool>();
+  settings.evaluation.certificates_only = values["certificates-only"].as<bool>();
+  settings.evaluation.certificate.steps = values["certificate-steps"].as<int>();
+  settings.evaluation.certificate.failure_probability = real_option(values, "certificate-failure");
   settings.evaluation.dense_svd_limit = values["dense-svd-limit"].as<Index>();
   require(settings.evaluation.dense_svd_limit >= 0, "option --dense-svd-limit: must be >= 0");
   settings.evaluation.device = parse_device(values);
+  try {
+    settings.evaluation.validate();
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(describe("options: ", error.what()));
+  }
   settings.model_reference = parse_model_reference(values);
   settings.quiet = values["quiet"].as<bool>();
   settings.stop_after = values["stop-after"].as<std::int64_t>();
@@ -430,7 +461,8 @@ int run_sweep(const Invocation& invocation) {
     for (const auto& line : skipped.lines()) std::cerr << "nystrom sweep: " << line << "\n";
     print_attention_reference(std::cerr, "nystrom sweep", layers, settings.model_reference);
   }
-  if (settings.grid.precision == "float") return sweep<float>(settings, dump, layers, points, skipped);
+  if (settings.grid.precisions.front() != Precision::float64)
+    return sweep<float>(settings, dump, layers, points, skipped);
   return sweep<double>(settings, dump, layers, points, skipped);
 }
 

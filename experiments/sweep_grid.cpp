@@ -66,28 +66,33 @@ std::vector<PointDescription> method_points(const PointDescription& base, const 
   }
   const std::vector<LandmarkStrategy> strategies =
       method == Method::nystromformer ? std::vector{LandmarkStrategy::segment_means} : grid.strategies;
+  const std::vector<double> oversamplings =
+      method == Method::pnp_nystra ? grid.oversamplings : std::vector<double>{1};
   const std::vector<std::optional<Stabilization>> stabilizations =
       method == Method::pnp_nystra
           ? std::vector<std::optional<Stabilization>>(grid.stabilizations.begin(), grid.stabilizations.end())
           : std::vector<std::optional<Stabilization>>{std::nullopt};
   for (auto strategy : strategies)
     for (auto m : grid.landmarks)
-      for (auto stabilization : stabilizations)
-        for (const auto& [pinv, iterations] : grid.pinvs) {
-          Parameters parameters = fixed;
-          parameters.strategy = strategy;
-          parameters.landmarks = m;
-          parameters.stabilization = stabilization;
-          parameters.pinv = pinv;
-          if (is_iterative(pinv)) parameters.pinv_iters = iterations;
-          points.push_back(point_of(parameters));
-        }
+      for (auto oversampling : oversamplings)
+        for (auto stabilization : stabilizations)
+          for (const auto& [pinv, iterations] : grid.pinvs) {
+            Parameters parameters = fixed;
+            parameters.strategy = strategy;
+            parameters.landmarks = m;
+            parameters.oversampling = oversampling;
+            parameters.stabilization = stabilization;
+            parameters.pinv = pinv;
+            if (is_iterative(pinv)) parameters.pinv_iters = iterations;
+            points.push_back(point_of(parameters));
+          }
   return points;
 }
 
 /// Why a point of the grid cannot run on `layer` ("" when it can): a softmax method on another kernel than
-/// exp, cur with a pooling strategy, window-pool without a token window (`window_obstacle`).
-std::string obstacle(const PointDescription& point, const std::string& window_obstacle) {
+/// exp, cur with a pooling strategy, window-pool without a token window (`window_obstacle`), a strategy that
+/// searches all N tokens on a layer with prefix tokens (landmarks of their own).
+std::string obstacle(const PointDescription& point, const std::string& window_obstacle, Index prefix_tokens) {
   const Method method = point.method;
   const Kernel& kernel = point.options.kernel;
   if (error_matrix(method) == ErrorMatrix::attention && kernel.type != KernelType::exponential)
@@ -102,7 +107,23 @@ std::string obstacle(const PointDescription& point, const std::string& window_ob
                                                              : nullptr;
   if (landmarks && landmarks->strategy == LandmarkStrategy::window_pool && !window_obstacle.empty())
     return window_obstacle;
+  if (landmarks && prefix_tokens > 0 && is_searched(landmarks->strategy))
+    return describe(to_string(landmarks->strategy),
+                    " searches all N tokens; it takes no prefix tokens (landmarks of their own)");
+  if (landmarks && landmarks->query_count() > point.n)
+    return describe("oversampling ", landmarks->oversampling, " asks for more query landmarks than N tokens");
   return "";
+}
+
+/// Whether `point` is a pnp-nystra or symmetric-nystrom point at m = N with another strategy than `first`:
+/// every strategy selects every token at m = N (exact recovery, docs/mathematics.md §3), so the default
+/// landmark counts keep that point for the first strategy alone.
+bool repeated_exact_recovery(const PointDescription& point, LandmarkStrategy first) {
+  const LandmarkOptions* landmarks = point.method == Method::pnp_nystra ? &point.options.pnp_nystra.landmarks
+                                     : point.method == Method::symmetric_nystrom
+                                         ? &point.options.symmetric_nystrom.landmarks
+                                         : nullptr;
+  return landmarks && landmarks->count == point.n && landmarks->strategy != first;
 }
 
 /// The grid on a layer of n tokens: the default landmark counts where none were given, and performer's and
@@ -154,39 +175,45 @@ std::vector<PointDescription> enumerate_points(const std::vector<DumpLayer>& lay
     for (auto b : select_indices(grid.batches, layer.batch, layer, "batch"))
       for (auto h : select_indices(grid.heads, layer.heads, layer, "heads"))
         for (const auto& kernel : grid.kernels)
-          for (const auto method : grid.methods) {
-            PointDescription base;
-            base.layer = layer.name;
-            base.batch = b;
-            base.head = h;
-            base.n = layer.tokens;
-            base.d = layer.dim;
-            base.dv = layer.value_dim;
-            base.method = method;
-            base.precision = grid.precision;
-            base.seed = grid.seed;
-            Parameters fixed = grid.switches;
-            fixed.method = method;
-            fixed.seed = grid.seed;
-            fixed.use_kernel(resolve_kernel(kernel, layer));
-            const auto first = points.size();
-            for (auto& point : method_points(base, fixed, layer_grid)) {
-              const std::string reason = obstacle(point, window_obstacle);
-              if (reason.empty())
-                points.push_back(std::move(point));
-              else
-                skipped.add(reason);
-            }
-            for (auto p = first; p < points.size(); ++p) {
-              try {
-                on_token_grid(points[p].options, layer.window, layer.prefix_tokens)
-                    .validate(method, layer.tokens, layer.dim);
-              } catch (const std::invalid_argument& error) {
-                throw std::invalid_argument(describe(input, ": /layers/", layer.name, ": method ",
-                                                     to_string(method), ": ", error.what()));
+          for (const auto method : grid.methods)
+            for (const auto precision : grid.precisions) {
+              PointDescription base;
+              base.layer = layer.name;
+              base.batch = b;
+              base.head = h;
+              base.n = layer.tokens;
+              base.d = layer.dim;
+              base.dv = layer.value_dim;
+              base.method = method;
+              base.precision = to_string(precision);
+              base.seed = grid.seed;
+              Parameters fixed = grid.switches;
+              fixed.method = method;
+              fixed.seed = grid.seed;
+              fixed.precision = precision;
+              fixed.use_kernel(resolve_kernel(kernel, layer));
+              const auto first = points.size();
+              for (auto& point : method_points(base, fixed, layer_grid)) {
+                const std::string reason =
+                    grid.landmarks.empty() && repeated_exact_recovery(point, grid.strategies.front())
+                        ? "m = N of the default landmark counts with another strategy than the first: every "
+                          "strategy selects every token there"
+                        : obstacle(point, window_obstacle, layer.prefix_tokens);
+                if (reason.empty())
+                  points.push_back(std::move(point));
+                else
+                  skipped.add(reason);
+              }
+              for (auto p = first; p < points.size(); ++p) {
+                try {
+                  on_token_grid(points[p].options, layer.window, layer.prefix_tokens)
+                      .validate(method, layer.tokens, layer.dim);
+                } catch (const std::invalid_argument& error) {
+                  throw std::invalid_argument(describe(input, ": /layers/", layer.name, ": method ",
+                                                       to_string(method), ": ", error.what()));
+                }
               }
             }
-          }
   }
   return points;
 }

@@ -1,13 +1,14 @@
 #pragma once
 /// @file sweep_grid.hpp
-/// The grid of `nystrom sweep`: layers × batch × heads × kernel × method × strategy × landmarks ×
+/// The grid of `nystrom sweep`: layers × batch × heads × kernel × method × precision × strategy × landmarks ×
 /// stabilization × pseudoinverse × iterations over a dump, one point per combination a method has. Each
 /// method spans only the axes it has: pnp-nystra all of them; symmetric-nystrom and cur strategy × m × pinv
 /// (stabilization none; cur only the selection strategies); nystromformer m × pinv (segment means);
 /// performer its feature counts (column `features`), linformer its projected lengths (column `projected`);
 /// exact one point. Points a method cannot run are left out and counted by reason (Skipped): softmax methods
 /// on other kernels than exp, cur with pooling strategies, window-pool on a layer without a token window
-/// (neither a `window` attribute nor N − prefix_tokens a square), default landmark counts above a layer's N;
+/// (neither a `window` attribute nor N − prefix_tokens a square), default landmark counts above a layer's N,
+/// oversampled query landmarks (⌈oversampling·m⌉) above it;
 /// so the default grid runs on any valid dump.
 
 #include <cstdint>
@@ -16,9 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "hdf5_io.hpp"
+#include "dumps.hpp"
 #include "nystrom/parameters.hpp"
 #include "nystrom/point_record.hpp"
+#include "nystrom/precision.hpp"
 
 namespace nystrom::cli {
 
@@ -28,6 +30,7 @@ struct SweepGrid {
   std::vector<Index> batches, heads;  ///< empty: all
   std::vector<Kernel> kernels;        ///< exponential scale 0 means the layer's scale
   std::vector<LandmarkStrategy> strategies;
+  std::vector<double> oversamplings = {1};  ///< pnp-nystra: query landmarks per key landmark
   /// m; empty: the default counts of each layer (default_landmark_counts), so that the grid reaches m = N.
   std::vector<Index> landmarks;
   std::vector<Index> features;                    ///< performer's r; empty: the layer's landmark counts
@@ -38,7 +41,9 @@ struct SweepGrid {
   /// What every point shares besides its axes: the switches different_indices, copy_rows, share_projections
   /// and front_padding (the method, kernel and seed of each point are set per point).
   Parameters switches;
-  std::string precision = "double";
+  /// The formats of every point: float64 alone, or any of float32, half and bfloat16 (computed in float32;
+  /// the emulated ones rounded to their format, docs/mathematics.md §8).
+  std::vector<Precision> precisions = {Precision::float64};
   std::uint64_t seed = 0;
 };
 
@@ -51,7 +56,9 @@ struct Skipped {
 };
 
 /// The default landmark counts of a layer of n tokens: 8, 16, 32, … below n, and n itself (exact recovery,
-/// docs/mathematics.md §2), so that error figures show the whole path from small m to Ĝ = G.
+/// docs/mathematics.md §2), so that error figures show the whole path from small m to Ĝ = G. At m = n every
+/// strategy selects every token: pnp-nystra and symmetric-nystrom keep that point for the grid's first
+/// strategy alone (counted in Skipped).
 std::vector<Index> default_landmark_counts(Index n);
 
 /// The selected layers of the dump, every name checked.

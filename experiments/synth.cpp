@@ -11,7 +11,8 @@
 #include <iostream>
 #include <numbers>
 
-#include "hdf5_io.hpp"
+#include "atomic_files.hpp"
+#include "dumps.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/landmarks.hpp"
 #include "subcommands.hpp"
@@ -299,7 +300,7 @@ int run_synth(const Invocation& invocation) {
       "window", po::value<std::string>()->default_value(""), "window: token grid HxW (default: square)")(
       "with-attn", po::bool_switch(), "also write attn, the exact softmax attention [B, H, N, N]")(
       "no-batch-axis", po::bool_switch(), "write rank-3 datasets [H, N, d] (needs --batch 1)");
-  add_precision_option(options, "float", false);
+  add_precision_option(options, "float", PrecisionValues::one);
   add_quiet_option(options, "no summary on stderr");
   po::variables_map values;
   if (!parse_options(invocation, "--output FILE [options]", options, {}, values)) return 0;

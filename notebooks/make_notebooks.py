@@ -11,6 +11,7 @@ module `nystrom` computing on the bundled dump (the test suite executes it).
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -27,6 +28,13 @@ import nystrom_results as nr
 
 plt.rcParams.update({"figure.dpi": 90, "axes.grid": True, "grid.alpha": 0.3})
 print("results:", nr.results_dir(), "| figures:", nr.figures_dir())"""
+
+
+def guarded(condition: str, code: str, otherwise: str) -> str:
+    """A cell whose `code` runs where `condition` holds, else prints `otherwise` (a file without what it draws)."""
+    otherwise = json.dumps(otherwise, ensure_ascii=False)
+    return f"if {condition}:\n" + textwrap.indent(code, "    ") + f"\nelse:\n    print({otherwise})"
+
 
 SPECTRUM = [
     ("md", """\
@@ -108,13 +116,19 @@ ERRORS = [
 Reads the `/sweep` table of `$NYSTROM_RESULTS/sweep.h5` (written by `nystrom sweep`, docs/formats.md §2) and shows, for
 the generalized Nyström approximation (`method = pnp-nystra`), how the errors fall with the number of landmarks m for
 each landmark strategy and kernel, and how an iterative pseudoinverse of the m×m core compares with the exact one
-(PnP-Nystra Table 6 style). Lines are medians over layers, batches and heads; bands the 25–75% range."""),
+(PnP-Nystra Table 6 style). Lines are medians over layers, batches and heads; bands the 25–75% range. One setting is
+shown (the sweep's defaults where the file has them: double, row-max, no oversampling; printed below).
+
+The dashed black line is the rank-m floor (Eckart–Young–Mirsky, docs/mathematics.md §9.1): no matrix of rank m is
+closer to G than σₘ₊₁(G) (`relative_optimal_error`), nor to the attention matrix S than σₘ₊₁(S)
+(`attention_optimal_error`, the floor of the implied Ŝ = diag(1/(Ĝ1))Ĝ's `attention_relative_error`). Files
+written before these columns existed (format version < 4) are drawn without them."""),
     ("code", SETUP),
     ("code", """\
 sweep = nr.read_sweep()
 for key, value in nr.provenance(nr.results_dir() / "sweep.h5").items():
     print(f"{key:>16}: {value}")
-nystra = sweep.where(method="pnp-nystra")
+nystra = nr.one_setting(sweep.where(method="pnp-nystra"))
 if nystra.rows == 0:
     raise ValueError("no pnp-nystra rows in this sweep: nothing to plot here")
 kernels = nystra.values_of("kernel")
@@ -124,23 +138,29 @@ print("kernels:", kernels, "| strategies:", strategies, "| pinv:", nystra.values
     ("md", "## Error against landmarks (exact pseudoinverse)"),
     ("code", """\
 exact = nystra.where(pinv="exact")
-metrics = [("relative_spectral_error", "‖G − Ĝ‖₂ / ‖G‖₂"), ("output_relative_error", "‖O − Ô‖_F / ‖O‖_F")]
+# (error, its rank-m floor, axis label): the kernel side, the attention matrix where the file has it, the output.
+metrics = [("relative_spectral_error", "relative_optimal_error", "‖G − Ĝ‖₂ / ‖G‖₂"),
+           ("attention_relative_error", "attention_optimal_error", "‖S − Ŝ‖₂ / ‖S‖₂"),
+           ("output_relative_error", None, "‖O − Ô‖_F / ‖O‖_F")]
+metrics = [metric for metric in metrics if metric[0] in exact]
 fig, axes = plt.subplots(len(metrics), len(kernels), figsize=(4.5 * len(kernels), 3.4 * len(metrics)),
                          squeeze=False, sharex=True)
 for column, kernel in enumerate(kernels):
-    for row, (metric, label) in enumerate(metrics):
+    for row, (metric, floor, label) in enumerate(metrics):
         ax = axes[row][column]
         for strategy in strategies:
             rows = exact.where(kernel=kernel, strategy=strategy)
             nr.plot_median_band(ax, rows["landmarks"].astype(float), rows[metric], strategy)
+        if floor in exact:
+            rows = exact.where(kernel=kernel)
+            nr.plot_floor(ax, rows["landmarks"].astype(float), rows[floor], "floor σₘ₊₁ / ‖·‖₂ (median)")
         nr.log2_axis(ax, exact["landmarks"])
         ax.set_title(f"{kernel}: {metric}", fontsize=9)
         ax.set_ylabel(label)
         if row == len(metrics) - 1:
             ax.set_xlabel("landmarks m")
-        if ax.has_data():
-            ax.legend(fontsize=7)
 fig.tight_layout()
+nr.figure_legend(fig, axes, title="strategy")
 nr.save_figure(fig, "error_vs_landmarks", results=nr.results_dir() / "sweep.h5")"""),
     ("md", """\
 ## Error against pseudoinverse iterations
@@ -203,8 +223,9 @@ BOUNDS = [
     ("md", """\
 # Validating the error bounds (docs/mathematics.md §3)
 
-For the generalized Nyström approximation Ĝ = G_L G_A⁺ G_U of the lemma (`method = pnp-nystra`, `pinv = exact`,
-stabilization `none` or `row-max`: other rows compute another Ĝ) the sweep records the empirical
+For the generalized Nyström approximation Ĝ = G_L G_A⁺ G_U of the lemma (`method = pnp-nystra`, `pinv = exact` at
+its default cut, stabilization `none`, `row-max` or `row-sum` (whose row scalings cancel in a square core's inverse),
+no oversampling, `float` or `double`: other rows compute another Ĝ) the sweep records the empirical
 `spectral_error = ‖G − Ĝ‖₂` and three derived bounds:
 
 | column | bound | applies when |
@@ -224,9 +245,7 @@ figure while the bound holds. The figures show where each bound applies, whether
     ("code", SETUP),
     ("code", """\
 sweep = nr.read_sweep()
-points = sweep.where(method="pnp-nystra", pinv="exact")
-if "stabilization" in points:  # a column since format version 2
-    points = points.where(np.isin(points["stabilization"], ["none", "row-max"]))
+points = nr.lemma_rows(sweep)
 points = points.where(np.isfinite(points["spectral_error"]))
 scored = nr.model_scored_layers()  # --reference model: their exact side is not the kernel the lemma approximates
 if scored:
@@ -243,7 +262,7 @@ precision = points["precision"] if "precision" in points else np.full(points.row
 eps = np.where(precision == "float", np.finfo(np.float32).eps, np.finfo(np.float64).eps)
 condition = np.where(points["sigma_m_core"] > 0, np.maximum(1, sigma1 / points["sigma_m_core"]), 1)
 slack = np.maximum(1e-10, (points["n"] + points["landmarks"]) * eps * condition)
-print(f"{points.rows} points (pnp-nystra, exact pinv, stabilization none or row-max); kernels {kernels}")
+print(f"{points.rows} points (the lemma's Ĝ: {nr.LEMMA_SETTING}); kernels {kernels}")
 print(f"{'bound':>10} {'applies':>9} {'holds':>7} {'violated':>9} {'median bound/error':>20}")
 holds_all = np.ones(points.rows, dtype=bool)
 for column, name in theorems:
@@ -333,6 +352,136 @@ axes[1].set_ylabel("empirical ‖G − Ĝ‖₂")
 axes[1].set_title("the paper's quantity against the error")
 fig.tight_layout()
 nr.save_figure(fig, "bounds_tightness", results=nr.results_dir() / "sweep.h5")"""),
+    ("md", """\
+## Certified bounds beside the measured error and the theorems
+
+`spectral_error_lower` ≤ ‖G − Ĝ‖₂ always, and ‖G − Ĝ‖₂ ≤ `spectral_error_upper` except with probability
+`spectral_error_upper_failure` (q Lanczos steps on EᵀE from a random start, Kuczyński & Woźniakowski 1992;
+docs/mathematics.md §9.5): a posteriori bounds of the error itself, where theorems 1–3 bound it from the landmark
+terms. Top: medians over layers and heads of each quantity in units of σ₁(G̃) (a theorem: over the points where it
+applies); dotted: the rank-m floor σₘ₊₁(G) of any approximation (`optimal_error`). Bottom: per point, each certified
+bound over the measured error (the interval they bracket). Files without the columns (format version < 4) are
+skipped with a message."""),
+    ("code", guarded('nr.has_columns(points, "spectral_error_lower", "spectral_error_upper")', """\
+lines = [("spectral_error_upper", "certified upper", dict(color="C0", lw=1)),
+         ("spectral_error_lower", "certified lower", dict(color="C0", lw=1, ls="-.")),
+         *[(column, name, dict(ls="--", marker=markers[column], ms=4, color=f"C{i + 1}"))
+           for i, (column, name) in enumerate(theorems)],
+         ("optimal_error", "floor σₘ₊₁(G)", dict(color="0.4", ls=":")),
+         ("spectral_error", "measured ‖G − Ĝ‖₂", dict(color="k", marker="o", mfc="none", lw=0.8, zorder=3))]
+fig, axes = plt.subplots(2, len(kernels), figsize=(4.8 * len(kernels), 7.2), squeeze=False)
+for column, kernel in enumerate(kernels):
+    rows = points.where(kernel=kernel)
+    m = rows["landmarks"].astype(float)
+    ax = axes[0][column]
+    for name, label, style in lines:
+        if name in rows:
+            nr.plot_median(ax, m, rows[name] / rows["sigma1_ext"], label, **style)
+    nr.log2_axis(ax, rows["landmarks"])
+    ax.set_title(kernel)
+    ax.set_ylabel("median / σ₁(G̃)")
+    ax.legend(fontsize=7)
+    ax = axes[1][column]
+    landmarks = sorted(set(rows["landmarks"].tolist()))
+    nr.grouped_boxplot(ax, [str(value) for value in landmarks],
+                       {f"{side} / measured": [(rows[f"spectral_error_{side}"] / rows["spectral_error"])[m == value]
+                                               for value in landmarks] for side in ("upper", "lower")}, log=False)
+    ax.axhline(1, color="k", lw=1)
+    ax.set_xlabel("landmarks m")
+    ax.set_ylabel("certified bound / measured ‖G − Ĝ‖₂")
+    ax.legend(fontsize=7)
+fig.tight_layout()
+nr.save_figure(fig, "bounds_certificates", results=nr.results_dir() / "sweep.h5")
+
+error, lower, upper = points["spectral_error"], points["spectral_error_lower"], points["spectral_error_upper"]
+certified = np.isfinite(error) & np.isfinite(lower) & np.isfinite(upper) & (error > 0)
+print(f"{certified.sum()} points with a measured error and both certificates; failure probability of the upper "
+      f"bound: {', '.join(f'{f:.3g}' for f in np.unique(points['spectral_error_upper_failure'][certified]))}")
+print(f"lower ≤ measured on {(lower[certified] <= error[certified]).sum()}, measured ≤ upper on "
+      f"{(error[certified] <= upper[certified]).sum()}; median upper / measured "
+      f"{np.median(upper[certified] / error[certified]) if certified.any() else float('nan'):.4g}")
+for column, name in theorems:
+    applies = certified & np.isfinite(points[column])
+    ratio = points[column][applies] / upper[applies]
+    print(f"{name}: applies on {applies.sum()}; median {name} / certified upper "
+          f"{np.median(ratio) if ratio.size else float('nan'):.3g}")""",
+                     "no spectral_error_lower / spectral_error_upper in this sweep (format version < 4): "
+                     "no certificate figure")),
+]
+
+OPTIMALITY = [
+    ("md", """\
+# How far from the best possible: the optimality ratio
+
+Reads the `/sweep` table of `$NYSTROM_RESULTS/sweep.h5` (`nystrom sweep`, docs/formats.md §2.1). An approximation of
+rank m of the matrix its errors are measured on (G for `pnp-nystra`) is never closer to it than σₘ₊₁
+(Eckart–Young–Mirsky), so `optimality_ratio` = ‖G − Ĝ‖₂ / σₘ₊₁(G) ≥ 1 says how many times the best possible error
+of its rank a point has (docs/mathematics.md §9.1). Beside it, the certified `optimality_ratio_upper` =
+`spectral_error_upper` / `optimal_error_lower`: an upper bound of ‖G − Ĝ‖₂ from Lanczos that fails with
+probability `spectral_error_upper_failure` (Kuczyński & Woźniakowski 1992) over a lower bound of σₘ₊₁ from
+Ritz-value interlacing (§9.5), so the ratio is at most it with that probability.
+
+Per landmark strategy and m, for PnP-Nystra in one setting (the sweep's defaults where the file has them, the exact
+pseudoinverse; printed below): the distribution over layers and heads (boxes: quartiles, whiskers 1.5 IQR; Inf
+ratios, where σₘ₊₁ or its certified lower bound is 0, counted above the boxes), and a table of medians and 90th
+percentiles. Files without the columns (format version < 4) are skipped with a message."""),
+    ("code", SETUP),
+    ("code", """\
+sweep = nr.read_sweep()
+nystra = nr.one_setting(sweep.where(method="pnp-nystra"), {**nr.DEFAULT_SETTING, "pinv": "exact", "pinv_iters": 0})
+full = nystra["landmarks"] >= nystra["n"]  # m = N: Ĝ = G up to rounding and a floor of 0, no ratio to speak of
+if full.any():
+    print(f"left out: {full.sum()} points with m ≥ N")
+    nystra = nystra.where(~full)
+available = nr.has_columns(nystra, "optimality_ratio", "optimality_ratio_upper") and nystra.rows > 0
+if available:
+    kernels, strategies = nystra.values_of("kernel"), nystra.values_of("strategy")
+    print("kernels:", kernels, "| strategies:", strategies, "| landmarks:", sorted(set(nystra["landmarks"].tolist())))
+    infinite = np.isinf(nystra["optimality_ratio"]).sum()
+    uncertified = np.isinf(nystra["optimality_ratio_upper"]).sum()
+    print(f"{infinite} of {nystra.rows} points have σₘ₊₁ = 0 < error (m ≥ rank: ratio Inf), {uncertified} a certified "
+          "lower bound of σₘ₊₁ of 0 (σₘ₊₁ within the rounding allowance: certified ratio Inf); counted at the top of "
+          "the figure, not in its boxes")"""),
+    ("md", "## Distribution per strategy and m: measured (filled) and certified upper bound (hatched)"),
+    ("code", guarded("available", """\
+panels = [(kernel, strategy) for kernel in kernels for strategy in strategies
+          if nystra.where(kernel=kernel, strategy=strategy).rows]
+fig, axes = nr.panel_grid(len(panels), sharey=True)
+for ax, (kernel, strategy) in zip(axes, panels):
+    rows = nystra.where(kernel=kernel, strategy=strategy)
+    landmarks = sorted(set(rows["landmarks"].tolist()))
+    series = {name: [rows.where(landmarks=m)[column] for m in landmarks]
+              for name, column in (("measured", "optimality_ratio"), ("certified upper", "optimality_ratio_upper"))}
+    positions = nr.grouped_boxplot(ax, [str(m) for m in landmarks], series, hatches={"certified upper": "//"})
+    for name, groups in series.items():  # Inf: a floor (or its certified lower bound) of 0, not in the boxes
+        nr.mark_counts(ax, positions[name], [int(np.isinf(g).sum()) for g in groups], "Inf ratios (count)")
+    ax.axhline(1, color="k", lw=1)
+    ax.set_title(f"{kernel} / {strategy}", fontsize=9, pad=14)
+    ax.set_xlabel("landmarks m")
+axes[0].set_ylabel("‖G − Ĝ‖₂ / σₘ₊₁(G)")
+nr.figure_legend(fig, axes)
+fig.suptitle("Optimality ratio (1: the best error of rank m, Eckart–Young)")
+fig.tight_layout()
+nr.save_figure(fig, "optimality", results=nr.results_dir() / "sweep.h5")""",
+                     "no optimality_ratio, optimality_ratio_upper or pnp-nystra rows in this sweep "
+                     "(format version < 4): no optimality figure")),
+    ("md", "## Table: median and 90th percentile over layers and heads"),
+    ("code", guarded("available", """\
+import pandas as pd
+
+def p90(values):
+    \"\"\"The 90th percentile, a value of the sample (Inf ratios rank above every finite one).\"\"\"
+    return values.quantile(0.9, interpolation="higher")
+
+
+frame = pd.DataFrame({c: nystra[c] for c in ("kernel", "strategy", "landmarks", "optimality_ratio",
+                                              "optimality_ratio_upper")})
+summary = frame.groupby(["kernel", "strategy", "landmarks"], sort=False).agg(
+    points=("optimality_ratio", "size"), median=("optimality_ratio", "median"), p90=("optimality_ratio", p90),
+    upper_median=("optimality_ratio_upper", "median"), upper_p90=("optimality_ratio_upper", p90),
+    upper_inf=("optimality_ratio_upper", lambda s: int(np.isinf(s).sum())))
+print(summary.to_string(float_format=lambda x: f"{x:.3g}"))""",
+                     "no optimality columns: no table")),
 ]
 
 METHODS = [
@@ -401,11 +550,60 @@ for kernel in kernels:
             error = error[np.isfinite(error)]
             print(f"{kernel:>12} {method:>18} {selected.rows:>7} "
                   f"{np.median(error) if error.size else float('nan'):>26.3e} {np.median(selected['seconds']):>18.3e}")"""),
+    ("md", """\
+## Output error per setting and precision
+
+`output_relative_error` = ‖O − Ô‖_F / ‖O‖_F of every setting (method, pseudoinverse, stabilization) in each
+arithmetic the file holds (`precision`: `float`, `double`; `half` and `bfloat16`: every stored matrix rounded to the
+format, docs/mathematics.md §8), for half and bfloat16 against the float64 exact output, so that the format's own
+error is part of it (exact attention has one too). Boxes: over layers, heads, landmark strategies and sizes. A red
+triangle at the top marks a setting and precision with outputs that are not finite (`nonfinite_output_rows` > 0;
+those rows are not in the box), with their count. Drawn where the file has more than one precision
+(`nystrom sweep --precision float,half,bfloat16`). Errors of 0 (exact attention in float or double) are off the log
+axis."""),
+    ("code", """\
+precisions = sweep.values_of("precision") if "precision" in sweep else []
+settings, broken = nr.setting_names(sweep), nr.nonfinite_output(sweep)
+order = sweep.values_of("method")  # the settings grouped by method, each method's in first-seen order
+names = sorted(dict.fromkeys(settings), key=lambda name: order.index(name.split()[0]))
+print("precisions:", precisions or "(no precision column)", "| settings:", names)"""),
+    ("code", guarded("len(precisions) > 1", """\
+import pandas as pd
+
+all_kernels = sweep.values_of("kernel")
+fig, axes = plt.subplots(len(all_kernels), 1, figsize=(max(7.0, 0.35 * len(names) * len(precisions)),
+                                                      4.4 * len(all_kernels)), squeeze=False)
+for ax, kernel in zip(axes[:, 0], all_kernels):
+    mine = sweep["kernel"] == kernel
+    shown = [name for name in names if (mine & (settings == name)).any()]
+    cells = {p: [mine & (settings == name) & (sweep["precision"] == p) for name in shown] for p in precisions}
+    positions = nr.grouped_boxplot(ax, shown, {p: [sweep["output_relative_error"][c] for c in cells[p]]
+                                                for p in precisions})
+    for p in precisions:
+        nr.mark_counts(ax, positions[p], [int((broken & c).sum()) for c in cells[p]],
+                       "rows with a non-finite output (count)")
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    plt.setp(ax.get_xticklabels(), ha="right")
+    ax.set_ylabel("‖O − Ô‖_F / ‖O‖_F")
+    ax.set_title(f"{kernel}: output error against the float64 exact output, per precision", pad=14, fontsize=10)
+    ax.legend(fontsize=7, ncol=len(precisions) + 1)
+fig.tight_layout()
+nr.save_figure(fig, "methods_precision", results=nr.results_dir() / "sweep.h5")
+
+frame = pd.DataFrame({"kernel": sweep["kernel"], "setting": settings, "precision": sweep["precision"],
+                      "error": sweep["output_relative_error"], "non-finite": broken.astype(int)})
+table = pd.concat({column: frame.pivot_table(index=["kernel", "setting"], columns="precision", values=column,
+                                             aggfunc=how, sort=False, dropna=False)[precisions]
+                   for column, how in (("error", "median"), ("non-finite", "sum"))}, axis=1)
+table.columns = [f"{'median error' if column == 'error' else 'rows non-finite'} {p}" for column, p in table.columns]
+print("median output_relative_error, and the count of rows with a non-finite output, per setting and precision")
+print(table.to_string(float_format=lambda x: f"{x:.3e}"))""",
+                     "one precision in this sweep: no precision figure (nystrom sweep --precision float,half,bfloat16)")),
 ]
 
 def with_single_heads(code: str) -> str:
     """A bench cell that runs where /bench has rows (a file of `nystrom bench --batch` alone has none)."""
-    return "if bench.rows:\n" + textwrap.indent(code, "    ") + "\nelse:\n    print(\"no single-head rows in /bench\")"
+    return guarded("bench.rows", code, "no single-head rows in /bench")
 
 
 BENCH = [
@@ -1094,6 +1292,7 @@ NOTEBOOKS = {
     "spectrum_decay.ipynb": SPECTRUM,
     "error_vs_landmarks.ipynb": ERRORS,
     "bound_validation.ipynb": BOUNDS,
+    "optimality.ipynb": OPTIMALITY,
     "method_comparison.ipynb": METHODS,
     "bench_timings.ipynb": BENCH,
     "python_module.ipynb": PYTHON_MODULE,

@@ -138,3 +138,156 @@ def plot_median_band(ax, x: np.ndarray, y: np.ndarray, label: str) -> bool:
     line, = ax.semilogy(xs, median, marker="o", label=label)
     ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.15)
     return True
+
+
+def has_columns(table: Table, *columns: str) -> bool:
+    """Whether `table` has every named column (files of older format versions lack the newer ones, docs/formats.md
+    §2: the optimality and certificate columns since version 4, `precision` since version 2)."""
+    return all(column in table for column in columns)
+
+
+# The setting of `nystrom sweep` without options, per /sweep column (docs/formats.md §2.1): the rows a figure shows
+# when it must not pool settings (a median over two stabilizations or precisions mixes two approximations).
+DEFAULT_SETTING = {"precision": "double", "stabilization": "row-max", "oversampling": 1.0, "pinv_tolerance": 0.0,
+                   "different_indices": 0}
+
+
+def one_setting(table: Table, preferred: dict | None = None) -> Table:
+    """The rows of one value of each column of `preferred` (default DEFAULT_SETTING) that the table has: the preferred
+    value where some row has it, else the first row's; prints the choice where a column held several."""
+    chosen = []
+    for column, value in (DEFAULT_SETTING if preferred is None else preferred).items():
+        if column not in table or table.rows == 0:
+            continue
+        present = table.values_of(column)
+        pick = value if value in present else present[0]
+        if len(present) > 1:
+            chosen.append(f"{column} {pick} (of {', '.join(map(str, present))})")
+        table = table.where(**{column: pick})
+    if chosen:
+        print("shown: " + "; ".join(chosen))
+    return table
+
+
+def plot_median(ax, x: np.ndarray, y: np.ndarray, label: str, **style) -> bool:
+    """The median of the finite y against each distinct x as one line on a log y axis (values ≤ 0 left off)."""
+    xs, median, _, _ = median_and_quartiles(x, y)
+    keep = median > 0
+    if not keep.any():
+        return False
+    ax.semilogy(xs[keep], median[keep], label=label, **style)
+    return True
+
+
+def plot_floor(ax, x: np.ndarray, floor: np.ndarray, label: str = "floor σₘ₊₁ (Eckart–Young)") -> bool:
+    """The median over heads of a rank-r floor σ_{r+1}/‖M‖₂ (the least error of any matrix of rank r, Eckart–Young–
+    Mirsky; docs/mathematics.md §9.1) against x as one dashed black line; 0 (r ≥ N) is left off the log axis."""
+    return plot_median(ax, x, floor, label, color="k", ls="--", lw=1.2)
+
+
+def grouped_boxplot(ax, labels: list[str], series: dict[str, list[np.ndarray]], hatches: dict | None = None,
+                    log: bool = True) -> dict:
+    """Box plots of several series side by side at each label of a categorical x axis: `series` maps a legend name
+    to one array of values per label (the finite ones are drawn; with `log`, the positive ones on a log y axis).
+    Returns each series' box positions (an array per name), for marks beside the boxes."""
+    width = 0.8 / max(len(series), 1)
+    positions = {}
+    for index, (name, groups) in enumerate(series.items()):
+        x = np.arange(len(labels)) - 0.4 + width * (index + 0.5)
+        values = [np.asarray(g, dtype=float) for g in groups]
+        values = [g[np.isfinite(g) & ((g > 0) | (not log))] for g in values]
+        drawn = [i for i, g in enumerate(values) if g.size]
+        style = {"facecolor": f"C{index}", "alpha": 0.75, "hatch": (hatches or {}).get(name)}
+        if drawn:
+            ax.boxplot([values[i] for i in drawn], positions=x[drawn], widths=0.85 * width, patch_artist=True,
+                       manage_ticks=False, boxprops=style, medianprops={"color": "k"},
+                       flierprops={"markersize": 2, "alpha": 0.5})
+        ax.bar(0, 0, width=0, label=name, color=f"C{index}", alpha=0.75, hatch=style["hatch"])  # legend entry
+        positions[name] = x
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.grid(False, axis="x")  # a tick's grid line would cut its middle box
+    if log:
+        ax.set_yscale("log")
+    return positions
+
+
+def panel_grid(count: int, columns: int = 4, size: tuple[float, float] = (3.6, 3.2), **options):
+    """A figure of `count` panels wrapped into rows of at most `columns`; returns it and the panels (the unused
+    ones hidden)."""
+    import matplotlib.pyplot as plt
+
+    ncols = max(1, min(columns, count))
+    nrows = max(1, -(-count // ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(size[0] * ncols, size[1] * nrows), squeeze=False, **options)
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:count])
+
+
+def setting_names(table: Table) -> np.ndarray:
+    """Per row, the approximation's setting as a short name: the method, then its pseudoinverse (with iterations),
+    stabilization and oversampling where they are not `none` / 1 (landmark strategies and sizes not included)."""
+    stabilization = table["stabilization"] if "stabilization" in table else np.full(table.rows, "none", dtype=object)
+    oversampling = table["oversampling"] if "oversampling" in table else np.ones(table.rows)
+    names = []
+    for method, pinv, iterations, stabilized, over in zip(table["method"], table["pinv"], table["pinv_iters"],
+                                                          stabilization, oversampling):
+        parts = [method]
+        if pinv != "none":
+            parts.append(f"{pinv}×{iterations}" if iterations else pinv)
+        if stabilized != "none":
+            parts.append(stabilized)
+        if over != 1:
+            parts.append(f"p = {over:g}m")
+        names.append(" ".join(parts))
+    return np.array(names, dtype=object)
+
+
+def nonfinite_output(table: Table) -> np.ndarray:
+    """Per row, whether the approximate output Ô had a non-finite entry (`nonfinite_output_rows` > 0; in files
+    without the column, a non-finite `output_relative_error` where the dump had values)."""
+    if "nonfinite_output_rows" in table:
+        return table["nonfinite_output_rows"] > 0
+    has_values = table["dv"] > 0 if "dv" in table else np.ones(table.rows, dtype=bool)
+    return has_values & ~np.isfinite(table["output_relative_error"])
+
+
+# Lemma 2.1's Ĝ = G_L G_A⁺ G_U (PnP-Nystra; docs/mathematics.md §3), per /sweep column: the exact pseudoinverse at
+# its default cut of a square core, the kernel's own blocks (the row scalings of row-max and row-sum cancel in a
+# square core's inverse; clamped changes the kernel), native arithmetic (half and bfloat16 round the blocks).
+LEMMA_SETTING = {"method": ["pnp-nystra"], "pinv": ["exact"], "stabilization": ["none", "row-max", "row-sum"],
+                 "precision": ["float", "double"], "oversampling": [1.0], "pinv_tolerance": [0.0]}
+
+
+def lemma_rows(table: Table) -> Table:
+    """The rows whose Ĝ is the one Lemma 2.1 bounds (LEMMA_SETTING; columns an older file lacks are its defaults)."""
+    keep = np.ones(table.rows, dtype=bool)
+    for column, values in LEMMA_SETTING.items():
+        if column in table:
+            keep &= np.isin(table[column], values)
+    return table.where(keep)
+
+
+def mark_counts(ax, x: np.ndarray, counts: list[int], label: str, color: str = "red") -> None:
+    """Above each x with a nonzero count, a triangle at the top of the axes and the count (rows a box leaves out,
+    such as those whose output is not finite); one legend entry `label` where any is marked."""
+    transform = ax.get_xaxis_transform()  # x in data, y in axes fractions
+    for position, count in zip(x, counts):
+        if count:
+            ax.plot(position, 0.97, marker="v", color=color, transform=transform, clip_on=False)
+            ax.text(position, 1.0, str(count), color=color, fontsize=7, ha="center", va="bottom",
+                    transform=transform)
+    if any(counts):
+        ax.plot([], [], marker="v", color=color, ls="none", label=label)
+
+
+def figure_legend(fig, axes, **options) -> None:
+    """One legend for the whole figure, right of the panels: every labelled line of `axes`, each label once."""
+    entries = {}
+    for ax in np.ravel(axes):
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(list(entries.values()), list(entries), loc="center left", bbox_to_anchor=(1.0, 0.5),
+                   fontsize=8, **options)

@@ -30,6 +30,11 @@ How the model's attention is mapped onto the library (docs/formats.md §2.5 has 
 - Exact attention with the authors' clamped kernel exp(min(x, τ)) + max(x − τ, 0), without any Nyström
   approximation, is PnP-Nystra with m = N segment-means landmarks (each landmark is one token, so Ĝ = G_A G_A⁺ G_A =
   G_clamped) and the exact pseudoinverse, in float64 (docs/mathematics.md §2, §3 Corollary 2.2).
+- Half precision (`precision` half or bfloat16): the attention alone in that format, the model's other layers in
+  float32. The library call gets float32 q, k, v and the keyword precision=<format> (every stored matrix rounded to
+  the format, float32 arithmetic: docs/mathematics.md §8) and returns float32. Its control, method `torch`: the
+  model's own attention formula (vision_models.softmax_attention) computed by torch on q, k, v, bias and mask cast
+  to torch.bfloat16 / torch.float16, the output cast back to float32.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import shlex
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -67,7 +73,13 @@ FORMAT = "nystrom-results"
 # The /vision tables' own version (docs/formats.md §2.5). Version 1 had `precision` as `dtype` (float32, float64).
 FORMAT_VERSION = 2
 SCALE = 2  # ×2 super-resolution
-TORCH_TYPES = {"float": torch.float32, "double": torch.float64}  # `precision` -> the arithmetic of the library call
+# `precision` -> the dtype of the arrays handed to the library: float and double are the arithmetic of the call;
+# half and bfloat16 are emulated by the library (EMULATED: float32 arrays and the keyword precision=<format>).
+TORCH_TYPES = {"float": torch.float32, "double": torch.float64, "half": torch.float32, "bfloat16": torch.float32}
+EMULATED = ("bfloat16", "half")
+# The torch control's dtype per emulated format (method TORCH: the model's attention computed by torch in it).
+TORCH_FORMATS = {"half": torch.float16, "bfloat16": torch.bfloat16}
+TORCH = "torch"
 ALL_TOKENS = -1  # `landmarks` of a configuration whose landmarks are every token of the (sub)window: m = N
 EPS32 = float(np.finfo(np.float32).eps)
 # The exact attention through the library must reproduce the unmodified model's raw output to this absolute
@@ -98,15 +110,24 @@ class Configuration:
     """One way of computing every window attention of the model through the library.
 
     landmarks: m (performer: the feature count r; ALL_TOKENS: m = N, the tokens themselves); 0 for exact.
+    strategy: the landmark strategy (docs/mathematics.md §5, §9.3): window-pool, segment-means, step, or one of the
+    searches cross, softmax-cross, maxvol, rpcholesky, farthest-point, farthest-point-means; 'none' for methods
+    without landmarks. oversampling: pnp-nystra's query landmarks per key landmark (≥ 1; ⌈oversampling·m⌉ rows of
+    Q̄, a rectangular core whose pseudoinverse must be exact or truncated); in a (sub)window of fewer tokens than
+    that, every token. pinv: exact, razavi (pinv_iters iterations), truncated (the SVD cut at √eps·σ₁) or 'none'.
     window_grid: the window-pool grid ('square': closest-square factors of m, the authors' code; 'aspect': the
     window's aspect ratio); 'none' for other strategies. clamp_threshold: τ of the clamped kernel (NaN unless
-    stabilization is clamped). masks: 'regions' (each region of a masked window on its own) or 'ignore'.
-    precision: the arithmetic of the library call, 'float' (float32, the model's) or 'double' (float64)."""
+    stabilization is clamped). masks: 'regions' (each region of a masked window on its own) or 'ignore' ('model'
+    for method TORCH). precision: the arithmetic of the library call, 'float' (float32, the model's) or 'double'
+    (float64); 'half' or 'bfloat16': float32 arrays and the keyword precision=<format> (the format emulated by the
+    library). Method TORCH ('torch'): no library call, the model's own attention computed by torch in the format
+    of `precision` (TORCH_FORMATS), the control of the library's half and bfloat16 rows."""
 
     name: str
     method: str
     landmarks: int = 0
     strategy: str = "none"
+    oversampling: float = 1.0
     pinv: str = "none"
     pinv_iters: int = 0
     stabilization: str = "none"
@@ -119,6 +140,8 @@ class Configuration:
         """The keyword arguments of nystrom.attention / approximate for one (sub)window of `tokens` tokens laid out
         as `window` (rows × columns)."""
         keywords: dict = {"method": self.method, "scale": scale}
+        if self.precision in EMULATED:
+            keywords["precision"] = self.precision
         if self.method == "exact":
             return keywords
         m = tokens if self.landmarks == ALL_TOKENS else min(self.landmarks, tokens)
@@ -131,9 +154,11 @@ class Configuration:
         if self.strategy == "window-pool":
             keywords["window"] = tuple(window)
             keywords["window_grid"] = self.window_grid
+        if self.oversampling != 1.0:
+            keywords["oversampling"] = oversampling_within(self.oversampling, m, tokens)
         keywords["pinv"] = self.pinv
-        if self.pinv != "exact":
-            keywords["iterations"] = self.pinv_iters
+        if self.pinv not in ("exact", "truncated"):
+            keywords["pinv_iters"] = self.pinv_iters
         if self.method == "pnp-nystra":
             keywords["stabilization"] = self.stabilization
             if self.stabilization == "clamped":
@@ -145,24 +170,42 @@ class Configuration:
         return tokens if self.landmarks in (0, ALL_TOKENS) else min(self.landmarks, tokens)
 
 
+def oversampling_within(oversampling: float, m: int, tokens: int) -> float:
+    """The oversampling keyword for m key landmarks among `tokens` tokens: `oversampling`, or, where ⌈oversampling·m⌉
+    query landmarks would exceed the tokens (a small region of a masked window), the largest value that asks for
+    every token (the module refuses more query landmarks than N)."""
+    if math.ceil(oversampling * m) <= tokens:
+        return oversampling
+    within = tokens / m
+    while math.ceil(within * m) > tokens:
+        within = math.nextafter(within, 0.0)
+    return within
+
+
 def pnp(m: int = 16, iterations: int = 6, *, pinv: str = "razavi", stabilization: str = "row-max",
-        strategy: str = "window-pool", grid: str = "square", tau: float = 5.0, masks: str = "regions",
-        precision: str = "float", name_grid: bool = False, tag: str = "") -> Configuration:
+        strategy: str = "window-pool", oversampling: float = 1.0, grid: str = "square", tau: float = 5.0,
+        masks: str = "regions", precision: str = "float", name_grid: bool = False, tag: str = "") -> Configuration:
     """A PnP-Nystra configuration, named after what it sets (the window-pool grid only with name_grid: the run's
-    own grid is in every row's window_grid)."""
-    iterations = 0 if pinv == "exact" else iterations
+    own grid is in every row's window_grid; the oversampling where it is not 1; an emulated precision at the
+    end)."""
+    iterations = iterations if pinv == "razavi" else 0
     m_text = "N" if m == ALL_TOKENS else str(m)
-    parts = [f"pnp-nystra m={m_text}", "exact pinv" if pinv == "exact" else f"{pinv}×{iterations}", stabilization]
+    parts = [f"pnp-nystra m={m_text}", f"{pinv}×{iterations}" if pinv == "razavi" else f"{pinv} pinv",
+             stabilization]
     if stabilization == "clamped":
         parts[-1] = f"clamped τ={tau:g}"
     if strategy != "window-pool":
         parts.append(strategy)
     elif name_grid:
         parts.append(f"{grid} grid")
+    if oversampling != 1.0:
+        parts.append(f"oversampling {oversampling:g}")
     if masks != "regions":
         parts.append(f"masks {masks}")
+    if precision in EMULATED:
+        parts.append(precision)
     return Configuration(name=tag or ", ".join(parts), method="pnp-nystra", landmarks=m, strategy=strategy,
-                         pinv=pinv, pinv_iters=iterations, stabilization=stabilization,
+                         oversampling=oversampling, pinv=pinv, pinv_iters=iterations, stabilization=stabilization,
                          clamp_threshold=tau if stabilization == "clamped" else math.nan,
                          window_grid=grid if strategy == "window-pool" else "none", masks=masks,
                          precision=precision)
@@ -171,13 +214,66 @@ def pnp(m: int = 16, iterations: int = 6, *, pinv: str = "razavi", stabilization
 EXACT = Configuration(name="exact", method="exact")
 
 
+def exact_in(precision: str) -> Configuration:
+    """The library's exact attention with every stored matrix rounded to an emulated format."""
+    return Configuration(name=f"exact, {precision}", method="exact", precision=precision)
+
+
+def torch_control(precision: str) -> Configuration:
+    """The model's own attention computed by torch in an emulated format (TorchAttention): what that format costs
+    the model without the library."""
+    return Configuration(name=f"torch attention, {precision}", method=TORCH, masks="model", precision=precision)
+
+
+def half_precision(precision: str, common: dict) -> list[Configuration]:
+    """The rows of one emulated format: torch's own attention in it (the control), the library's exact attention,
+    PnP-Nystra m = 16 with razavi×6 and with the exact pseudoinverse (whose core's pseudoinverse can leave half's
+    range: a non-finite output, counted in `non_finite`, PSNR NaN)."""
+    return [torch_control(precision), exact_in(precision), pnp(16, 6, precision=precision, **common),
+            pnp(16, pinv="exact", precision=precision, **common)]
+
+
+# Landmark strategies beside the authors' window-pool (docs/mathematics.md §5, §9.3): the default grid runs
+# DEFAULT_STRATEGIES at m = 16 (razavi×6 and the exact pseudoinverse), --full every one of FULL_STRATEGIES at
+# m ∈ LANDMARK_SWEEP with each of STRATEGY_PINVS. Both add OUTPUT_CONFIGURATION at every m of LANDMARK_SWEEP: the
+# strategy with the smallest attention-output error on the DAT-light dumps (farthest-point means, twice as many
+# query landmarks, the least-squares core in the norm of S's rows, its pseudoinverse truncated).
+DEFAULT_STRATEGIES = ("cross", "maxvol", "farthest-point-means")
+FULL_STRATEGIES = ("window-pool", "segment-means", "cross", "softmax-cross", "maxvol", "rpcholesky", "farthest-point",
+                   "farthest-point-means")
+LANDMARK_SWEEP = (8, 16, 32)
+STRATEGY_PINVS = ({"iterations": 1}, {"iterations": 3}, {"iterations": 6}, {"pinv": "exact"})
+OUTPUT_CONFIGURATION = {"strategy": "farthest-point-means", "oversampling": 2.0, "stabilization": "row-sum",
+                        "pinv": "truncated"}
+
+
+def landmark_strategies(full: bool, common: dict) -> list[Configuration]:
+    """The landmark-strategy rows (row-max unless OUTPUT_CONFIGURATION): by default DEFAULT_STRATEGIES at m = 16
+    with razavi×6 and with the exact pseudoinverse; with `full` the product FULL_STRATEGIES × LANDMARK_SWEEP ×
+    STRATEGY_PINVS (razavi×1, ×3, ×6, exact); then OUTPUT_CONFIGURATION at every m of LANDMARK_SWEEP."""
+    options = dict(common, stabilization="row-max")
+    if full:
+        rows = [pnp(m, strategy=strategy, **pinv, **options) for strategy in FULL_STRATEGIES
+                for m in LANDMARK_SWEEP for pinv in STRATEGY_PINVS]
+    else:
+        rows = [pnp(16, strategy=strategy, **pinv, **options) for strategy in DEFAULT_STRATEGIES
+                for pinv in ({"iterations": 6}, {"pinv": "exact"})]
+    return rows + [pnp(m, **dict(common, **OUTPUT_CONFIGURATION)) for m in LANDMARK_SWEEP]
+
+
 def configurations(full: bool, grid: str, tau: float) -> list[Configuration]:
     """The grid of the run. Default: PnP-Nystra (row-max, window-pool, razavi×6) with m ∈ {8, 16, 32}; m = 16 with
     1 and 3 iterations and the exact pseudoinverse; m = 16 with the clamped kernel and without stabilization;
-    exact attention with the clamped kernel (m = N); Nyströmformer, Performer and CUR at m = 16; exact attention.
+    exact attention with the clamped kernel (m = N); Nyströmformer, Performer and CUR at m = 16; exact attention;
+    the landmark strategies cross, maxvol and farthest-point-means at m = 16 (row-max, razavi×6 and exact pinv) and
+    farthest-point-means with oversampling 2, row-sum and the truncated pseudoinverse at m ∈ {8, 16, 32}
+    (landmark_strategies); in bfloat16 and in half (the attention only): torch's own attention (the control), the
+    library's exact attention, PnP-Nystra m = 16 with razavi×6 and with the exact pseudoinverse (row-max,
+    window-pool).
     --full adds 10 and 15 iterations, the m and iteration sweeps with the clamped kernel at τ and at τ = 0 (the
-    authors' Uformer and RVRT code), Corollary 2.2 (m = N, exact pinv), the masks ignored as in the authors' code,
-    segment-means landmarks, and the other window-pool grid."""
+    authors' Uformer and RVRT code), every landmark strategy of FULL_STRATEGIES at m ∈ {8, 16, 32} with razavi×1,
+    ×3, ×6 and the exact pseudoinverse (row-max), Corollary 2.2 (m = N, exact pinv), the masks ignored as in the
+    authors' code, segment-means landmarks, and the other window-pool grid."""
     common = {"grid": grid, "tau": tau}
     exact_clamped = dict(common, pinv="exact", stabilization="clamped", strategy="segment-means", precision="double")
     grid_list = [EXACT, pnp(ALL_TOKENS, **exact_clamped, tag=f"exact attention, clamped kernel τ={tau:g}")]
@@ -199,6 +295,9 @@ def configurations(full: bool, grid: str, tau: float) -> list[Configuration]:
                                 strategy="segment-means", pinv="razavi", pinv_iters=6),
                   Configuration(name="performer r=16", method="performer", landmarks=16),
                   Configuration(name="cur m=16", method="cur", landmarks=16, strategy="step", pinv="exact")]
+    grid_list += landmark_strategies(full, common)
+    for precision in EMULATED:
+        grid_list += half_precision(precision, dict(common, stabilization="row-max"))
     if full:
         other_grid = "aspect" if grid == "square" else "square"
         grid_list += [
@@ -213,13 +312,18 @@ def configurations(full: bool, grid: str, tau: float) -> list[Configuration]:
         if tau != 0.0:
             grid_list.append(pnp(ALL_TOKENS, **dict(exact_clamped, tau=0.0),
                                  tag="exact attention, clamped kernel τ=0"))
-    names = set()
-    unique = []
+    return unique_names(grid_list)
+
+
+def unique_names(grid_list: list[Configuration]) -> list[Configuration]:
+    """Each configuration once, in order of first appearance (the full strategy product repeats the window-pool
+    sweeps); refuses two different configurations under one name, which would make the tables ambiguous."""
+    unique: dict[str, Configuration] = {}
     for configuration in grid_list:
-        if configuration.name not in names:
-            names.add(configuration.name)
-            unique.append(configuration)
-    return unique
+        earlier = unique.setdefault(configuration.name, configuration)
+        if repr(earlier) != repr(configuration):  # repr: NaN thresholds compare equal
+            raise AssertionError(f"two configurations named {configuration.name!r}: {earlier} and {configuration}")
+    return list(unique.values())
 
 
 # --- the attention hook -------------------------------------------------------------------------------------------
@@ -306,7 +410,10 @@ class LibraryAttention:
     def _library(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: tuple[int, int],
                  scale: float) -> torch.Tensor:
         keywords = self.configuration.keywords(q.shape[-2], shape, scale)
-        out = nystrom.attention(q.to(self.dtype), k.to(self.dtype), v.to(self.dtype), **keywords)
+        with warnings.catch_warnings():
+            # Non-finite output rows are counted in `non_finite` and reported in the table, not warned per call.
+            warnings.filterwarnings("ignore", "attention: .* not finite", RuntimeWarning)
+            out = nystrom.attention(q.to(self.dtype), k.to(self.dtype), v.to(self.dtype), **keywords)
         return torch.from_numpy(out).to(v.dtype)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
@@ -327,6 +434,33 @@ class LibraryAttention:
                 out[rows, :, group.tokens] = self._library(*pick, group.shape, scale).transpose(1, 2)
         self.non_finite += int((~torch.isfinite(out)).sum())
         return out
+
+
+class TorchAttention:
+    """The control of an emulated format (method TORCH): the model's own attention, vision_models.softmax_attention
+    (the same formula and order of operations), computed by torch with q, k, v, the bias and the mask cast to the
+    format (torch.bfloat16 / torch.float16, on the CPU), the output cast back to the model's dtype. Counts the
+    non-finite entries of its outputs in `non_finite`."""
+
+    def __init__(self, configuration: Configuration):
+        if configuration.method != TORCH or configuration.precision not in TORCH_FORMATS:
+            raise ValueError(f"{configuration.name}: the torch control needs method {TORCH!r} and a precision of "
+                             f"{', '.join(TORCH_FORMATS)}")
+        self.configuration = configuration
+        self.dtype = TORCH_FORMATS[configuration.precision]
+        self.non_finite = 0
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                 mask: torch.Tensor | None, scale: float, window: tuple[int, int]) -> torch.Tensor:
+        q, k, v_cast, bias, mask = (None if x is None else x.to(self.dtype) for x in (q, k, v, bias, mask))
+        out = vm.softmax_attention(q, k, v_cast, bias, mask, scale, window).to(v.dtype)
+        self.non_finite += int((~torch.isfinite(out)).sum())
+        return out
+
+
+def attention_of(configuration: Configuration) -> LibraryAttention | TorchAttention:
+    """The vision_models.Attention that computes a configuration: the torch control or the library."""
+    return TorchAttention(configuration) if configuration.method == TORCH else LibraryAttention(configuration)
 
 
 @dataclass
@@ -474,9 +608,9 @@ def describe_configuration(configuration: Configuration) -> dict:
     return row
 
 
-UNMODIFIED = {"configuration": "unmodified", "method": "model", "landmarks": 0, "strategy": "none", "pinv": "none",
-              "pinv_iters": 0, "stabilization": "none", "clamp_threshold": math.nan, "window_grid": "none",
-              "masks": "model", "precision": "float"}
+UNMODIFIED = {"configuration": "unmodified", "method": "model", "landmarks": 0, "strategy": "none", "oversampling": 1.0,
+              "pinv": "none", "pinv_iters": 0, "stabilization": "none", "clamp_threshold": math.nan,
+              "window_grid": "none", "masks": "model", "precision": "float"}
 
 
 def run(options: Options, log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
@@ -512,7 +646,8 @@ def measure_image(model: torch.nn.Module, model_window: str, image: str, image_i
                  forward_seconds=reference.forward_seconds, non_finite=0)]
     # The m = N controls cost O(N³) per head: they run on the first image of each window model only.
     configurations = [c for c in options.configurations if image_index == 0 or c.landmarks != ALL_TOKENS]
-    attentions = {c.name: LibraryAttention(c) for c in configurations}
+    attentions = {c.name: attention_of(c) for c in configurations}
+    width = max(52, *(len(c.name) for c in configurations))  # the printed names' column
     for configuration in configurations:
         done = forward(model, low, attentions[configuration.name])
         difference = float((done.output - reference.output).abs().max())
@@ -525,7 +660,7 @@ def measure_image(model: torch.nn.Module, model_window: str, image: str, image_i
                          psnr_drop=psnr0 - psnr, ssim_drop=ssim0 - ssim, psnr_vs_unmodified=psnr_model,
                          ssim_vs_unmodified=ssim_model, max_abs_difference=difference,
                          forward_seconds=done.forward_seconds, non_finite=done.non_finite))
-        log(f"  {configuration.name:<52} PSNR {psnr:8.3f} (drop {psnr0 - psnr:7.3f}) SSIM {ssim:.4f} "
+        log(f"  {configuration.name:<{width}} PSNR {psnr:8.3f} (drop {psnr0 - psnr:7.3f}) SSIM {ssim:.4f} "
             f"vs model {psnr_model:7.2f} dB, forward pass {done.forward_seconds:.1f} s")
     best = best_times(recorder, attentions, options.repeats)
     exact_seconds = best.get(EXACT.name, math.nan)
@@ -538,19 +673,20 @@ def measure_image(model: torch.nn.Module, model_window: str, image: str, image_i
                    unmodified_seconds_per_block=best["unmodified"], time_ratio=seconds / exact_seconds,
                    time_ratio_unmodified=seconds / best["unmodified"])
         if options.repeats:
-            log(f"  {row['configuration']:<52} {1e3 * seconds:8.2f} ms  {row['time_ratio']:6.2f} × exact  "
+            log(f"  {row['configuration']:<{width}} {1e3 * seconds:8.2f} ms  {row['time_ratio']:6.2f} × exact  "
                 f"{row['time_ratio_unmodified']:6.2f} × the model's own")
     windows = []
     if image_index < options.floor_images and options.floor_windows > 0:
         for configuration in configurations:
-            if configuration.method != "exact" and configuration.masks == "regions":
+            if configuration.method not in ("exact", TORCH) and configuration.masks == "regions":
                 columns = dict(model_window=model_window, image=image, **describe_configuration(configuration))
                 windows += window_rows(recorder.calls, options.floor_windows, configuration, columns)
         log(f"  floor and kernel errors: {len(windows)} rows")
     return rows, windows
 
 
-def best_times(recorder: Recorder, attentions: dict[str, LibraryAttention], repeats: int) -> dict[str, float]:
+def best_times(recorder: Recorder, attentions: dict[str, LibraryAttention | TorchAttention],
+               repeats: int) -> dict[str, float]:
     """Seconds per attention block of the unmodified model and of every configuration: the best of `repeats`
     replays of the unmodified pass's 18 calls (the same inputs for every configuration; each configuration's own
     forward pass, done before, is its warm-up), each round interleaving the configurations. The m = N controls are
@@ -576,8 +712,8 @@ def crop_origin(image: str, shape: tuple[int, ...], size: int) -> tuple[int, int
 
 VISION_COLUMNS = (
     "model_window", "image", "crop_top", "crop_left", "crop_size", "n", "configuration", "method", "landmarks",
-    "strategy", "pinv", "pinv_iters", "stabilization", "clamp_threshold", "window_grid", "masks", "precision", "psnr",
-    "ssim", "psnr_drop", "ssim_drop", "psnr_vs_unmodified", "ssim_vs_unmodified", "max_abs_difference",
+    "strategy", "oversampling", "pinv", "pinv_iters", "stabilization", "clamp_threshold", "window_grid", "masks",
+    "precision", "psnr", "ssim", "psnr_drop", "ssim_drop", "psnr_vs_unmodified", "ssim_vs_unmodified", "max_abs_difference",
     "seconds_per_block", "exact_seconds_per_block", "unmodified_seconds_per_block", "time_ratio",
     "time_ratio_unmodified", "forward_seconds", "attention_calls", "non_finite",
 )

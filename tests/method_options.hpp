@@ -3,6 +3,8 @@
 /// The methods of approximation.hpp and small options for every one of them, shared by the method tests.
 
 #include "nystrom/approximation.hpp"
+#include "nystrom/head.hpp"
+#include "test_support.hpp"
 
 namespace nystrom::test {
 
@@ -23,6 +25,16 @@ inline ApproximationOptions small_options(Index m) {
   options.performer.features = 4 * m;
   options.linformer.projected = m;
   return options;
+}
+
+/// A head of Gaussian tokens: Q and K N(0, scale²) (N×d), V N(0, 1) (N×dv), seeded.
+template <class T>
+Head<T> random_head(Index n, Index d, Index dv, std::uint64_t seed, double scale = 0.8) {
+  Head<T> head;
+  head.q = random_matrix<T>(n, d, seed, scale);
+  head.k = random_matrix<T>(n, d, seed + 1, scale);
+  head.v = random_matrix<T>(n, dv, seed + 2);
+  return head;
 }
 
 }  // namespace nystrom::test

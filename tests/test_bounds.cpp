@@ -99,7 +99,7 @@ TEST_CASE_TEMPLATE(
     const Matrix<T> Q = segment_constant<T>(n, d, m, 81), K = segment_constant<T>(n, d, m, 82);
     LandmarkOptions options;
     options.count = m;
-    const Landmarks<T> marks = select_landmarks<T>(Q, K, options);
+    const Landmarks<T> marks = select_landmarks<T>(Q, K, options, Kernel{});
     const Kernel kernel = Kernel::exponential(1 / std::sqrt(double(d)));
     // The four blocks are cut from one G̃, so that E and the bounds are of the same matrix: blocks evaluated
     // on their own may round otherwise (BLAS kernels without FMA sum each entry's product by the block's

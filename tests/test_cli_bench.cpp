@@ -32,6 +32,7 @@ const std::vector<cli::Column> bench_columns = {{"method", ColumnType::text, tru
                                                 {"precision", ColumnType::text, true},
                                                 {"threads", ColumnType::int64, true},
                                                 {"landmarks", ColumnType::int64, true},
+                                                {"strategy", ColumnType::text, true},
                                                 {"features", ColumnType::int64, true},
                                                 {"projected", ColumnType::int64, true},
                                                 {"seconds", ColumnType::float64, false},
@@ -43,11 +44,12 @@ const std::vector<cli::Column> bench_columns = {{"method", ColumnType::text, tru
                                                 {"gemm_fraction", ColumnType::float64, false},
                                                 {"device", ColumnType::text, true}};
 const std::vector<cli::Column> step_columns = {
-    {"step", ColumnType::text, true},         {"step_index", ColumnType::int64, true},
-    {"n", ColumnType::int64, true},           {"d", ColumnType::int64, true},
-    {"precision", ColumnType::text, true},    {"threads", ColumnType::int64, true},
-    {"landmarks", ColumnType::int64, true},   {"seconds", ColumnType::float64, false},
-    {"fraction", ColumnType::float64, false}, {"blas_core", ColumnType::text, false}};
+    {"step", ColumnType::text, true},        {"step_index", ColumnType::int64, true},
+    {"n", ColumnType::int64, true},          {"d", ColumnType::int64, true},
+    {"precision", ColumnType::text, true},   {"threads", ColumnType::int64, true},
+    {"landmarks", ColumnType::int64, true},  {"strategy", ColumnType::text, true},
+    {"seconds", ColumnType::float64, false}, {"fraction", ColumnType::float64, false},
+    {"blas_core", ColumnType::text, false}};
 const std::vector<cli::Column> gemm_columns = {
     {"device", ColumnType::text, true},      {"precision", ColumnType::text, true},
     {"threads", ColumnType::int64, true},    {"n", ColumnType::int64, true},
@@ -191,6 +193,8 @@ TEST_CASE(
     CHECK(bench.number(r, "dv") == 64);
     CHECK(size_cells(bench, r) == approximation_size(method));
     CHECK(bench.text(r, "device") == "cpu");
+    CHECK(bench.text(r, "strategy") ==
+          (method == "performer" || method == "linformer" || method == "exact" ? "none" : "default"));
     CHECK(!bench.text(r, "blas_core").empty());
     const double seconds = bench.number(r, "seconds"), gflops = bench.number(r, "gflops");
     CHECK(seconds > 0);
@@ -225,6 +229,7 @@ TEST_CASE(
       CHECK(steps.number(r, "n") == steps.number(first, "n"));
       CHECK(context_of(steps, r) == context_of(steps, first));
       CHECK(steps.number(r, "landmarks") == 8);
+      CHECK(steps.text(r, "strategy") == "default");
       CHECK(steps.number(r, "seconds") > 0);
       fractions += steps.number(r, "fraction");
     }
@@ -552,4 +557,50 @@ TEST_CASE(
   CHECK(size_cells(a, 2) == linformer);
   CHECK(cli::read_numeric_attribute(cli::open_file(now, false).get(), "format_version") ==
         std::vector<double>{4});
+}
+
+TEST_CASE(
+    "bench --strategy: pnp-nystra rows and the step table use the strategy, step 1 times its selection") {
+  TempDir dir("bench_strategy");
+  const auto output = dir / "bench.h5";
+  const auto run = run_cli({"bench",
+                            "--n",
+                            "128",
+                            "--d",
+                            "16",
+                            "--dv",
+                            "8",
+                            "--landmarks",
+                            "8",
+                            "--strategy",
+                            "cross",
+                            "--method",
+                            "exact,pnp-nystra",
+                            "--precision",
+                            "double",
+                            "--threads",
+                            "1",
+                            "--gemm-n",
+                            "0",
+                            "--min-seconds",
+                            "0.001",
+                            "--blas-core",
+                            "default",
+                            "-q",
+                            "-o",
+                            output});
+  CAPTURE(run.err);
+  REQUIRE(run.status == 0);
+  const Table bench = read_table(output, "bench", bench_columns);
+  REQUIRE(bench.rows.size() == 2);
+  CHECK(bench.text(1, "method") == "pnp-nystra");
+  CHECK(bench.text(1, "strategy") == "cross");
+  CHECK(bench.number(1, "output_relative_error") > 0);
+  const Table steps = read_table(output, "bench_steps", step_columns);
+  REQUIRE(steps.rows.size() == 7);
+  for (std::size_t r = 0; r < steps.rows.size(); ++r) CHECK(steps.text(r, "strategy") == "cross");
+  const auto bad = run_cli({"bench", "--n", "128", "--strategy", "sideways", "-q", "-o", dir / "bad.h5"});
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("sideways") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "bad.h5"));
 }

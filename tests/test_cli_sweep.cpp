@@ -23,6 +23,7 @@
 #include "nystrom/bounds.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
+#include "nystrom/precision.hpp"
 #include "test_support.hpp"
 
 using namespace nystrom;
@@ -443,9 +444,9 @@ TEST_CASE(
       {{"--pinv-iters", "0"}, "--pinv-iters"},
       {{"--heads", "5"}, "--heads: index 5 out of range"},
       {{"--layers", "07"}, "no layer /layers/07"},
-      {{"--precision", "half"}, "--precision"},
+      {{"--precision", "quarter"}, "--precision"},
       {{"--precision", "float", "--dtype", "float32"}, "--precision and --dtype"},
-      {{"--precision", "float,double"}, "--precision: one value expected"},
+      {{"--precision", "float,double"}, "double runs alone"},
       {{"--method", "exact", "--methods", "exact"}, "--method and --methods"},
       {{"--landmark", "4"}, "landmark"},
       {{"--threads", "-2"}, "--threads"},
@@ -553,6 +554,71 @@ TEST_CASE("sweep: float arithmetic agrees with double to float accuracy") {
   }
 }
 
+TEST_CASE(
+    "sweep --precision half,bfloat16: rows per format, output errors against the float64 exact output") {
+  TempDir dir("formats");
+  const auto input = make_dump(dir);
+  const std::vector<std::string> point = {"--kernel",    "exp",
+                                          "--method",    "exact,pnp-nystra,nystromformer",
+                                          "--landmarks", "8",
+                                          "--pinv",      "exact",
+                                          "--strategy",  "segment-means",
+                                          "-q"};
+  auto formats = point;
+  formats.insert(formats.end(), {"--precision", "float,half,bfloat16"});
+  REQUIRE(run_cli(sweep_args(input, dir / "formats.h5", formats)).status == 0);
+  const Table table = read_sweep(dir / "formats.h5");
+  // 2 heads × 3 methods × 3 formats.
+  REQUIRE(table.rows.size() == 2 * 3 * 3);
+  const auto dump = cli::inspect_dump(input);
+  const auto heads = cli::read_layer_heads<double>(dump, dump.layers[0]);
+  std::map<std::string, double> exact_error;  // by format and head
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    CAPTURE(r);
+    const std::string format = table.text(r, "precision");
+    const Method method = method_from_string(table.text(r, "method"));
+    CHECK(table.number(r, "nonfinite_output_rows") == 0);
+    CHECK(table.number(r, "overflowed_entries") == 0);
+    CHECK(table.number(r, "nan_entries") == 0);
+    if (format == "float") CHECK(table.number(r, "underflowed_entries") == 0);
+    if (method != Method::exact) continue;
+    // The oracle of an exact row: the library's exact attention in the format against a dense float64 one.
+    const auto& head = heads[Index(table.number(r, "head"))];
+    ApproximationOptions options;
+    options.kernel = Kernel{KernelType::exponential, table.number(r, "kernel_param")};
+    options.storage = precision_from_string(format);
+    const Matrix<float> q = head.q.cast<float>(), k = head.k.cast<float>(), v = head.v.cast<float>();
+    const Matrix<double> computed =
+        approximate_attention<float>(Method::exact, q, k, v, options).output.cast<double>();
+    const Matrix<double> reference =
+        attention_matrix<double>(q.cast<double>(), k.cast<double>(), options.kernel) * v.cast<double>();
+    const double error = (computed - reference).norm() / reference.norm();
+    if (format != "float")
+      CHECK(table.number(r, "output_relative_error") == doctest::Approx(error).epsilon(1e-9));
+    exact_error[format + std::to_string(int(table.number(r, "head")))] =
+        table.number(r, "output_relative_error");
+  }
+  // Exact attention loses the format's precision: bfloat16 (8 significant bits) more than half (11), half
+  // far more than float32 (24).
+  for (const char* h : {"0", "1"}) {
+    CHECK(exact_error.at(std::string("bfloat16") + h) > exact_error.at(std::string("half") + h));
+    CHECK(exact_error.at(std::string("half") + h) > 100 * exact_error.at(std::string("float") + h));
+    CHECK(exact_error.at(std::string("half") + h) < 1e-2);
+  }
+
+  auto mixed = point;
+  mixed.insert(mixed.end(), {"--precision", "double,half"});
+  const auto refused = run_cli(sweep_args(input, dir / "mixed.h5", mixed));
+  CHECK(refused.status == 2);
+  CHECK(refused.err.find("double runs alone") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "mixed.h5"));
+  auto unknown = point;
+  unknown.insert(unknown.end(), {"--precision", "quarter"});
+  const auto bad = run_cli(sweep_args(input, dir / "bad.h5", unknown));
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("quarter") != std::string::npos);
+}
+
 TEST_CASE("spectrum: without --landmarks m is 16 capped at each layer's N, and a larger m is refused") {
   TempDir dir("spectrum_small");
   const auto input = dir / "small.h5";
@@ -612,7 +678,7 @@ TEST_CASE("spectrum: singular values of G, S, G~ and attn match full SVDs of the
     LandmarkOptions step;
     step.strategy = LandmarkStrategy::step;
     step.count = 5;
-    const auto marks = select_landmarks<double>(head.q, head.k, step);
+    const auto marks = select_landmarks<double>(head.q, head.k, step, Kernel{});
     Matrix<double> q_ext(35, 4), k_ext(35, 4);
     q_ext << marks.q, head.q;
     k_ext << marks.k, head.k;
@@ -1024,15 +1090,20 @@ TEST_CASE("sweep: the default grid runs on a dump without a token window, leavin
   const auto run = run_cli({"sweep", "-i", input, "-o", output});
   CAPTURE(run.err);
   REQUIRE(run.status == 0);
-  // 2 kernels × 7 landmark counts (8, 16, …, 256 and N = 300) × 4 pseudoinverses per strategy; window-pool's
-  // 56 points are left out.
+  // 2 kernels × 7 landmark counts (8, 16, …, 256 and N = 300) × 4 pseudoinverses per strategy, six
+  // strategies; m = N only for the first (segment-means: 5 × 2 × 4 points left out), and window-pool's other
+  // 48 points are left out.
   const std::string reason = "window-pool needs a token window";
-  CHECK(run.err.find("skipping 56 grid points: " + reason) != std::string::npos);
+  CHECK(run.err.find("skipping 48 grid points: " + reason) != std::string::npos);
   CHECK(run.err.find(reason) == run.err.rfind(reason));  // said once
+  CHECK(run.err.find("skipping 40 grid points: m = N of the default landmark counts") != std::string::npos);
   const Table table = read_sweep(output);
-  CHECK(table.rows.size() == 3 * 56);
-  for (std::size_t r = 0; r < table.rows.size(); ++r) CHECK(table.text(r, "strategy") != "window-pool");
-  CHECK(skipped_attribute(output).find("skipping 56 grid points: " + reason) != std::string::npos);
+  CHECK(table.rows.size() == 56 + 4 * 48);
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    CHECK(table.text(r, "strategy") != "window-pool");
+    if (table.number(r, "landmarks") == 300) CHECK(table.text(r, "strategy") == "segment-means");
+  }
+  CHECK(skipped_attribute(output).find("skipping 48 grid points: " + reason) != std::string::npos);
   // The default landmark counts of each layer end at its N (given counts above N are an error, see the
   // bad-options case), and at m = N with the exact pseudoinverse Ĝ = G (Corollary 2.2).
   const auto small = make_dump(dir);

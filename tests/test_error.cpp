@@ -5,7 +5,7 @@
 #include <ostream>
 #include <string>
 
-#include "nystrom/enum_names.hpp"
+#include "nystrom/detail/enum_names.hpp"
 #include "nystrom/error.hpp"
 #include "test_support.hpp"
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "attention_oracles.hpp"
+#include "method_options.hpp"
 #include "nystrom/attention.hpp"
 #include "nystrom/bounds.hpp"
 #include "nystrom/evaluation.hpp"
@@ -27,15 +28,6 @@ namespace {
 constexpr Method all_methods[] = {
     Method::pnp_nystra, Method::nystromformer, Method::cur,  Method::symmetric_nystrom,
     Method::performer,  Method::linformer,     Method::exact};
-
-template <class T>
-Head<T> random_head(Index n, Index d, Index dv, std::uint64_t seed, double scale = 0.8) {
-  Head<T> head;
-  head.q = random_matrix<T>(n, d, seed, scale);
-  head.k = random_matrix<T>(n, d, seed + 1, scale);
-  head.v = random_matrix<T>(n, dv, seed + 2);
-  return head;
-}
 
 /// Options of every method with m landmarks (r = 4m features, k = m projections) and exact pseudoinverses, so
 /// that the oracles below are closed formulas.
@@ -84,7 +76,7 @@ Oracle oracle(Method method, const Head<T>& head, const ApproximationOptions& o)
   const Matrix<double> g = naive_kernel<double>(q, k, kernel);
   Oracle out;
   const auto kernel_approximation = [&](const LandmarkOptions& landmarks, bool symmetric) {
-    const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, landmarks);
+    const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, landmarks, Kernel{});
     const Matrix<double> qb = marks.q.template cast<double>(), kb = marks.k.template cast<double>();
     const Matrix<double> left = naive_kernel<double>(q, kb, kernel);
     const Matrix<double> upper =
@@ -108,7 +100,7 @@ Oracle oracle(Method method, const Head<T>& head, const ApproximationOptions& o)
       break;
     }
     case Method::cur: {
-      const auto rows = select_landmarks<T>(head.q, head.k, o.cur.selection).q_indices;
+      const auto rows = select_landmarks<T>(head.q, head.k, o.cur.selection, Kernel{}).q_indices;
       const Matrix<double> columns = naive_softmax(q, rows_at(k, rows), s);
       out.approximate = columns * pinv(rows_at(columns, rows)) * naive_softmax(rows_at(q, rows), k, s);
       break;
@@ -206,7 +198,7 @@ TEST_CASE_TEMPLATE("every method's point equals independent dense oracles", T, f
         continue;
       }
       // The Lemma 2.1 terms of the same landmarks (docs/mathematics.md §3).
-      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.pnp_nystra.landmarks);
+      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.pnp_nystra.landmarks, Kernel{});
       const Matrix<double> qb = marks.q.template cast<double>(), kb = marks.k.template cast<double>();
       const Matrix<double> ga = naive_kernel<double>(qb, kb, kernel),
                            gu = naive_kernel<double>(qb, k, kernel), gl = naive_kernel<double>(q, kb, kernel);
@@ -408,7 +400,7 @@ TEST_CASE_TEMPLATE(
       HeadEvaluator<T> evaluator(head, evaluation);
       const PointResult point = evaluator.evaluate(Method::pnp_nystra, options);
       CHECK(point.log_shift == doctest::Approx(largest).epsilon(1e-5));
-      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.pnp_nystra.landmarks);
+      const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.pnp_nystra.landmarks, Kernel{});
       const double s = kernel.param;
       const LongMatrix g = long_kernel<T>(head.q, head.k, s), ga = long_kernel<T>(marks.q, marks.k, s),
                        gl = long_kernel<T>(head.q, marks.k, s), gu = long_kernel<T>(marks.q, head.k, s);
@@ -534,7 +526,7 @@ TEST_CASE("landmark terms above the dense limit equal a full SVD of G̃, flat an
     landmarks.count = m;
     const EvaluationOptions evaluation;
     REQUIRE(n + m > evaluation.dense_svd_limit);
-    const Landmarks<double> marks = select_landmarks<double>(head->q, head->k, landmarks);
+    const Landmarks<double> marks = select_landmarks<double>(head->q, head->k, landmarks, Kernel{});
     const LandmarkTerms terms = landmark_terms(*head, kernel, marks, evaluation);
     Matrix<double> extended(n + m, n + m);
     extended << naive_kernel<double>(marks.q, marks.k, kernel),
@@ -823,7 +815,8 @@ TEST_CASE_TEMPLATE("with a bias and mask, the exact side is exp(s q k^T + B + M)
         CHECK(near(point.frobenius_error, error.norm(), tol, reference.norm()));
         if (method != Method::pnp_nystra) continue;
         // G̃ = [[G_A, G_U], [G_L, G]] with the model's G (docs/mathematics.md §3).
-        const Landmarks<T> marks = select_landmarks<T>(head.q, head.k, options.pnp_nystra.landmarks);
+        const Landmarks<T> marks =
+            select_landmarks<T>(head.q, head.k, options.pnp_nystra.landmarks, Kernel{});
         const Matrix<double> qb = marks.q.template cast<double>(), kb = marks.k.template cast<double>();
         Matrix<double> extended(n + m, n + m);
         extended << naive_kernel<double>(qb, kb, kernel), naive_kernel<double>(qb, k, kernel),

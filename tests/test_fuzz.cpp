@@ -48,6 +48,15 @@ const std::vector<NanRule>& nan_rules() {
   const auto not_applying = [](const char* flag) {
     return [flag](const Table& t, std::size_t r) { return t.number(r, flag) == 0; };
   };
+  const auto no_finite_error = [=](const Table& t, std::size_t r) {
+    return no_matrix(t, r) || std::isnan(t.number(r, "spectral_error"));
+  };
+  const auto ratio_of = [=](const char* numerator, const char* denominator) {
+    return [=](const Table& t, std::size_t r) {
+      const double a = t.number(r, numerator), b = t.number(r, denominator);
+      return no_matrix(t, r) || std::isnan(a) || std::isnan(b) || (a == 0 && b == 0);
+    };
+  };
   static const std::vector<NanRule> rules = {
       {"spectral_error", "error_matrix = none (the method implies no matrix)", no_matrix},
       {"relative_spectral_error", "error_matrix = none", no_matrix},
@@ -74,6 +83,22 @@ const std::vector<NanRule>& nan_rules() {
        [=](const Table& t, std::size_t r) { return no_terms(t, r) || t.number(r, "sigma_m1_ext") == 0; }},
       {"pinv_residual", "pinv = none (the method has no pseudoinverse)",
        [](const Table& t, std::size_t r) { return is_text(t, r, "pinv", "none"); }},
+      {"optimal_error", "error_matrix = none", no_matrix},
+      {"relative_optimal_error", "error_matrix = none", no_matrix},
+      {"optimal_error_lower", "error_matrix = none", no_matrix},
+      {"attention_optimal_error", "error_matrix = none", no_matrix},
+      {"optimality_ratio", "error_matrix = none, spectral_error NaN, or 0/0",
+       ratio_of("spectral_error", "optimal_error")},
+      {"optimality_ratio_upper", "error_matrix = none, spectral_error_upper NaN, or 0/0",
+       ratio_of("spectral_error_upper", "optimal_error_lower")},
+      {"spectral_error_lower", "error_matrix = none or a non-finite approximation", no_finite_error},
+      {"spectral_error_upper", "error_matrix = none or a non-finite approximation", no_finite_error},
+      {"spectral_error_upper_failure", "error_matrix = none or a non-finite approximation", no_finite_error},
+      {"attention_relative_error",
+       "error_matrix = none, a non-finite approximation or non-finite output rows",
+       [=](const Table& t, std::size_t r) {
+         return no_finite_error(t, r) || t.number(r, "nonfinite_output_rows") > 0;
+       }},
   };
   return rules;
 }
@@ -335,7 +360,9 @@ TEST_SUITE("fuzz") {
   }
 
   TEST_CASE("fuzz: all tokens equal") {
-    fuzz_dump("all_equal", {.strategies = "segment-means,window-pool,step,random", .n = 64});
+    fuzz_dump("all_equal", {.strategies = "segment-means,window-pool,step,random,cross,softmax-cross,maxvol,"
+                                          "rpcholesky,farthest-point,farthest-point-means",
+                            .n = 64});
   }
 
   TEST_CASE("fuzz: zero queries") {
@@ -343,15 +370,21 @@ TEST_SUITE("fuzz") {
   }
 
   TEST_CASE("fuzz: duplicated tokens") {
-    fuzz_dump("duplicated", {.strategies = "segment-means,window-pool,step,random", .n = 81});
+    fuzz_dump("duplicated", {.strategies = "segment-means,window-pool,step,random,cross,softmax-cross,maxvol,"
+                                           "rpcholesky,farthest-point,farthest-point-means",
+                             .n = 81});
   }
 
   TEST_CASE("fuzz: float32 logits far beyond exp's range") {
-    fuzz_dump("huge_logits", {.strategies = "segment-means,window-pool,step,random", .n = 49});
+    fuzz_dump("huge_logits", {.strategies = "segment-means,window-pool,step,random,cross,softmax-cross,"
+                                            "maxvol,rpcholesky,farthest-point,farthest-point-means",
+                              .n = 49});
   }
 
   TEST_CASE("fuzz: values around 1e-9") {
-    fuzz_dump("tiny_values", {.strategies = "segment-means,window-pool,step,random", .n = 36});
+    fuzz_dump("tiny_values", {.strategies = "segment-means,window-pool,step,random,cross,softmax-cross,"
+                                            "maxvol,rpcholesky,farthest-point,farthest-point-means",
+                              .n = 36});
   }
 
   TEST_CASE("fuzz: N = 2") {
@@ -363,18 +396,23 @@ TEST_SUITE("fuzz") {
   }
 
   TEST_CASE("fuzz: ViT head with one prefix token and a 14x14 window (N = 197)") {
-    fuzz_dump("vit_prefix",
-              {.landmarks = "2,5,17", .strategies = "segment-means,window-pool,step,random", .n = 197});
+    fuzz_dump("vit_prefix", {.landmarks = "2,5,17",
+                             .strategies = "segment-means,window-pool,step,random,cross,softmax-cross,maxvol,"
+                                           "rpcholesky,farthest-point,farthest-point-means",
+                             .n = 197});
   }
 
   TEST_CASE("fuzz: rectangular 8x32 window") {
-    fuzz_dump("window_8x32",
-              {.landmarks = "1,2,16", .strategies = "segment-means,window-pool,step,random", .n = 256});
+    fuzz_dump("window_8x32", {.landmarks = "1,2,16",
+                              .strategies = "segment-means,window-pool,step,random,cross,softmax-cross,"
+                                            "maxvol,rpcholesky,farthest-point,farthest-point-means",
+                              .n = 256});
   }
 
   TEST_CASE("fuzz: m = N") {
     fuzz_dump("m_equals_n", {.landmarks = "35,36",
-                             .strategies = "segment-means,window-pool,step,random",
+                             .strategies = "segment-means,window-pool,step,random,cross,softmax-cross,maxvol,"
+                                           "rpcholesky,farthest-point,farthest-point-means",
                              .spectrum_landmarks = "36",
                              .n = 36});
   }

@@ -107,7 +107,8 @@ TEST_CASE_TEMPLATE("uneven segment means equal the rule's oracle", T, float, dou
             .norm() <= tolerance<T>(n));
   // The strategy entry point uses the same means for Q and K and returns no indices.
   const Matrix<T> K = random_matrix<T>(n, d, 102);
-  const Landmarks<T> marks = select_landmarks<T>(X, K, options_for(LandmarkStrategy::segment_means, 33));
+  const Landmarks<T> marks =
+      select_landmarks<T>(X, K, options_for(LandmarkStrategy::segment_means, 33), Kernel{});
   CHECK(marks.q == segment_means<T>(X, 33));
   CHECK(marks.k == segment_means<T>(K, 33));
   CHECK(marks.q_indices.empty());
@@ -140,7 +141,7 @@ TEST_CASE_TEMPLATE("window pooling equals block means, with overlapping bins whe
     }
     // The strategy with a square default window gives the same.
     LandmarkOptions options = options_for(LandmarkStrategy::window_pool, 16);
-    CHECK(select_landmarks<T>(X, X, options).q == pooled);
+    CHECK(select_landmarks<T>(X, X, options, Kernel{}).q == pooled);
   }
   SUBCASE("7x7 window, m = 4: overlapping bins [0,4) and [3,7)") {
     // Token value = its index t = 7r + c, so each bin mean is known in closed form: mean(7r) + mean(c).
@@ -234,7 +235,7 @@ TEST_CASE_TEMPLATE(
     options.window = {c.h, c.w};
     options.window_grid = c.grid;
     options.prefix_tokens = c.prefix;
-    const Landmarks<T> marks = select_landmarks<T>(Q, K, options);
+    const Landmarks<T> marks = select_landmarks<T>(Q, K, options, Kernel{});
     REQUIRE(marks.q.rows() == c.m);
     CHECK(marks.q_indices.empty());
     for (const auto& [X, pooled] : {std::pair{&Q, &marks.q}, {&K, &marks.k}}) {
@@ -253,7 +254,8 @@ TEST_CASE_TEMPLATE(
   inferred.prefix_tokens = 1;
   LandmarkOptions explicit_window = inferred;
   explicit_window.window = {14, 14};
-  CHECK(select_landmarks<T>(X, X, inferred).q == select_landmarks<T>(X, X, explicit_window).q);
+  CHECK(select_landmarks<T>(X, X, inferred, Kernel{}).q ==
+        select_landmarks<T>(X, X, explicit_window, Kernel{}).q);
 }
 
 TEST_CASE_TEMPLATE(
@@ -270,9 +272,9 @@ TEST_CASE_TEMPLATE(
       with_prefix.seed = 5;
       LandmarkOptions rest = options_for(strategy, m - p);
       rest.seed = 5;
-      const Landmarks<T> marks = select_landmarks<T>(Q, K, with_prefix);
+      const Landmarks<T> marks = select_landmarks<T>(Q, K, with_prefix, Kernel{});
       const Matrix<T> q_rest = Q.bottomRows(n - p), k_rest = K.bottomRows(n - p);
-      const Landmarks<T> others = select_landmarks<T>(q_rest, k_rest, rest);
+      const Landmarks<T> others = select_landmarks<T>(q_rest, k_rest, rest, Kernel{});
       REQUIRE(marks.q.rows() == m);
       CHECK(marks.q.topRows(p) == Q.topRows(p));
       CHECK(marks.k.topRows(p) == K.topRows(p));
@@ -291,8 +293,8 @@ TEST_CASE_TEMPLATE(
       LandmarkOptions forced = with_prefix;
       forced.prefix_tokens = 0;
       forced.forced = {0, 1, 50};
-      const Landmarks<T> marks = select_landmarks<T>(Q, K, with_prefix);
-      const Landmarks<T> oracle = select_landmarks<T>(Q, K, forced);
+      const Landmarks<T> marks = select_landmarks<T>(Q, K, with_prefix, Kernel{});
+      const Landmarks<T> oracle = select_landmarks<T>(Q, K, forced, Kernel{});
       CHECK(marks.q_indices == oracle.q_indices);
       CHECK(marks.k_indices == oracle.k_indices);
       CHECK(std::vector<Index>(marks.q_indices.begin(), marks.q_indices.begin() + 2) ==
@@ -304,7 +306,7 @@ TEST_CASE_TEMPLATE(
     LandmarkOptions options = options_for(LandmarkStrategy::given, 2);
     options.q_indices = {7, 9};
     options.prefix_tokens = 5;
-    CHECK(select_landmarks<T>(Q, K, options).q_indices == std::vector<Index>{7, 9});
+    CHECK(select_landmarks<T>(Q, K, options, Kernel{}).q_indices == std::vector<Index>{7, 9});
   }
 }
 
@@ -324,11 +326,11 @@ TEST_CASE_TEMPLATE("top-sum, top-abs and top-embed pick the rows a full sort ran
     CAPTURE(to_string(c.strategy));
     LandmarkOptions options = options_for(c.strategy, m);
     options.embed_column = 4;
-    const Landmarks<T> same = select_landmarks<T>(Q, K, options);
+    const Landmarks<T> same = select_landmarks<T>(Q, K, options, Kernel{});
     CHECK(same.q_indices == top_by_sort(c.q_score, m));
     CHECK(same.k_indices == same.q_indices);  // same indices: scored on Q
     options.different_indices = true;
-    const Landmarks<T> different = select_landmarks<T>(Q, K, options);
+    const Landmarks<T> different = select_landmarks<T>(Q, K, options, Kernel{});
     CHECK(different.q_indices == top_by_sort(c.q_score, m));
     CHECK(different.k_indices == top_by_sort(c.k_score, m));
     CHECK(different.q_indices != different.k_indices);
@@ -344,27 +346,27 @@ TEST_CASE_TEMPLATE("step, random and given selections", T, float, double) {
   const Index n = 100, d = 4;
   const Matrix<T> Q = random_matrix<T>(n, d, 401), K = random_matrix<T>(n, d, 402);
   SUBCASE("step takes every floor(N/m)-th token") {
-    const Landmarks<T> marks = select_landmarks<T>(Q, K, options_for(LandmarkStrategy::step, 7));
+    const Landmarks<T> marks = select_landmarks<T>(Q, K, options_for(LandmarkStrategy::step, 7), Kernel{});
     CHECK(marks.q_indices == std::vector<Index>{0, 14, 28, 42, 56, 70, 84});
     CHECK(marks.k_indices == marks.q_indices);
   }
   SUBCASE("random is seeded, without replacement, and changes with the seed") {
     LandmarkOptions options = options_for(LandmarkStrategy::random, 30);
     options.seed = 7;
-    const Landmarks<T> first = select_landmarks<T>(Q, K, options);
-    const Landmarks<T> again = select_landmarks<T>(Q, K, options);
+    const Landmarks<T> first = select_landmarks<T>(Q, K, options, Kernel{});
+    const Landmarks<T> again = select_landmarks<T>(Q, K, options, Kernel{});
     CHECK(first.q_indices == again.q_indices);
     CHECK(std::set<Index>(first.q_indices.begin(), first.q_indices.end()).size() == 30);
     CHECK(std::all_of(first.q_indices.begin(), first.q_indices.end(),
                       [&](Index i) { return i >= 0 && i < n; }));
     options.seed = 8;
-    CHECK(select_landmarks<T>(Q, K, options).q_indices != first.q_indices);
+    CHECK(select_landmarks<T>(Q, K, options, Kernel{}).q_indices != first.q_indices);
     options.different_indices = true;
-    const Landmarks<T> different = select_landmarks<T>(Q, K, options);
+    const Landmarks<T> different = select_landmarks<T>(Q, K, options, Kernel{});
     CHECK(different.q_indices != different.k_indices);
     // m = N selects every token exactly once.
     options.count = n;
-    const Landmarks<T> all = select_landmarks<T>(Q, K, options);
+    const Landmarks<T> all = select_landmarks<T>(Q, K, options, Kernel{});
     std::vector<Index> expected(static_cast<std::size_t>(n));
     std::iota(expected.begin(), expected.end(), Index{0});
     CHECK(all.q_indices == expected);
@@ -373,7 +375,7 @@ TEST_CASE_TEMPLATE("step, random and given selections", T, float, double) {
     options.count = 1;
     for (std::uint64_t seed = 0; seed < 2000; ++seed) {
       options.seed = seed;
-      seen.insert(select_landmarks<T>(Q, K, options).q_indices[0]);
+      seen.insert(select_landmarks<T>(Q, K, options, Kernel{}).q_indices[0]);
     }
     CHECK(seen.size() == static_cast<std::size_t>(n));
   }
@@ -384,7 +386,7 @@ TEST_CASE_TEMPLATE("step, random and given selections", T, float, double) {
       LandmarkOptions options = options_for(strategy, 10);
       options.forced = {0, 57};
       options.different_indices = true;
-      const Landmarks<T> marks = select_landmarks<T>(Q, K, options);
+      const Landmarks<T> marks = select_landmarks<T>(Q, K, options, Kernel{});
       for (const auto* indices : {&marks.q_indices, &marks.k_indices}) {
         CHECK(indices->size() == 10);
         CHECK(std::set<Index>(indices->begin(), indices->end()).size() == 10);
@@ -403,17 +405,17 @@ TEST_CASE_TEMPLATE("step, random and given selections", T, float, double) {
     std::vector<Index> expected = top_by_sort(rest, 4);
     expected.push_back(worst);
     std::sort(expected.begin(), expected.end());
-    CHECK(select_landmarks<T>(Q, K, options).q_indices == expected);
+    CHECK(select_landmarks<T>(Q, K, options, Kernel{}).q_indices == expected);
   }
   SUBCASE("given indices, the same or different for Q and K") {
     LandmarkOptions options = options_for(LandmarkStrategy::given, 3);
     options.q_indices = {5, 2, 90};
-    const Landmarks<T> same = select_landmarks<T>(Q, K, options);
+    const Landmarks<T> same = select_landmarks<T>(Q, K, options, Kernel{});
     CHECK(same.k_indices == options.q_indices);
     CHECK(same.q.row(0) == Q.row(5));
     CHECK(same.k.row(2) == K.row(90));
     options.k_indices = {1, 3, 4};
-    const Landmarks<T> different = select_landmarks<T>(Q, K, options);
+    const Landmarks<T> different = select_landmarks<T>(Q, K, options, Kernel{});
     CHECK(different.k_indices == options.k_indices);
     CHECK(different.k.row(1) == K.row(3));
   }
@@ -429,9 +431,9 @@ TEST_CASE_TEMPLATE("k-means++ is deterministic per seed and its centroids are th
   LandmarkOptions options = options_for(LandmarkStrategy::kmeans, clusters);
   options.seed = 3;
   options.kmeans_iterations = 100;
-  const Landmarks<T> first = select_landmarks<T>(X, K, options);
-  CHECK(select_landmarks<T>(X, K, options).q == first.q);
-  CHECK(select_landmarks<T>(X, K, options).k == first.k);
+  const Landmarks<T> first = select_landmarks<T>(X, K, options, Kernel{});
+  CHECK(select_landmarks<T>(X, K, options, Kernel{}).q == first.q);
+  CHECK(select_landmarks<T>(X, K, options, Kernel{}).k == first.k);
   CHECK(first.q_indices.empty());
   // Each centroid is the mean of the points nearest to it (a fixed point of Lloyd's iteration).
   using Pair = std::pair<const Matrix<T>*, const Matrix<T>*>;
@@ -468,7 +470,7 @@ TEST_CASE_TEMPLATE("k-means++ is deterministic per seed and its centroids are th
 TEST_CASE("bad landmark options throw naming the value") {
   const Matrix<double> Q = random_matrix<double>(20, 4, 601), K = random_matrix<double>(20, 4, 602);
   const auto fails = [&](LandmarkOptions options, const std::string& needle) {
-    return throws_naming([&] { select_landmarks<double>(Q, K, options); }, needle);
+    return throws_naming([&] { select_landmarks<double>(Q, K, options, Kernel{}); }, needle);
   };
   CHECK(fails(options_for(LandmarkStrategy::segment_means, 0), "m = 0"));
   CHECK(fails(options_for(LandmarkStrategy::step, 21), "m = 21"));
@@ -507,7 +509,7 @@ TEST_CASE("bad landmark options throw naming the value") {
   options.window = {4, 5};
   CHECK(fails(options, "window 4x5 does not hold N - prefix_tokens = 20 - 2 = 18"));
   options.window = {3, 6};
-  CHECK_NOTHROW(select_landmarks<double>(Q, K, options));
+  CHECK_NOTHROW(select_landmarks<double>(Q, K, options, Kernel{}));
   // Sides whose product wraps around to N − prefix_tokens: 3 · 6148914691236517212 = 2⁶⁴ + 18.
   options.window = {3, 6148914691236517212};
   CHECK(fails(options, "window 3x6148914691236517212 does not hold"));
@@ -519,12 +521,14 @@ TEST_CASE("bad landmark options throw naming the value") {
   options.embed_column = 4;
   CHECK(fails(options, "embed_column = 4"));
   const Matrix<double> short_k = random_matrix<double>(20, 3, 603);
-  CHECK(throws_naming([&] { select_landmarks<double>(Q, short_k, options_for(LandmarkStrategy::step, 2)); },
-                      "20x3"));
+  CHECK(throws_naming(
+      [&] { select_landmarks<double>(Q, short_k, options_for(LandmarkStrategy::step, 2), Kernel{}); },
+      "20x3"));
   Matrix<double> bad = Q;
   bad(2, 1) = std::nan("");
-  CHECK(throws_naming([&] { select_landmarks<double>(bad, K, options_for(LandmarkStrategy::step, 2)); },
-                      "non-finite"));
+  CHECK(throws_naming(
+      [&] { select_landmarks<double>(bad, K, options_for(LandmarkStrategy::step, 2), Kernel{}); },
+      "non-finite"));
   CHECK(throws_naming([&] { segment_means<double>(Q, 21); }, "m = 21"));
   CHECK(throws_naming([&] { window_pool<double>(Q, 4, 4, 4, WindowGrid::aspect); }, "4x4"));
 }

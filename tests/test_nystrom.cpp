@@ -352,7 +352,8 @@ TEST_CASE_TEMPLATE(
       const RowMajorMatrix<T> q_rows = Q, k_rows = K, v_rows = V;
       const ConstRowMajorMap<T> q(q_rows.data(), n, d, Eigen::OuterStride<>(d)),
           k(k_rows.data(), n, d, Eigen::OuterStride<>(d));
-      for (auto stabilization : {Stabilization::none, Stabilization::row_max, Stabilization::clamped}) {
+      for (auto stabilization :
+           {Stabilization::none, Stabilization::row_max, Stabilization::clamped, Stabilization::row_sum}) {
         CAPTURE(to_string(stabilization));
         const NystromOptions options = options_for(Kernel::exponential(0.3), m, stabilization);
         NystromFactors<T> fused;
@@ -582,7 +583,7 @@ TEST_CASE_TEMPLATE("given landmarks give the factors of selected ones, a log-shi
                              : generalized_nystrom<T>(Q, K, landmarks..., options);
           };
           const NystromFactors<T> selected = factors();
-          const Landmarks<T> marks = select_landmarks<T>(Q, K, options.landmarks);
+          const Landmarks<T> marks = select_landmarks<T>(Q, K, options.landmarks, Kernel{});
           const NystromFactors<T> given = factors(marks);
           CHECK(given.left == selected.left);
           CHECK(given.pinv.z == selected.pinv.z);
@@ -611,4 +612,79 @@ TEST_CASE_TEMPLATE("given landmarks give the factors of selected ones, a log-shi
   const NystromOptions plain = options_for(Kernel::exponential(1), 3, Stabilization::none);
   CHECK(
       throws_naming([&] { generalized_nystrom<double>(tokens, tokens, wrong, plain); }, "landmarks are 3x4"));
+}
+
+TEST_CASE_TEMPLATE("oversampled landmarks: the p×m core's least-squares fit equals its dense oracle", T,
+                   float, double) {
+  // Q̄ with p = 2m rows (landmarks.hpp, oversampling), K̄ with m: Ĝ = diag(e^l) G_Lⁿ (W G_A)⁺ W G_U with the
+  // weights W of the stabilization (docs/mathematics.md §2): none 1, row-max 1/max_j of each landmark row's
+  // kernel, row-sum 1/Σ_j; the factors' own row scales cancel in Ĝ except through W.
+  const Index n = 57, d = 4, m = 5;
+  const Matrix<T> Q = random_matrix<T>(n, d, 81, 0.6), K = random_matrix<T>(n, d, 82, 0.6);
+  const Kernel kernel = Kernel::exponential(0.5);
+  for (const Stabilization stabilization :
+       {Stabilization::none, Stabilization::row_max, Stabilization::row_sum})
+    for (const PinvMethod pinv : {PinvMethod::exact, PinvMethod::truncated}) {
+      CAPTURE(to_string(stabilization));
+      CAPTURE(to_string(pinv));
+      NystromOptions options = options_for(kernel, m, stabilization);
+      options.landmarks.oversampling = 2;
+      options.pinv.method = pinv;
+      const NystromFactors<T> f = generalized_nystrom<T>(Q, K, options);
+      REQUIRE(f.core.rows() == 2 * m);
+      REQUIRE(f.core.cols() == m);
+      const Matrix<double> q_bar = f.landmarks.q.template cast<double>(),
+                           k_bar = f.landmarks.k.template cast<double>();
+      const Matrix<double> Qd = Q.template cast<double>(), Kd = K.template cast<double>();
+      const Matrix<double> left = kernel.block<double>(Qd, k_bar), core = kernel.block<double>(q_bar, k_bar),
+                           upper = kernel.block<double>(q_bar, Kd);
+      Vector<double> weight = Vector<double>::Ones(2 * m);
+      if (stabilization == Stabilization::row_max) weight = upper.rowwise().maxCoeff().cwiseInverse();
+      if (stabilization == Stabilization::row_sum) weight = upper.rowwise().sum().cwiseInverse();
+      const double cut = pinv == PinvMethod::truncated ? std::sqrt(std::numeric_limits<T>::epsilon()) : 1e-12;
+      const Matrix<double> oracle =
+          left * dense_pinv(weight.asDiagonal() * core, cut) * weight.asDiagonal() * upper;
+      CHECK(relative_difference(f.dense(), oracle) <= 1e3 * std::numeric_limits<T>::epsilon());
+    }
+  // Iterations need a square core; the symmetric form takes no row sums.
+  NystromOptions iterative = options_for(kernel, m, Stabilization::row_max);
+  iterative.landmarks.oversampling = 2;
+  iterative.pinv = {PinvMethod::razavi, 6};
+  CHECK(throws_naming([&] { generalized_nystrom<T>(Q, K, iterative); }, "rectangular core"));
+  CHECK(throws_naming([&] { symmetric_nystrom<T>(Q, K, options_for(kernel, m, Stabilization::row_sum)); },
+                      "row-sum"));
+}
+
+TEST_CASE("row-sum stabilization gives row-max's Ĝ on a square nonsingular core") {
+  const Matrix<double> Q = random_matrix<double>(48, 4, 91, 0.7), K = random_matrix<double>(48, 4, 92, 0.7);
+  const Kernel kernel = Kernel::exponential(0.5);
+  const Matrix<double> row_max =
+      generalized_nystrom<double>(Q, K, options_for(kernel, 6, Stabilization::row_max)).dense();
+  const NystromFactors<double> row_sum =
+      generalized_nystrom<double>(Q, K, options_for(kernel, 6, Stabilization::row_sum));
+  CHECK(relative_difference(row_sum.dense(), row_max) <= 1e-11);
+  // Each landmark row of G_Uⁿ sums to 1.
+  CHECK((row_sum.upper.rowwise().sum().array() - 1).abs().maxCoeff() <= 1e-14);
+}
+
+TEST_CASE_TEMPLATE("the oracle core is C⁺GR⁺, no worse in ‖·‖_F than any core of the same landmarks", T,
+                   float, double) {
+  const Index n = 50, d = 4, m = 6;
+  const Matrix<T> Q = random_matrix<T>(n, d, 95, 0.6), K = random_matrix<T>(n, d, 96, 0.6);
+  const Kernel kernel = Kernel::exponential(0.6);
+  NystromOptions options = options_for(kernel, m, Stabilization::none);
+  options.landmarks.strategy = LandmarkStrategy::random;
+  const NystromFactors<T> lemma = generalized_nystrom<T>(Q, K, options);
+  options.pinv.method = PinvMethod::oracle_core;
+  const NystromFactors<T> oracle = generalized_nystrom<T>(Q, K, options);
+  const Matrix<double> g = kernel.block<double>(Q.template cast<double>(), K.template cast<double>());
+  const Matrix<double> c = oracle.left.template cast<double>(), r = oracle.upper.template cast<double>();
+  const Matrix<double> z = dense_pinv(c, 1e-13) * g * dense_pinv(r, 1e-13);
+  CHECK(relative_difference(oracle.pinv.z.template cast<double>(), z) <=
+        1e3 * std::numeric_limits<T>::epsilon());
+  CHECK((g - oracle.dense().template cast<double>()).norm() <=
+        (g - lemma.dense().template cast<double>()).norm() * (1 + 1e2 * std::numeric_limits<T>::epsilon()));
+  CHECK(std::isnan(oracle.pinv.residual()));
+  options.stabilization = Stabilization::clamped;
+  CHECK(throws_naming([&] { generalized_nystrom<T>(Q, K, options); }, "clamped"));
 }

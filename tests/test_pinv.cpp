@@ -440,9 +440,18 @@ TEST_CASE("bad pinv arguments throw naming the value") {
       CHECK(throws_naming([&] { pseudoinverse<float>(A_float, options); }, needle));
       CHECK(pseudoinverse<double>(A, options).z.allFinite());  // double holds all three
     }
-  // A non-square core and non-finite entries are input errors, not numerical outcomes.
-  CHECK(throws_naming([] { pseudoinverse<double>(Matrix<double>::Ones(3, 4), PinvOptions{}); },
-                      "pinv: A must be square, got 3x4"));
+  // A non-square core for an iteration or a shift, the oracle core (no pseudoinverse of one matrix) and
+  // non-finite entries are input errors, not numerical outcomes.
+  CHECK(throws_naming(
+      [] {
+        pseudoinverse<double>(Matrix<double>::Ones(3, 4), {PinvMethod::razavi, 4});
+      },
+      "pinv: A is 3x4; razavi needs a square A"));
+  CHECK(throws_naming(
+      [] { pseudoinverse<double>(Matrix<double>::Ones(3, 4), {.method = PinvMethod::exact, .shift = 0.1}); },
+      "pinv: A is 3x4; shift needs a square A"));
+  CHECK(throws_naming([] { pseudoinverse<double>(Matrix<double>::Ones(3, 3), {PinvMethod::oracle_core}); },
+                      "oracle-core"));
   CHECK(
       throws_naming([] { pseudoinverse<double>(Matrix<double>(0, 0), PinvOptions{}); }, "pinv: A is empty"));
   Matrix<double> bad = A;
@@ -524,10 +533,8 @@ TEST_CASE("an iteration is continued only by the same matrix and options and a c
   changed(2, 3) = std::nextafter(changed(2, 3), 10.0);  // one ulp
   CHECK_FALSE(iteration.continued_by(changed, options));
   CHECK_FALSE(iteration.continued_by(Matrix<double>::Identity(5, 5), options));
-  CHECK(throws_naming([&] { PinvIteration<double>(A, PinvOptions{}); },
-                      "exact pseudoinverse does not iterate"));
-  CHECK(throws_naming([&] { PinvIteration<double>(Matrix<double>::Ones(3, 4), options); },
-                      "pinv: A must be square, got 3x4"));
+  CHECK(throws_naming([&] { PinvIteration<double>(A, PinvOptions{}); }, "exact does not iterate"));
+  CHECK(throws_naming([&] { PinvIteration<double>(Matrix<double>::Ones(3, 4), options); }, "pinv: A is 3x4"));
 }
 
 TEST_CASE_TEMPLATE("core_pseudoinverse with an iteration: continued, replaced, or exact", T, float, double) {
@@ -554,4 +561,36 @@ TEST_CASE_TEMPLATE("core_pseudoinverse with an iteration: continued, replaced, o
   const PinvResult<T> nan = core_pseudoinverse<T>(overflowed, two, iteration);
   CHECK(nan.status == PinvStatus::non_finite);
   CHECK_FALSE(iteration);
+}
+
+TEST_CASE_TEMPLATE("exact and truncated pseudoinverses of rectangular cores equal the dense SVD oracle", T,
+                   float, double) {
+  // An oversampled core (p×m, p > m; landmarks.hpp) and its transpose: Z = A⁺ by SVD, the residual of the
+  // smaller product ‖I − ZA‖_F (tall) or ‖I − AZ‖_F (wide), which is at rounding for full column or row rank.
+  const double eps = std::numeric_limits<T>::epsilon();
+  for (const auto [rows, cols] : {std::pair<Index, Index>{9, 4}, {4, 9}, {16, 16}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const Matrix<double> a = random_matrix<double>(rows, cols, 71);
+    const Matrix<double> oracle = dense_pinv(a, 0);
+    for (const PinvMethod method : {PinvMethod::exact, PinvMethod::truncated}) {
+      const PinvResult<T> result = pseudoinverse<T>(a.cast<T>(), {method});
+      REQUIRE(result.z.rows() == cols);
+      REQUIRE(result.z.cols() == rows);
+      CHECK((result.z.template cast<double>() - oracle).norm() <= 1e3 * eps * oracle.norm());
+      CHECK(result.rank == std::min(rows, cols));
+      CHECK(result.residual() <= 1e3 * eps);
+      CHECK(result.status == PinvStatus::converged);
+    }
+  }
+  // truncated cuts at √eps relative by default: a singular value of 1e-2·√eps·σ₁ is dropped, exact keeps it.
+  Vector<double> sigma(3);
+  sigma << 1, 0.5, 1e-2 * std::sqrt(eps);
+  const Matrix<double> graded = sigma.asDiagonal() * Matrix<double>::Identity(3, 3);
+  CHECK(pseudoinverse<T>(graded.cast<T>(), {PinvMethod::truncated}).rank == 2);
+  CHECK(pseudoinverse<T>(graded.cast<T>(), {PinvMethod::exact}).rank == 3);
+  // A relative tolerance given keeps what lies above it.
+  PinvOptions loose{PinvMethod::truncated};
+  loose.tolerance = 0.75;
+  CHECK(pseudoinverse<T>(graded.cast<T>(), loose).rank == 1);
 }

@@ -44,7 +44,7 @@ Matrix<T> exactly_low_rank_extended(Index n, Index d, Index blocks, std::uint64_
   LandmarkOptions options;
   options.strategy = LandmarkStrategy::segment_means;
   options.count = blocks;
-  const ExtendedTokens<T> tokens = extended_tokens<T>(Q, K, select_landmarks<T>(Q, K, options));
+  const ExtendedTokens<T> tokens = extended_tokens<T>(Q, K, select_landmarks<T>(Q, K, options, Kernel{}));
   return Kernel::exponential(1 / std::sqrt(double(d))).block<T>(tokens.queries, tokens.keys);
 }
 
@@ -353,10 +353,13 @@ TEST_CASE_TEMPLATE("last_error_bound certifies σ_k against a full SVD, flat and
         // The products' own rounding, √n·eps·σ₁, is the slack of the computed certificate.
         const double slack = std::sqrt(double(rows * cols)) * eps * oracle(0);
         // The Gram form resolves σ_k ≳ √eps·σ₁ (else its value may be wrong, and the certificate must say
-        // so); the augmented form resolves σ_k well above the rounding floor (else it may not converge: NaN).
+        // so); the augmented form's values are accurate to the rounding floor, but Spectra's relative
+        // convergence test (residual estimate ≤ tolerance·σ_k) is met only by chance below about √eps·σ₁:
+        // σ_k = 1e-9·σ₁ converged with one rounding of the products and not with another (NaN).
         const std::pair<SpectralResult, bool> runs[] = {
             {top_singular_values(op, k), oracle(k - 1) >= 10 * std::sqrt(eps) * oracle(0)},
-            {top_singular_values_augmented(op, k), oracle(k - 1) >= 1e3 * slack}};
+            {top_singular_values_augmented(op, k),
+             oracle(k - 1) >= std::max(1e3 * slack, std::sqrt(eps) * oracle(0))}};
         for (const auto& [top, resolvable] : runs) {
           CAPTURE(resolvable);
           REQUIRE(top.values.size() == k);

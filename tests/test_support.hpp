@@ -98,9 +98,10 @@ Matrix<T> naive_kernel(const Matrix<T>& X, const Matrix<T>& Y, const Kernel& ker
   return out;
 }
 
-/// The Moore–Penrose pseudoinverse in double by a full JacobiSVD, singular values ≤ tol·σ₁ dropped.
+/// The Moore–Penrose pseudoinverse of a matrix of any shape in double by a thin JacobiSVD, singular values ≤
+/// tol·σ₁ dropped.
 inline Matrix<double> dense_pinv(const Matrix<double>& A, double relative_tolerance) {
-  Eigen::JacobiSVD<Matrix<double>> svd(A, Eigen::ComputeFullU | Eigen::ComputeFullV);
+  Eigen::JacobiSVD<Matrix<double>> svd(A, Eigen::ComputeThinU | Eigen::ComputeThinV);
   const auto& sigma = svd.singularValues();
   Vector<double> inverse = Vector<double>::Zero(sigma.size());
   const double cut = sigma.size() > 0 ? relative_tolerance * sigma(0) : 0;

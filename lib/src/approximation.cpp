@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "nystrom/attention.hpp"
-#include "nystrom/enum_names.hpp"
+#include "nystrom/detail/enum_names.hpp"
 
 namespace nystrom {
 
@@ -89,6 +89,19 @@ PinvOptions* pinv_options(Method method, ApproximationOptions& options) {
   return const_cast<PinvOptions*>(pinv_options(method, std::as_const(options)));
 }
 
+namespace {
+
+/// The Nyström options of pnp-nystra or symmetric-nystrom as approximate_attention runs them: the method's,
+/// with `kernel` and `storage` of `options`.
+NystromOptions method_nystrom_options(Method method, const ApproximationOptions& options) {
+  NystromOptions nystrom = method == Method::pnp_nystra ? options.pnp_nystra : options.symmetric_nystrom;
+  nystrom.kernel = options.kernel;
+  nystrom.storage = options.storage;
+  return nystrom;
+}
+
+}  // namespace
+
 void ApproximationOptions::validate(Method method, Index n, Index d) const {
   kernel.validate();
   require(error_matrix(method) != ErrorMatrix::attention || kernel.type == KernelType::exponential,
@@ -97,12 +110,9 @@ void ApproximationOptions::validate(Method method, Index n, Index d) const {
           " is a softmax method and needs a scale s > 0, got s = ", kernel.param);
   switch (method) {
     case Method::pnp_nystra:
-    case Method::symmetric_nystrom: {
-      NystromOptions with_kernel = method == Method::pnp_nystra ? pnp_nystra : symmetric_nystrom;
-      with_kernel.kernel = kernel;
-      with_kernel.validate(n, d);
+    case Method::symmetric_nystrom:
+      method_nystrom_options(method, *this).validate(n, d);
       return;
-    }
     case Method::nystromformer:
       nystromformer.validate(n);
       return;
@@ -128,7 +138,8 @@ ApproximationOptions with_drawn_projections(Method method, const ApproximationOp
     performer.projection =
         performer_projection(performer.feature_count(d), d, performer.seed, performer.orthogonal);
   LinformerOptions& linformer = drawn.linformer;
-  if (method == Method::linformer && (!linformer.e.size() || (!linformer.f.size() && !linformer.share_projections))) {
+  if (method == Method::linformer &&
+      (!linformer.e.size() || (!linformer.f.size() && !linformer.share_projections))) {
     LinformerProjections projections =
         linformer_projections(linformer.projected, n, linformer.seed, linformer.share_projections);
     if (!linformer.e.size()) linformer.e = std::move(projections.e);
@@ -145,13 +156,27 @@ void record_pinv(Approximation<T>& out, const Pinv& pinv) {
   out.pinv_residual = pinv.residual();
 }
 
-/// Moves a softmax method's output, its implied Ŝ and (for methods with a pseudoinverse) the pinv diagnostics
-/// into `out`.
+/// Moves a softmax method's output, its implied Ŝ, its rounding counts and (for methods with a pseudoinverse)
+/// the pinv diagnostics and counts into `out`.
 template <class T, class Result>
 void take_softmax_result(Approximation<T>& out, Result result) {
-  if constexpr (requires { result.pinv; }) record_pinv(out, result.pinv);
+  if constexpr (requires { result.pinv; }) {
+    record_pinv(out, result.pinv);
+    out.rounding += result.pinv.rounding;
+  }
+  out.rounding += result.rounding;
   out.output = std::move(result.output);
   out.softmax_attention = std::move(result).attention_operator();
+}
+
+/// run(method_options) with method_options.storage = `storage` (copied only where it differs: Linformer's
+/// and Performer's explicit projections are large).
+template <class Options, class Run>
+auto with_storage(const Options& method_options, Precision storage, const Run& run) {
+  if (method_options.storage == storage) return run(method_options);
+  Options stored = method_options;
+  stored.storage = storage;
+  return run(stored);
 }
 
 }  // namespace
@@ -163,35 +188,51 @@ Approximation<T> approximate_attention(Method method, const ConstMatrixRef<T>& Q
   const double s = options.kernel.param;
   Approximation<T> out;
   out.method = method;
+  const Precision storage = options.storage;
   switch (method) {
     case Method::pnp_nystra:
     case Method::symmetric_nystrom: {
-      NystromOptions nystrom = method == Method::pnp_nystra ? options.pnp_nystra : options.symmetric_nystrom;
-      nystrom.kernel = options.kernel;
+      const NystromOptions nystrom = method_nystrom_options(method, options);
       NystromFactors<T>& factors = out.kernel_factors.emplace();
-      if (method == Method::pnp_nystra) {
+      // The fused call for native pnp-nystra; emulated, the factors and then Algorithm 1 with its counts.
+      if (method == Method::pnp_nystra && !is_emulated(storage)) {
         out.output = generalized_nystrom_attention<T>(Q, K, V, nystrom, factors);
       } else {
-        factors = symmetric_nystrom<T>(Q, K, nystrom);
-        out.output = nystrom_attention<T>(factors, V);
+        factors = method == Method::pnp_nystra ? generalized_nystrom<T>(Q, K, nystrom)
+                                               : symmetric_nystrom<T>(Q, K, nystrom);
+        out.output = nystrom_attention<T>(factors, V, out.rounding);
       }
       record_pinv(out, factors.pinv);
+      out.rounding += factors.rounding;
+      out.rounding += factors.pinv.rounding;
+      out.selection_entries = factors.landmarks.entries;
       break;
     }
     case Method::nystromformer:
-      take_softmax_result(out, nystromformer_attention<T>(Q, K, V, s, options.nystromformer));
+      take_softmax_result(out, with_storage(options.nystromformer, storage, [&](const auto& method_options) {
+                            return nystromformer_attention<T>(Q, K, V, s, method_options);
+                          }));
       break;
-    case Method::cur:
-      take_softmax_result(out, cur_attention<T>(Q, K, V, s, options.cur));
+    case Method::cur: {
+      CurResult<T> cur = with_storage(options.cur, storage, [&](const auto& method_options) {
+        return cur_attention<T>(Q, K, V, s, method_options);
+      });
+      out.selection_entries = cur.selection_entries;
+      take_softmax_result(out, std::move(cur));
       break;
+    }
     case Method::performer:
-      take_softmax_result(out, performer_attention<T>(Q, K, V, s, options.performer));
+      take_softmax_result(out, with_storage(options.performer, storage, [&](const auto& method_options) {
+                            return performer_attention<T>(Q, K, V, s, method_options);
+                          }));
       break;
     case Method::linformer:
-      take_softmax_result(out, linformer_attention<T>(Q, K, V, s, options.linformer));
+      take_softmax_result(out, with_storage(options.linformer, storage, [&](const auto& method_options) {
+                            return linformer_attention<T>(Q, K, V, s, method_options);
+                          }));
       break;
     case Method::exact:
-      out.output = exact_attention<T>(Q, K, V, options.kernel);
+      out.output = exact_attention<T>(Q, K, V, options.kernel, storage, out.rounding);
       break;
   }
   return out;
@@ -200,14 +241,18 @@ Approximation<T> approximate_attention(Method method, const ConstMatrixRef<T>& Q
 template <class T>
 std::optional<FactoredOperator<T>> Approximation<T>::attention() const {
   if (!kernel_factors) return softmax_attention;
-  // Ŝ = diag(1/(Ĝⁿ1)) Ĝⁿ (the row scales exp(l) of a stabilized Ĝ cancel).
-  const NystromFactors<T>& f = *kernel_factors;
+  return implied_attention(*kernel_factors);
+}
+
+template <class T>
+FactoredOperator<T> implied_attention(const NystromFactors<T>& f) {
   const Vector<T> row_sums = f.left * (f.pinv.z * f.upper.rowwise().sum());
   return FactoredOperator<T>(f.left, f.pinv.z, f.upper, row_sums.cwiseInverse());
 }
 
 #define NYSTROM_INSTANTIATE(T)                                                                           \
   template struct Approximation<T>;                                                                      \
+  template FactoredOperator<T> implied_attention<T>(const NystromFactors<T>&);                           \
   template Approximation<T> approximate_attention<T>(Method, const ConstMatrixRef<T>&,                   \
                                                      const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, \
                                                      const ApproximationOptions&);

@@ -2,13 +2,15 @@
 
 #include "attention_inputs.hpp"
 #include "blas_gemm.hpp"
+#include "emulation.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "nystrom/detail/power_of_two.hpp"
 #include "nystrom/error.hpp"
-#include "nystrom/power_of_two.hpp"
 #include "nystrom/threads.hpp"
 
 namespace nystrom {
@@ -21,15 +23,68 @@ namespace {
 constexpr Index attention_panel_rows = 256;
 constexpr Index attention_tile_keys = 512;
 
-}  // namespace
+/// Queries per panel of the emulated exact attention: its 64×N logits, 1 MiB in float at N = 4096.
+constexpr Index emulated_panel_rows = 64;
 
+/// Throws std::invalid_argument unless the kernel is valid, Q and K are finite tokens of one dimension, and
+/// V is finite with a row per key.
 template <class T>
-Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
+void require_exact_inputs(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
                           const Kernel& kernel) {
   kernel.validate();
   detail::require_tokens<T>(Q, K, "exact_attention");
   require(V.rows() == K.rows(), "exact_attention: V has ", V.rows(), " rows, K has N = ", K.rows());
   require_finite(V, "exact_attention: V");
+}
+
+/// exact_attention in emulated `storage` (docs/mathematics.md §8): Q, K, V rounded, then per panel of
+/// queries the rounding points of the logits, P = R(exp(φ − μ)), ℓ = R(P 1), R(P V) and O = R(R(P V) / ℓ),
+/// each panel's counts added in panel order.
+Matrix<float> emulated_exact_attention(const ConstMatrixRef<float>& Q, const ConstMatrixRef<float>& K,
+                                       const ConstMatrixRef<float>& V, const Kernel& kernel,
+                                       Precision storage, RoundingCounts& rounding) {
+  detail::Emulation inputs(storage);
+  const Matrix<float> q = inputs.stored(Q), k = inputs.stored(K), v = inputs.stored(V);
+  rounding += inputs.counts();
+  const Index n = q.rows(), panels = (n + emulated_panel_rows - 1) / emulated_panel_rows;
+  Matrix<float> out(n, v.cols());
+  std::vector<RoundingCounts> counts(static_cast<std::size_t>(panels));
+  const bool threaded = double(n) * double(k.rows()) * double(q.cols() + v.cols()) >= detail::parallel_work;
+#pragma omp parallel for schedule(dynamic) if (threaded)
+  for (Index p = 0; p < panels; ++p) {
+    detail::Emulation emulation(storage);
+    const Index r = p * emulated_panel_rows, b = std::min(emulated_panel_rows, n - r);
+    Matrix<float> weights = detail::rounded_exponents(emulation, kernel, q.middleRows(r, b), k);
+    detail::rounded_exp(emulation, weights, detail::row_max(weights));
+    const Vector<float> sums = detail::rounded_row_sums(emulation, weights);
+    Matrix<float> rows = detail::rounded_product(emulation, weights, v);
+    detail::rounded_row_division(emulation, rows, sums);
+    out.middleRows(r, b) = rows;
+    counts[static_cast<std::size_t>(p)] = emulation.counts();
+  }
+  for (const RoundingCounts& panel : counts) rounding += panel;
+  return out;
+}
+
+}  // namespace
+
+template <class T>
+Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
+                          const Kernel& kernel, Precision storage, RoundingCounts& rounding) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (is_emulated(storage)) {
+      require_exact_inputs<T>(Q, K, V, kernel);
+      return emulated_exact_attention(Q, K, V, kernel, storage, rounding);
+    }
+  }
+  require_storage_for<T>(storage, "exact_attention");
+  return exact_attention<T>(Q, K, V, kernel);
+}
+
+template <class T>
+Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
+                          const Kernel& kernel) {
+  require_exact_inputs<T>(Q, K, V, kernel);
   // Online softmax (FlashAttention's tiling) for a panel P of b queries and a tile C of c keys: the logits
   // Φ = φ(Q_P, K_C) (b×c, column-major), their row maxima and the exponentials are taken one contiguous
   // column at a time on b-vectors, the accumulator O_P (b×dv) and the row sums are rescaled when a row max
@@ -139,6 +194,9 @@ OutputErrors output_errors(const ConstMatrixRef<T>& exact, const ConstMatrixRef<
 #define NYSTROM_INSTANTIATE(T)                                                                               \
   template Matrix<T> exact_attention<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,                  \
                                         const ConstMatrixRef<T>&, const Kernel&);                            \
+  template Matrix<T> exact_attention<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&,                  \
+                                        const ConstMatrixRef<T>&, const Kernel&, Precision,                  \
+                                        RoundingCounts&);                                                    \
   template Matrix<T> attention_matrix<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, const Kernel&); \
   template void attention_matrix<T>(const ConstMatrixRef<T>&, const ConstMatrixRef<T>&, const Kernel&,       \
                                     MatrixRef<T>);                                                           \

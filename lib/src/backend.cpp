@@ -10,7 +10,7 @@
 #include "attention_inputs.hpp"
 #include "batch_inputs.hpp"
 #include "nystrom/attention.hpp"
-#include "nystrom/enum_names.hpp"
+#include "nystrom/detail/enum_names.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/matrix_free.hpp"
@@ -257,7 +257,8 @@ NystromFactors<T> generalized_nystrom(Device device, const ConstMatrixRef<T>& Q,
                                       const NystromOptions& options) {
   require_device(device);
   detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
-  return generalized_nystrom<T>(device, Q, K, select_landmarks<T>(Q, K, options.landmarks), options);
+  return generalized_nystrom<T>(device, Q, K, select_landmarks<T>(Q, K, options.landmarks, options.kernel),
+                                options);
 }
 
 template <class T>
@@ -285,7 +286,7 @@ Matrix<T> nystrom_attention(Device device, const ConstMatrixRef<T>& Q, const Con
   if (device == Device::cuda) {
     detail::require_nystrom_inputs<T>(Q, K, options, "generalized_nystrom");
     require_finite(V, "nystrom_attention: V");
-    return gpu<T>().nystrom_attention(Q, K, V, select_landmarks<T>(Q, K, options.landmarks),
+    return gpu<T>().nystrom_attention(Q, K, V, select_landmarks<T>(Q, K, options.landmarks, options.kernel),
                                       device_nystrom_options(options));
   }
 #endif

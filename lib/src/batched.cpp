@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "batch_inputs.hpp"
-#include "nystrom/enum_names.hpp"
+#include "nystrom/detail/enum_names.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/threads.hpp"
 

@@ -4,8 +4,8 @@
 #include <limits>
 
 #include "lapack.hpp"
+#include "nystrom/detail/power_of_two.hpp"
 #include "nystrom/error.hpp"
-#include "nystrom/power_of_two.hpp"
 #include "nystrom/spectral.hpp"
 
 namespace nystrom {

@@ -24,6 +24,7 @@ void EvaluationOptions::validate() const {
   require(panel_rows >= 1, "evaluation: panel_rows = ", panel_rows, " must be >= 1");
   require(dense_svd_limit >= 0, "evaluation: dense_svd_limit = ", dense_svd_limit, " must be >= 0");
   spectral.validate();
+  certificate.validate();
   require_device(device);
 }
 
@@ -58,11 +59,13 @@ std::string kernel_key(const Kernel& kernel) {
   return describe(to_string(kernel.type), "/", exact(kernel.param), "/", exact(kernel.log_shift));
 }
 
-/// The cache key of landmark options: every field that selects the landmarks.
-std::string landmark_key(const LandmarkOptions& o) {
-  std::string key = describe(to_string(o.strategy), "/", o.count, "/", o.seed, "/", o.different_indices, "/",
-                             o.window[0], "x", o.window[1], "/", to_string(o.window_grid), "/",
-                             o.prefix_tokens, "/", o.embed_column, "/", o.kmeans_iterations);
+/// The cache key of landmark options: every field that selects the landmarks, and the kernel where the
+/// strategy evaluates it.
+std::string landmark_key(const LandmarkOptions& o, const Kernel& kernel) {
+  std::string key = describe(to_string(o.strategy), "/", o.count, "/", o.oversampling, "/", o.seed, "/",
+                             o.different_indices, "/", o.window[0], "x", o.window[1], "/",
+                             to_string(o.window_grid), "/", o.prefix_tokens, "/", o.embed_column, "/",
+                             o.kmeans_iterations, "/", uses_kernel(o.strategy) ? kernel.label() : "");
   for (const auto* indices : {&o.forced, &o.q_indices, &o.k_indices}) {
     key += "/";
     for (Index i : *indices) key += describe(i, ",");
@@ -84,24 +87,25 @@ void run_with_landmark_terms(Index n, Index m, const EvaluationOptions& options,
   }
 }
 
-/// The output columns of `approximate` against the exact output (nothing without V).
+/// The output columns of `approximate` against the exact output.
 template <class T>
-void set_output_errors(const Matrix<T>& exact, const Matrix<T>& approximate, PointResult& point) {
-  if (exact.size() == 0 || approximate.size() == 0) return;
+void set_output_columns(const Matrix<T>& exact, const Matrix<T>& approximate, PointResult& point) {
   const OutputErrors errors = output_errors<T>(exact, approximate);
   point.output_relative_error = errors.relative_frobenius;
   point.output_max_error = errors.max_abs;
   point.output_mean_abs_error = errors.mean_abs;
+  point.nonfinite_output_rows = (!approximate.array().isFinite()).rowwise().any().count();
 }
 
 /// Whether a pnp-nystra point's Ĝ is the G_L G_A⁺ G_U of PnP-Nystra Lemma 2.1 for the G̃ of its landmark
 /// terms: the exact pseudoinverse with its default cut and no regularization, the kernel's own blocks (not
-/// the clamped exponential), and no model score terms on the exact side.
+/// the clamped exponential), native storage (float32, float64), and no model score terms on the exact side.
 template <class T>
 bool lemma_approximation(const NystromOptions& options, const Head<T>& head) {
   const PinvOptions& pinv = options.pinv;
   return pinv.method == PinvMethod::exact && pinv.tolerance == 0 && pinv.tikhonov == 0 && pinv.shift == 0 &&
-         options.stabilization != Stabilization::clamped && head.bias.size() == 0;
+         !is_emulated(options.storage) && options.stabilization != Stabilization::clamped &&
+         head.bias.size() == 0;
 }
 
 /// Completes a pnp-nystra point (its errors still of κ_c) with its landmark terms: σ₁(G̃), σ_{m+1}(G̃),
@@ -134,9 +138,19 @@ void scale_to_kernel(PointResult& point, double log_shift) {
   const double scale = std::exp(log_shift);
   for (double* value : {&point.spectral_error, &point.frobenius_error, &point.sigma1_ext, &point.sigma_m1_ext,
                         &point.sigma_m1_margin, &point.sigma_m_core, &point.theorem1_bound,
-                        &point.theorem2_bound, &point.theorem3_bound, &point.c_emp})
+                        &point.theorem2_bound, &point.theorem3_bound, &point.c_emp, &point.optimal_error,
+                        &point.optimal_error_lower, &point.spectral_error_lower, &point.spectral_error_upper})
     *value *= scale;
   point.c_emp_normalized /= scale;
+}
+
+/// The norms and the certificate of a point's error matrix.
+void set_errors(const detail::MatrixErrors& errors, PointResult& point) {
+  point.spectral_error = errors.spectral;
+  point.frobenius_error = errors.frobenius;
+  point.spectral_error_lower = errors.spectral_lower;
+  point.spectral_error_upper = errors.spectral_upper;
+  point.spectral_error_upper_failure = errors.failure;
 }
 
 /// check(), an std::invalid_argument it throws prefixed with `where` and the kernel.
@@ -374,14 +388,50 @@ const typename HeadReference<T>::Attention& HeadEvaluator<T>::attention_referenc
 }
 
 template <class T>
+std::pair<double, double> HeadEvaluator<T>::floor_of(ErrorMatrix matrix, Index rank, const Kernel& shifted) {
+  const Index n = head_.tokens();
+  if (rank >= n) return {0.0, 0.0};
+  const bool kernel = matrix == ErrorMatrix::kernel;
+  HeadReference<T>& reference = *reference_;
+  if (!kernel) attention_reference(shifted);
+  std::map<Index, SpectralResult>& spectra = kernel ? reference.g_spectra : reference.attention->spectra;
+  const bool full = !reference.matrix_free && n <= full_spectrum_limit;
+  const Index count = full ? n : rank + 1;
+  auto found = spectra.find(count);
+  if (found == spectra.end()) {
+    SpectralResult computed;
+    if (full) {
+      computed.values = singular_values<T>(kernel ? reference.g : reference.attention->s);
+      computed.converged = true;
+    } else if (!reference.matrix_free) {
+      computed = top_singular_values(DenseOperator<T>(kernel ? reference.g : reference.attention->s), count,
+                                     options_.spectral);
+    } else {
+      const AnyOperator<double> g =
+          kernel_operator<T, double>(options_.device, head_.q, head_.k, shifted, options_.tiling());
+      computed = kernel ? top_singular_values(g, count, options_.spectral)
+                        : top_singular_values(RowScaledOperator<AnyOperator<double>>(
+                                                  g, reference.attention->row_sums.cwiseInverse()),
+                                              count, options_.spectral);
+    }
+    found = spectra.emplace(count, std::move(computed)).first;
+  }
+  const SpectralResult& spectrum = found->second;
+  const double floor = spectrum.values(rank);
+  return {floor,
+          singular_value_lower_bound(floor, spectrum.values(0), 2 * n, std::numeric_limits<T>::epsilon())};
+}
+
+template <class T>
 typename HeadEvaluator<T>::LandmarkSet& HeadEvaluator<T>::landmark_set(const LandmarkOptions& options,
-                                                                       bool& selected) {
-  const std::string key = landmark_key(options);
+                                                                       const Kernel& kernel, bool& selected) {
+  const std::string key = landmark_key(options, kernel);
   auto found = landmark_sets_.find(key);
   selected = found == landmark_sets_.end();
   if (selected)
     found =
-        landmark_sets_.emplace(key, LandmarkSet{select_landmarks<T>(head_.q, head_.k, options), {}}).first;
+        landmark_sets_.emplace(key, LandmarkSet{select_landmarks<T>(head_.q, head_.k, options, kernel), {}})
+            .first;
   return found->second;
 }
 
@@ -394,9 +444,11 @@ const NystromFactors<T>& HeadEvaluator<T>::nystrom_factors(bool generalized, con
   const std::string key =
       options_.device != Device::cpu
           ? std::string()
-          : describe(generalized, "|", landmark_key(nystrom.landmarks), "|", kernel_key(nystrom.kernel), "|",
-                     to_string(nystrom.stabilization), "|", exact(nystrom.clamp_threshold));
-  if (key.empty() || key != last.key) {
+          : describe(generalized, "|", landmark_key(nystrom.landmarks, nystrom.kernel), "|",
+                     kernel_key(nystrom.kernel), "|", to_string(nystrom.stabilization), "|",
+                     exact(nystrom.clamp_threshold), "|", to_string(nystrom.storage));
+  // The oracle core is not a pseudoinverse of the stored core: its factors are computed whole.
+  if (key.empty() || key != last.key || nystrom.pinv.method == PinvMethod::oracle_core) {
     last = {};  // the old blocks freed before the new ones are made (N×m each; large on matrix-free heads)
     last.factors = generalized ? generalized_nystrom<T>(options_.device, head_.q, head_.k, landmarks, nystrom)
                                : symmetric_nystrom<T>(head_.q, head_.k, landmarks, nystrom);
@@ -441,9 +493,10 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
   const bool generalized = method == Method::pnp_nystra;
   NystromOptions nystrom = generalized ? options.pnp_nystra : options.symmetric_nystrom;
   nystrom.kernel = shifted;
+  nystrom.storage = options.storage;
   const auto start = Clock::now();
   bool selected = false;
-  LandmarkSet& set = landmark_set(nystrom.landmarks, selected);
+  LandmarkSet& set = landmark_set(nystrom.landmarks, shifted, selected);
   const double selection_seconds = selected ? seconds_since(start) : 0.0;
   const std::string terms_key = kernel_key(shifted);
   PointResult point;
@@ -461,19 +514,31 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
           [&] { return detail::matrix_free_kernel_errors(head_, factors, options_); });
     else
       errors = detail::stored_errors<T>(reference.g - factors.dense(), options_);
-    point.spectral_error = errors.spectral;
-    point.frobenius_error = errors.frobenius;
+    set_errors(errors, point);
     point.relative_spectral_error = errors.spectral / reference.g_norm2;
+    const Index rank = factors.left.cols();
+    std::tie(point.optimal_error, point.optimal_error_lower) = floor_of(ErrorMatrix::kernel, rank, shifted);
+    point.relative_optimal_error = point.optimal_error / reference.g_norm2;
+    set_attention_errors(point, implied_attention(factors), rank, shifted);
+    point.selection_entries = set.landmarks.entries;
     // PnP-Nystra Algorithm 1 on the same factors (on either device).
-    if (head_.v.size() > 0)
-      set_output_errors<T>(reference.output, nystrom_attention<T>(factors, head_.v), point);
+    if (head_.v.size() > 0) {
+      RoundingCounts output_rounding;
+      set_output_errors(nystrom.storage, shifted, nystrom_attention<T>(factors, head_.v, output_rounding),
+                        point);
+      point.rounding += output_rounding;
+    }
+    point.rounding += factors.rounding;
+    point.rounding += factors.pinv.rounding;
     point.pinv_status = factors.pinv.status;
     point.pinv_residual = factors.pinv.residual();
     point.matrix_free = reference.matrix_free;
     point.reference_seconds = reference.seconds;
     point.seconds = seconds_since(point_start) + factors_seconds + selection_seconds;
   };
-  if (generalized && !set.terms.count(terms_key)) {
+  // Lemma 2.1 is stated for a square core: an oversampled (p×m) one has no terms (NaN columns).
+  const bool lemma_terms = generalized && set.landmarks.q.rows() == set.landmarks.k.rows();
+  if (lemma_terms && !set.terms.count(terms_key)) {
     std::pair<LandmarkTerms, double> computed;
     const auto compute_terms = [&] {
       const auto terms_start = Clock::now();
@@ -485,7 +550,7 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
   } else {
     measure();
   }
-  if (generalized) {
+  if (lemma_terms) {
     const auto& [terms, seconds] = set.terms.at(terms_key);
     apply_landmark_terms(
         terms, bound_slack<T>(head_.tokens(), set.landmarks.q.rows(), terms.sigma1_ext, terms.sigma_m_core),
@@ -494,6 +559,26 @@ PointResult HeadEvaluator<T>::kernel_point(Method method, const ApproximationOpt
   }
   scale_to_kernel(point, shifted.log_shift);
   return point;
+}
+
+template <class T>
+detail::MatrixErrors HeadEvaluator<T>::attention_errors(const FactoredOperator<T>& implied,
+                                                        const Kernel& shifted) {
+  const typename HeadReference<T>::Attention& attention = attention_reference(shifted);
+  if (!detail::finite_factors(implied)) return {};
+  if (reference_->matrix_free)
+    return detail::unless_overflowing([&] {
+      return detail::matrix_free_attention_errors(head_, shifted, attention.row_sums, implied, options_);
+    });
+  return detail::stored_errors<T>(attention.s - implied.dense(), options_);
+}
+
+template <class T>
+void HeadEvaluator<T>::set_attention_errors(PointResult& point, const FactoredOperator<T>& implied,
+                                            Index rank, const Kernel& shifted) {
+  const double norm = attention_reference(shifted).norm2;
+  point.attention_relative_error = attention_errors(implied, shifted).spectral / norm;
+  point.attention_optimal_error = floor_of(ErrorMatrix::attention, rank, shifted).first / norm;
 }
 
 template <class T>
@@ -506,27 +591,42 @@ PointResult HeadEvaluator<T>::attention_point(Method method, const Approximation
   const Approximation<T> approximation =
       approximate_attention<T>(method, head_.q, head_.k, head_.v.size() ? head_.v : no_values, options);
   PointResult point;
-  set_output_errors<T>(reference.output, approximation.output, point);
+  set_output_errors(options.storage, shifted, approximation.output, point);
+  point.rounding = approximation.rounding;
   // ‖S − Ŝ‖ with S = D⁻¹G (docs/mathematics.md §6, §7).
   const FactoredOperator<T>& implied = *approximation.softmax_attention;
-  detail::MatrixErrors errors;
-  if (!detail::finite_factors(implied))
-    errors = {};
-  else if (reference.matrix_free)
-    errors = detail::unless_overflowing([&] {
-      return detail::matrix_free_attention_errors(head_, shifted, attention.row_sums, implied, options_);
-    });
-  else
-    errors = detail::stored_errors<T>(attention.s - implied.dense(), options_);
-  point.spectral_error = errors.spectral;
-  point.frobenius_error = errors.frobenius;
+  const detail::MatrixErrors errors = attention_errors(implied, shifted);
+  set_errors(errors, point);
   point.relative_spectral_error = errors.spectral / attention.norm2;
+  std::tie(point.optimal_error, point.optimal_error_lower) =
+      floor_of(ErrorMatrix::attention, implied.right().rows(), shifted);
+  point.attention_relative_error = point.relative_spectral_error;
+  point.relative_optimal_error = point.optimal_error / attention.norm2;
+  point.attention_optimal_error = point.relative_optimal_error;
+  point.selection_entries = approximation.selection_entries;
   point.pinv_status = approximation.pinv_status;
   point.pinv_residual = approximation.pinv_residual;
   point.matrix_free = reference.matrix_free;
   point.reference_seconds = reference.seconds;
   point.seconds = seconds_since(start);
   return point;
+}
+
+template <class T>
+void HeadEvaluator<T>::set_output_errors(Precision storage, const Kernel& shifted, const Matrix<T>& output,
+                                         PointResult& point) {
+  if (head_.v.size() == 0) return;
+  if (!is_emulated(storage)) return set_output_columns<T>(shifted_reference(shifted).output, output, point);
+  auto [found, missing] = float64_outputs_.try_emplace(shifted.label());
+  if (missing) {
+    ApproximationOptions exact;
+    exact.kernel = shifted;
+    found->second =
+        approximate_attention<double>(Method::exact, head_.q.template cast<double>(),
+                                      head_.k.template cast<double>(), head_.v.template cast<double>(), exact)
+            .output;
+  }
+  set_output_columns<double>(found->second, output.template cast<double>(), point);
 }
 
 template <class T>
@@ -537,7 +637,8 @@ PointResult HeadEvaluator<T>::exact_point(const ApproximationOptions& options, c
   const Approximation<T> approximation = approximate_attention<T>(
       Method::exact, head_.q, head_.k, head_.v.size() ? head_.v : no_values, options);
   PointResult point;
-  set_output_errors<T>(reference.output, approximation.output, point);
+  set_output_errors(options.storage, shifted, approximation.output, point);
+  point.rounding = approximation.rounding;
   point.matrix_free = reference.matrix_free;
   point.reference_seconds = reference.seconds;
   point.seconds = seconds_since(start);

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "nystrom/enum_names.hpp"
+#include "nystrom/detail/enum_names.hpp"
 
 namespace nystrom {
 

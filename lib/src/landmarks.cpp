@@ -7,15 +7,16 @@
 #include <random>
 #include <set>
 
-#include "nystrom/enum_names.hpp"
+#include "nystrom/detail/enum_names.hpp"
 #include "nystrom/error.hpp"
 #include "random.hpp"
+#include "searched_landmarks.hpp"
 
 namespace nystrom {
 
 namespace {
 
-constexpr std::array<EnumName<LandmarkStrategy>, 9> strategy_names{{
+constexpr std::array<EnumName<LandmarkStrategy>, 16> strategy_names{{
     {LandmarkStrategy::segment_means, "segment-means"},
     {LandmarkStrategy::window_pool, "window-pool"},
     {LandmarkStrategy::step, "step"},
@@ -25,6 +26,13 @@ constexpr std::array<EnumName<LandmarkStrategy>, 9> strategy_names{{
     {LandmarkStrategy::top_embed, "top-embed"},
     {LandmarkStrategy::kmeans, "kmeans"},
     {LandmarkStrategy::given, "given"},
+    {LandmarkStrategy::cross, "cross"},
+    {LandmarkStrategy::softmax_cross, "softmax-cross"},
+    {LandmarkStrategy::maxvol, "maxvol"},
+    {LandmarkStrategy::rpcholesky, "rpcholesky"},
+    {LandmarkStrategy::farthest_point, "farthest-point"},
+    {LandmarkStrategy::farthest_point_means, "farthest-point-means"},
+    {LandmarkStrategy::oracle_qdeim, "oracle-qdeim"},
 }};
 
 constexpr std::array<EnumName<WindowGrid>, 2> window_grid_names{{
@@ -220,6 +228,39 @@ bool is_selection(LandmarkStrategy strategy) {
     case LandmarkStrategy::top_abs:
     case LandmarkStrategy::top_embed:
     case LandmarkStrategy::given:
+    case LandmarkStrategy::cross:
+    case LandmarkStrategy::softmax_cross:
+    case LandmarkStrategy::maxvol:
+    case LandmarkStrategy::farthest_point:
+    case LandmarkStrategy::oracle_qdeim:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool uses_kernel(LandmarkStrategy strategy) {
+  switch (strategy) {
+    case LandmarkStrategy::cross:
+    case LandmarkStrategy::softmax_cross:
+    case LandmarkStrategy::maxvol:
+    case LandmarkStrategy::rpcholesky:
+    case LandmarkStrategy::oracle_qdeim:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_searched(LandmarkStrategy strategy) {
+  switch (strategy) {
+    case LandmarkStrategy::cross:
+    case LandmarkStrategy::softmax_cross:
+    case LandmarkStrategy::maxvol:
+    case LandmarkStrategy::rpcholesky:
+    case LandmarkStrategy::farthest_point:
+    case LandmarkStrategy::farthest_point_means:
+    case LandmarkStrategy::oracle_qdeim:
       return true;
     default:
       return false;
@@ -279,6 +320,8 @@ void LandmarkOptions::validate(Index n, Index d) const {
   if (strategy != LandmarkStrategy::given)
     require(prefix_tokens < count, "landmarks: prefix_tokens = ", prefix_tokens, " must be < m = ", count,
             " (the other N - prefix_tokens tokens need at least one landmark)");
+  require(!is_searched(strategy) || (forced.empty() && prefix_tokens == 0), "landmarks: ", name,
+          " searches all N tokens: it takes no forced or prefix tokens");
   if (!forced.empty()) {
     require(is_selection(strategy) && strategy != LandmarkStrategy::given,
             "landmarks: forced indices apply to step, random and top-* selection, not to ", name);
@@ -420,7 +463,7 @@ Matrix<typename Tokens::Scalar> window_pool_of(const Tokens& X, Index h, Index w
 /// select_landmarks for Q and K of either layout.
 template <class Tokens>
 Landmarks<typename Tokens::Scalar> landmarks_of(const Tokens& Q, const Tokens& K,
-                                                const LandmarkOptions& options) {
+                                                const LandmarkOptions& options, const Kernel& kernel) {
   using T = typename Tokens::Scalar;
   require(Q.rows() == K.rows() && Q.cols() == K.cols(), "landmarks: Q is ", Q.rows(), "x", Q.cols(),
           " but K is ", K.rows(), "x", K.cols());
@@ -436,6 +479,18 @@ Landmarks<typename Tokens::Scalar> landmarks_of(const Tokens& Q, const Tokens& K
   if (!every_token_pooled) require_finite_tokens();
   const Index n = Q.rows(), m = options.count, p = options.prefix_tokens;
   Landmarks<T> out;
+  if (is_searched(options.strategy)) {
+    if (uses_kernel(options.strategy)) kernel.validate();
+    detail::SearchedLandmarks searched =
+        detail::searched_landmarks(Q.template cast<double>(), K.template cast<double>(), options, kernel);
+    out.q = searched.q.template cast<T>();
+    out.k = searched.k.template cast<T>();
+    out.q_indices = std::move(searched.q_indices);
+    out.k_indices = std::move(searched.k_indices);
+    out.joint_indices = std::move(searched.joint_indices);
+    out.entries = searched.entries;
+    return out;
+  }
   std::mt19937_64 engine(options.seed);
   if (!is_selection(options.strategy)) {
     // Pooling: the p prefix tokens themselves, then count − p landmarks pooled from the other N − p tokens
@@ -503,24 +558,27 @@ Matrix<T> window_pool(const ConstMatrixRef<T>& X, Index h, Index w, Index m, Win
 
 template <class T>
 Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                              const LandmarkOptions& options) {
-  return landmarks_of(Q, K, options);
+                              const LandmarkOptions& options, const Kernel& kernel) {
+  return landmarks_of(Q, K, options, kernel);
 }
 
 template <class T>
 Landmarks<T> select_landmarks(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
-                              const LandmarkOptions& options) {
-  return landmarks_of(Q, K, options);
+                              const LandmarkOptions& options, const Kernel& kernel) {
+  return landmarks_of(Q, K, options, kernel);
 }
 
 template Landmarks<float> select_landmarks<float>(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,
-                                                  const LandmarkOptions&);
+                                                  const LandmarkOptions&, const Kernel&);
 template Landmarks<double> select_landmarks<double>(const ConstMatrixRef<double>&,
-                                                    const ConstMatrixRef<double>&, const LandmarkOptions&);
+                                                    const ConstMatrixRef<double>&, const LandmarkOptions&,
+                                                    const Kernel&);
 template Landmarks<float> select_landmarks<float>(const ConstRowMajorMap<float>&,
-                                                  const ConstRowMajorMap<float>&, const LandmarkOptions&);
+                                                  const ConstRowMajorMap<float>&, const LandmarkOptions&,
+                                                  const Kernel&);
 template Landmarks<double> select_landmarks<double>(const ConstRowMajorMap<double>&,
-                                                    const ConstRowMajorMap<double>&, const LandmarkOptions&);
+                                                    const ConstRowMajorMap<double>&, const LandmarkOptions&,
+                                                    const Kernel&);
 template Matrix<float> segment_means<float>(const ConstMatrixRef<float>&, Index);
 template Matrix<double> segment_means<double>(const ConstMatrixRef<double>&, Index);
 template Matrix<float> window_pool<float>(const ConstMatrixRef<float>&, Index, Index, Index, WindowGrid);

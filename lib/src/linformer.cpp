@@ -5,6 +5,7 @@
 
 #include "attention_inputs.hpp"
 #include "blas_gemm.hpp"
+#include "emulation.hpp"
 #include "panels.hpp"
 #include "softmax_panels.hpp"
 
@@ -39,6 +40,31 @@ LinformerProjections linformer_projections(Index k, Index n, std::uint64_t seed,
   return out;
 }
 
+namespace {
+
+/// linformer_attention in emulated storage (docs/mathematics.md §8): Q, K, V, E and F rounded, EK = R(Ẽ K̃)
+/// and FV = R(F̃ Ṽ), P the rounded softmax rows of R(s·Q̃ (EK)ᵀ), Ô = R(P FV).
+LinformerResult<float> emulated_linformer(const ConstMatrixRef<float>& Q, const ConstMatrixRef<float>& K,
+                                          const ConstMatrixRef<float>& V, double scale,
+                                          const Matrix<double>& e, const Matrix<double>& f,
+                                          const LinformerOptions& options) {
+  using detail::rounded_product;
+  detail::Emulation emulation(options.storage);
+  const Matrix<float> q = emulation.stored(Q), k = emulation.stored(K), v = emulation.stored(V);
+  LinformerResult<float> result;
+  const Matrix<float> e_rounded = emulation.stored_from_double(e);
+  result.value_proj = options.share_projections ? e_rounded : emulation.stored_from_double(f);
+  const Matrix<float> projected_keys = rounded_product(emulation, e_rounded, k);
+  const Matrix<float> projected_values = rounded_product(emulation, result.value_proj, v);
+  result.attention = detail::rounded_exponents(emulation, Kernel::exponential(scale), q, projected_keys);
+  detail::rounded_softmax_rows(emulation, result.attention);
+  result.output = rounded_product(emulation, result.attention, projected_values);
+  result.rounding = emulation.counts();
+  return result;
+}
+
+}  // namespace
+
 template <class T>
 LinformerResult<T> linformer_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                        const ConstMatrixRef<T>& V, double scale,
@@ -51,6 +77,9 @@ LinformerResult<T> linformer_attention(const ConstMatrixRef<T>& Q, const ConstMa
     drawn = linformer_projections(options.projected, n, options.seed, options.share_projections);
   const Matrix<double>& e = options.e.size() ? options.e : drawn.e;
   const Matrix<double>& f = options.share_projections ? e : (options.f.size() ? options.f : drawn.f);
+  if constexpr (std::is_same_v<T, float>)
+    if (is_emulated(options.storage)) return emulated_linformer(Q, K, V, scale, e, f, options);
+  require_storage_for<T>(options.storage, "linformer");
   LinformerResult<T> result;
   // [EK, FV] (k×(d+dv)) summed over the panels of tokens in order; E's and F's columns are cast to T one
   // panel at a time (F's into the result).

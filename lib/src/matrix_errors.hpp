@@ -9,21 +9,47 @@
 #include <limits>
 
 #include "nystrom/backend.hpp"
+#include "nystrom/certificates.hpp"
+#include "nystrom/detail/power_of_two.hpp"
 #include "nystrom/error.hpp"
 #include "nystrom/evaluation.hpp"
 #include "nystrom/factored_operator.hpp"
 #include "nystrom/nystrom.hpp"
 #include "nystrom/operators.hpp"
-#include "nystrom/power_of_two.hpp"
 #include "nystrom/spectral.hpp"
 
 namespace nystrom::detail {
 
-/// ‖E‖₂ and ‖E‖_F of one error matrix (NaN where the approximation is not finite).
+/// ‖E‖₂, ‖E‖_F and the certificate of ‖E‖₂ of one error matrix (NaN where the approximation is not finite;
+/// spectral NaN where only the certificate was asked for, EvaluationOptions::certificates_only).
 struct MatrixErrors {
-  double spectral = std::numeric_limits<double>::quiet_NaN();
-  double frobenius = std::numeric_limits<double>::quiet_NaN();
+  static constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  double spectral = nan, frobenius = nan;
+  double spectral_lower = nan, spectral_upper = nan, failure = nan;  ///< NormCertificate's
+
+  /// The certificate's bounds of an operator (norm_certificate).
+  void certify(const NormCertificate& certificate) {
+    spectral_lower = certificate.lower;
+    spectral_upper = certificate.upper;
+    failure = certificate.failure_probability;
+  }
+  /// Every norm and bound multiplied by 2ᵖ (of a matrix measured scaled by 2⁻ᵖ).
+  MatrixErrors times_power_of_two(int p) const {
+    MatrixErrors out = *this;
+    for (double* value : {&out.spectral, &out.frobenius, &out.spectral_lower, &out.spectral_upper})
+      *value = std::ldexp(*value, p);
+    return out;
+  }
 };
+
+/// ‖op‖₂ by Lanczos (spectral_norm) unless only certificates are asked for, and the certificate of ‖op‖₂.
+template <class Operator>
+MatrixErrors operator_errors(const Operator& op, const EvaluationOptions& options) {
+  MatrixErrors errors;
+  if (!options.certificates_only) errors.spectral = spectral_norm(op, options.spectral).values(0);
+  errors.certify(norm_certificate(op, options.certificate));
+  return errors;
+}
 
 /// 2ᵖ·norm(2⁻ᵖA) for a norm of degree 1 of a stored A whose entries lie beyond a quarter of T's exponent
 /// range (2ᵖ ≤ max|aᵢⱼ| < 2ᵖ⁺¹), where the squares in its Gram products or sums would overflow or underflow;
@@ -50,14 +76,21 @@ double stored_norm(const Matrix<T>& a, const EvaluationOptions& options) {
   });
 }
 
-/// ‖E‖₂ and ‖E‖_F of a stored error matrix.
+/// ‖E‖₂ (stored_norm's rule, unless only certificates are asked for), ‖E‖_F and the certificate of ‖E‖₂ of a
+/// stored error matrix, on 2⁻ᵖE where E's entries lie beyond a quarter of T's exponent range (scaled_norm).
 template <class T>
 MatrixErrors stored_errors(const Matrix<T>& error, const EvaluationOptions& options) {
   if (!all_finite(error)) return {};  // an approximation that overflows although its factors do not
-  MatrixErrors errors;
-  errors.spectral = stored_norm(error, options);
-  errors.frobenius = scaled_norm(error, [](const Matrix<T>& x) { return frobenius_norm<T>(x); });
-  return errors;
+  const auto measure = [&](const Matrix<T>& x) {
+    MatrixErrors errors;
+    if (!options.certificates_only) errors.spectral = stored_norm(x, options);
+    errors.frobenius = frobenius_norm<T>(x);
+    errors.certify(norm_certificate(DenseOperator<T>(x), options.certificate));
+    return errors;
+  };
+  const int p = largest_exponent(error);
+  if (std::abs(p) <= std::numeric_limits<T>::max_exponent / 4) return measure(error);
+  return measure(Matrix<T>(nystrom::times_power_of_two(error, -p))).times_power_of_two(p);
 }
 
 /// The errors `compute()` gives of a matrix-free error operator, or NaN where one of its products is not
@@ -114,14 +147,10 @@ MatrixErrors matrix_free_kernel_errors(const Head<T>& head, const NystromFactors
     NystromFactors<T> scaled = factors;
     scaled.pinv.z = times_power_of_two(factors.pinv.z, -p);
     scaled.options.kernel.log_shift += p * std::log(2.0);
-    const MatrixErrors errors = matrix_free_kernel_errors(head, scaled, options);
-    return {std::ldexp(errors.spectral, p), std::ldexp(errors.frobenius, p)};
+    return matrix_free_kernel_errors(head, scaled, options).times_power_of_two(p);
   }
-  MatrixErrors errors;
-  errors.spectral =
-      spectral_norm(error_operator<T, double>(options.device, head.q, head.k, factors, options.tiling()),
-                    options.spectral)
-          .values(0);
+  MatrixErrors errors = operator_errors(
+      error_operator<T, double>(options.device, head.q, head.k, factors, options.tiling()), options);
   const Kernel& kernel = factors.options.kernel;
   const Matrix<T> right = factors.pinv.z * factors.upper;  // Z G_U, m×N
   const Vector<T> row_scale = factors.left_log_scale.array().exp();
@@ -145,7 +174,6 @@ template <class T>
 MatrixErrors matrix_free_attention_errors(const Head<T>& head, const Kernel& shifted,
                                           const Vector<double>& row_sums, const FactoredOperator<T>& implied,
                                           const EvaluationOptions& options) {
-  MatrixErrors errors;
   const AnyOperator<double> g =
       kernel_operator<T, double>(options.device, head.q, head.k, shifted, options.tiling());
   const RowScaledOperator<AnyOperator<double>> exact(g, row_sums.cwiseInverse());
@@ -154,7 +182,7 @@ MatrixErrors matrix_free_attention_errors(const Head<T>& head, const Kernel& shi
       implied.right().template cast<double>(), implied.row_scale().template cast<double>());
   const DifferenceOperator<RowScaledOperator<AnyOperator<double>>, FactoredOperator<double>> difference(
       exact, approximate);
-  errors.spectral = spectral_norm(difference, options.spectral).values(0);
+  MatrixErrors errors = operator_errors(difference, options);
   const Matrix<T> right =
       implied.middle().size() ? Matrix<T>(implied.middle() * implied.right()) : implied.right();
   const Vector<T> inverse_sums = row_sums.cwiseInverse().template cast<T>();

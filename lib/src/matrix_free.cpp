@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "nystrom/detail/kernel_passes.hpp"
 #include "nystrom/error.hpp"
-#include "nystrom/kernel_passes.hpp"
 #include "nystrom/operators.hpp"
 #include "nystrom/threads.hpp"
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "attention_inputs.hpp"
+#include "emulation.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/softmax.hpp"
 #include "softmax_panels.hpp"
@@ -39,6 +40,42 @@ Matrix<T> landmarks_of(const ConstMatrixRef<T>& X, Index padding, Index m) {
   return segment_means<T>(padded<T>(X, padding), m);
 }
 
+/// nystromformer_attention in emulated storage (docs/mathematics.md §8): the landmarks pooled from Q and K as
+/// given, then Q, K (with the package's zero keys), V and the landmarks rounded; F̃, Ã and B̃ as rounded
+/// softmax rows of rounded logits (B̃ over the zero keys too, which then drop out); Z = R(Ã⁺) in the same
+/// storage; Ô = R(F̃ R(Z R(B̃ Ṽ))).
+NystromformerResult<float> emulated_nystromformer(const ConstMatrixRef<float>& Q,
+                                                  const ConstMatrixRef<float>& K,
+                                                  const ConstMatrixRef<float>& V, double scale,
+                                                  const NystromformerOptions& options) {
+  using detail::rounded_exponents, detail::rounded_product, detail::rounded_softmax_rows;
+  const Index n = Q.rows(), m = options.landmarks;
+  const Index padding = padding_rows<float>(n, options);
+  const Kernel kernel = Kernel::exponential(scale);
+  detail::Emulation emulation(options.storage);
+  const Matrix<float> q_landmarks = emulation.stored(landmarks_of<float>(Q, padding, m));
+  const Matrix<float> k_landmarks = emulation.stored(landmarks_of<float>(K, padding, m));
+  const Matrix<float> q = emulation.stored(Q), keys = emulation.stored(padded<float>(K, padding)),
+                      v = emulation.stored(V);
+  NystromformerResult<float> result;
+  result.left = rounded_exponents(emulation, kernel, q, k_landmarks);  // F̃
+  rounded_softmax_rows(emulation, result.left);
+  result.core = rounded_exponents(emulation, kernel, q_landmarks, k_landmarks);  // Ã
+  rounded_softmax_rows(emulation, result.core);
+  Matrix<float> upper =
+      rounded_exponents(emulation, kernel, q_landmarks, keys);  // B̃ with the zero keys first
+  rounded_softmax_rows(emulation, upper);
+  result.upper = upper.rightCols(n);
+  PinvOptions pinv = options.pinv;
+  pinv.storage = options.storage;
+  result.pinv = core_pseudoinverse<float>(result.core, pinv);
+  const Matrix<float> weights =
+      rounded_product(emulation, result.pinv.z, rounded_product(emulation, result.upper, v));
+  result.output = rounded_product(emulation, result.left, weights);
+  result.rounding = emulation.counts();
+  return result;
+}
+
 }  // namespace
 
 template <class T>
@@ -63,6 +100,9 @@ NystromformerResult<T> nystromformer_attention(const ConstMatrixRef<T>& Q, const
                                                const NystromformerOptions& options) {
   detail::require_attention_inputs<T>(Q, K, V, scale, "nystromformer");
   options.validate(Q.rows());
+  if constexpr (std::is_same_v<T, float>)
+    if (is_emulated(options.storage)) return emulated_nystromformer(Q, K, V, scale, options);
+  require_storage_for<T>(options.storage, "nystromformer");
   const Index n = Q.rows(), m = options.landmarks;
   const Index padding = padding_rows<T>(n, options);
   const Matrix<T> q_landmarks = landmarks_of<T>(Q, padding, m);

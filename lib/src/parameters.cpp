@@ -43,6 +43,7 @@ LandmarkOptions Parameters::landmark_options(LandmarkStrategy fallback) const {
   LandmarkOptions options;
   options.strategy = strategy.value_or(fallback);
   options.count = landmarks;
+  options.oversampling = oversampling;
   options.seed = seed;
   options.different_indices = different_indices;
   options.forced = forced;
@@ -82,6 +83,7 @@ NystromOptions Parameters::nystrom_options(Index d) const {
 ApproximationOptions Parameters::options(Index d) const {
   ApproximationOptions options;
   options.kernel = kernel_for(d);
+  options.storage = precision;
   switch (method) {
     case Method::pnp_nystra:
       options.pnp_nystra = nystrom_options(d);
@@ -119,6 +121,7 @@ namespace {
 void set_landmarks(Parameters& p, const LandmarkOptions& o) {
   p.landmarks = o.count;
   p.strategy = o.strategy;
+  p.oversampling = o.oversampling;
   p.seed = o.seed;
   p.different_indices = o.different_indices;
   p.forced = o.forced;
@@ -146,6 +149,7 @@ Parameters Parameters::of(Method method, const ApproximationOptions& options) {
   Parameters p;
   p.method = method;
   p.use_kernel(options.kernel);
+  p.precision = options.storage;
   const auto nystrom = [&](const NystromOptions& o) {
     set_landmarks(p, o.landmarks);
     set_pinv(p, o.pinv);
@@ -194,6 +198,7 @@ const std::vector<ParameterName>& parameter_names() {
       {"bandwidth", false},
       {"landmarks", true},
       {"strategy", true},
+      {"oversampling", true},
       {"seed", true},
       {"different_indices", true},
       {"forced", false},
@@ -207,7 +212,7 @@ const std::vector<ParameterName>& parameter_names() {
       {"pinv", true},
       {"pinv_iters", true},
       {"alpha", false},
-      {"pinv_tolerance", false},
+      {"pinv_tolerance", true},
       {"tikhonov", false},
       {"shift", false},
       {"stabilization", true},
@@ -217,6 +222,7 @@ const std::vector<ParameterName>& parameter_names() {
       {"share_projections", true},
       {"copy_rows", true},
       {"front_padding", true},
+      {"precision", true},
   };
   return names;
 }

@@ -7,6 +7,7 @@
 
 #include "attention_inputs.hpp"
 #include "blas_gemm.hpp"
+#include "emulation.hpp"
 #include "panels.hpp"
 
 namespace nystrom {
@@ -140,6 +141,90 @@ std::pair<Matrix<T>, Matrix<T>> feature_maps(const ConstMatrixRef<T>& Q, const C
   return {std::move(queries), std::move(keys)};
 }
 
+/// The rounded exponents of rounded tokens X (n×d) in emulated storage, each a rounding point: the scaled
+/// tokens X̃ = R(s^{1/2}X), the projections P = R(X̃ Ω̃ᵀ), the half squared norms h = R(½·Σ_c x̃_c²) (ordered
+/// fused multiply-adds), and E = R(P − h 1ᵀ). P is kept for performer-pytorch's shifts.
+struct EmulatedExponents {
+  Matrix<float> projections;
+  Matrix<float> exponents;
+};
+EmulatedExponents emulated_exponents(detail::Emulation& emulation, const Matrix<float>& X,
+                                     const Matrix<float>& omega, double scale) {
+  Matrix<float> scaled = float(std::sqrt(scale)) * X;
+  emulation.store(scaled);
+  EmulatedExponents out;
+  out.projections = detail::rounded_product(emulation, scaled, omega.transpose());
+  Vector<float> half_norms = Vector<float>::Zero(X.rows());
+  for (Index c = 0; c < X.cols(); ++c)
+    for (Index i = 0; i < X.rows(); ++i) half_norms(i) = std::fma(scaled(i, c), scaled(i, c), half_norms(i));
+  half_norms *= 0.5f;
+  emulation.store(half_norms);
+  out.exponents = out.projections;
+  out.exponents.colwise() -= half_norms;
+  emulation.store(out.exponents);
+  return out;
+}
+
+/// The rounding point of features in emulated storage, in place of the exponents E (n×r): R(ρ·(exp(E +
+/// 1·offsetᵀ − shift) + ε)), ρ = 1/√r, the offset (none where empty) added first, then each row's `shift`
+/// (none where empty) or its max where `row_max` subtracted, as exponentiate_features does in T.
+void emulated_features(detail::Emulation& emulation, Matrix<float>& exponents, const Vector<float>& offset,
+                       const Vector<float>& shift, bool row_max, double epsilon) {
+  const float ratio = float(1 / std::sqrt(static_cast<double>(exponents.cols())));
+  if (offset.size()) exponents.rowwise() += offset.transpose();
+  if (row_max)
+    exponents.colwise() -= detail::row_max(exponents);
+  else if (shift.size())
+    exponents.colwise() -= shift;
+  for (Index j = 0; j < exponents.cols(); ++j)
+    for (Index i = 0; i < exponents.rows(); ++i)
+      exponents(i, j) = ratio * (std::exp(exponents(i, j)) + float(epsilon));
+  emulation.store(exponents);
+}
+
+/// Φ_Q and Φ_K in emulated storage from rounded Q, K and Ω (feature_maps's shifts: with ε = 0 each key
+/// column's max m_f over the keys, +m_f and the row max for the queries; with ε > 0 the package's).
+std::pair<Matrix<float>, Matrix<float>> emulated_feature_maps(detail::Emulation& emulation,
+                                                              const Matrix<float>& Q, const Matrix<float>& K,
+                                                              const Matrix<float>& omega, double scale,
+                                                              double epsilon) {
+  EmulatedExponents queries = emulated_exponents(emulation, Q, omega, scale);
+  EmulatedExponents keys = emulated_exponents(emulation, K, omega, scale);
+  if (epsilon > 0) {
+    const float key_shift = detail::row_max(keys.projections.reshaped().transpose())(0);
+    emulated_features(emulation, queries.exponents, Vector<float>(), detail::row_max(queries.projections),
+                      false, epsilon);
+    emulated_features(emulation, keys.exponents, Vector<float>(),
+                      Vector<float>::Constant(K.rows(), key_shift), false, epsilon);
+  } else {
+    const Vector<float> key_max = detail::row_max(keys.exponents.transpose());
+    emulated_features(emulation, queries.exponents, key_max, Vector<float>(), true, 0);
+    emulated_features(emulation, keys.exponents, Vector<float>(-key_max), Vector<float>(), false, 0);
+  }
+  return {std::move(queries.exponents), std::move(keys.exponents)};
+}
+
+/// performer_attention in emulated storage (docs/mathematics.md §8): Q, K, V and Ω rounded, the features of
+/// emulated_feature_maps, then R(Φ_Kᵀ Ṽ), R(Φ_Kᵀ 1), the normalizers R(Φ_Q R(Φ_Kᵀ 1)) and Ô = R(R(Φ_Q R(Φ_Kᵀ
+/// Ṽ)) ⊘ normalizers).
+void emulated_performer(const ConstMatrixRef<float>& Q, const ConstMatrixRef<float>& K,
+                        const ConstMatrixRef<float>& V, double scale, const PerformerOptions& options,
+                        PerformerResult<float>& result) {
+  using detail::rounded_product;
+  detail::Emulation emulation(options.storage);
+  const Matrix<float> q = emulation.stored(Q), k = emulation.stored(K), v = emulation.stored(V);
+  const Matrix<float> omega = emulation.stored_from_double(result.projection);
+  std::tie(result.q_features, result.k_features) =
+      emulated_feature_maps(emulation, q, k, omega, scale, options.feature_epsilon);
+  const Matrix<float> key_features = result.k_features.transpose();
+  const Matrix<float> context = rounded_product(emulation, key_features, v);
+  result.normalizer =
+      rounded_product(emulation, result.q_features, detail::rounded_row_sums(emulation, key_features));
+  result.output = rounded_product(emulation, result.q_features, context);
+  detail::rounded_row_division(emulation, result.output, result.normalizer);
+  result.rounding = emulation.counts();
+}
+
 }  // namespace
 
 template <class T>
@@ -153,6 +238,13 @@ PerformerResult<T> performer_attention(const ConstMatrixRef<T>& Q, const ConstMa
       options.projection.size()
           ? options.projection
           : performer_projection(options.feature_count(Q.cols()), Q.cols(), options.seed, options.orthogonal);
+  if constexpr (std::is_same_v<T, float>) {
+    if (is_emulated(options.storage)) {
+      emulated_performer(Q, K, V, scale, options, result);
+      return result;
+    }
+  }
+  require_storage_for<T>(options.storage, "performer");
   const Matrix<T> omega = result.projection.template cast<T>();
   std::tie(result.q_features, result.k_features) =
       feature_maps<T>(Q, K, omega, scale, options.feature_epsilon);

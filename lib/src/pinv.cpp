@@ -4,9 +4,10 @@
 #include <cmath>
 #include <limits>
 
-#include "nystrom/enum_names.hpp"
+#include "emulation.hpp"
+#include "nystrom/detail/enum_names.hpp"
+#include "nystrom/detail/power_of_two.hpp"
 #include "nystrom/error.hpp"
-#include "nystrom/power_of_two.hpp"
 #include "nystrom/spectral.hpp"
 #include "wall_clock.hpp"
 
@@ -109,9 +110,11 @@ double pinv_residual(const Matrix<double>& M, const Matrix<T>& Z) {
 }
 
 /// Exact pseudoinverse of M by SVD in double (docs/mathematics.md §4; spectral.hpp's dense_svd, LAPACK
-/// dgesdd): singular values ≤ cut·σ₁ are dropped.
+/// dgesdd): singular values ≤ cut·σ₁ are dropped. With an emulation, Z is rounded to its format once it is
+/// in T (its rounding point), before the residual.
 template <class T>
-void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result) {
+void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result,
+                         detail::Emulation* emulation = nullptr) {
   const DenseSvd svd = dense_svd<T>(M, SvdVectors::thin);
   const Vector<double>& sigma = svd.values;
   const double threshold = sigma.size() > 0 ? cut * sigma(0) : 0;
@@ -123,6 +126,8 @@ void exact_pseudoinverse(const Matrix<T>& M, double cut, PinvResult<T>& result) 
     }
   }
   result.z = (svd.v * inverse.asDiagonal() * svd.u.transpose()).template cast<T>();
+  if constexpr (std::is_same_v<T, float>)
+    if (emulation) emulation->store(result.z);
   result.residuals.push_back(pinv_residual(M.template cast<double>().eval(), result.z));
   // A⁺ beyond T's range (a core of 1e-310 in double): no pseudoinverse to return.
   result.status = result.z.allFinite() ? PinvStatus::converged : PinvStatus::non_finite;
@@ -141,6 +146,43 @@ Matrix<T> iteration_step(PinvMethod method, const Matrix<T>& Z, const Matrix<T>&
   return T(0.25) * (Z * (T(13) * identity - middle));
 }
 
+/// The rounding points of M in emulated storage from a rounded A (docs/mathematics.md §8): A itself, R(A +
+/// εI) (shift), or R(R(AᵀA) + εI) (Tikhonov); ε in float32.
+Matrix<float> emulated_inverted_matrix(detail::Emulation& emulation, const Matrix<float>& A,
+                                       const PinvOptions& options) {
+  if (options.tikhonov <= 0 && options.shift <= 0) return A;
+  Matrix<float> M = options.tikhonov > 0 ? detail::rounded_product(emulation, A.transpose(), A) : A;
+  M.diagonal().array() += float(options.tikhonov > 0 ? options.tikhonov : options.shift);
+  emulation.store(M);
+  return M;
+}
+
+/// One step of the iteration in emulated storage from Z and M, each product and difference a rounding point
+/// (docs/mathematics.md §8): P = R(MZ), then Newton–Schulz Z ← R(Z·R(2I − P)) or Razavi
+/// Z ← R(¼·Z·R(13I − R(P·R(15I − R(P·R(7I − P))))))), ¼ applied to the ordered sums.
+Matrix<float> emulated_step(detail::Emulation& emulation, PinvMethod method, const Matrix<float>& M,
+                            const Matrix<float>& Z) {
+  using detail::rounded_identity_minus, detail::rounded_product;
+  const Matrix<float> P = rounded_product(emulation, M, Z);
+  if (method == PinvMethod::newton_schulz)
+    return rounded_product(emulation, Z, rounded_identity_minus(emulation, 2, P));
+  const Matrix<float> inner = rounded_product(emulation, P, rounded_identity_minus(emulation, 7, P));
+  const Matrix<float> middle = rounded_product(emulation, P, rounded_identity_minus(emulation, 15, inner));
+  return rounded_product(emulation, Z, rounded_identity_minus(emulation, 13, middle), 0.25f);
+}
+
+/// The result for a matrix that cannot be inverted because an entry is not finite: Z = NaN (cols×rows of
+/// it), status non_finite, residual NaN.
+template <class T>
+PinvResult<T> non_finite_pinv(Index rows, Index cols) {
+  PinvResult<T> result;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  result.z = Matrix<T>::Constant(cols, rows, T(nan));
+  result.status = PinvStatus::non_finite;
+  result.residuals.push_back(nan);
+  return result;
+}
+
 /// Throws std::invalid_argument for bad options, an empty A, a non-square A for an iteration or a shift, or
 /// an A with NaN or Inf entries.
 template <class T>
@@ -156,10 +198,37 @@ void require_pinv_input(const ConstMatrixRef<T>& A, const PinvOptions& options) 
   require_finite(A, "pinv: A");
 }
 
-/// Z·Aᵀ for Tikhonov's (AᵀA + εI)⁻¹Aᵀ, Z itself otherwise.
+/// Z·Aᵀ for Tikhonov's (AᵀA + εI)⁻¹Aᵀ, Z itself otherwise; with an emulation the rounding point R(Z Aᵀ) of
+/// the rounded A.
 template <class T>
-void finish_tikhonov(const ConstMatrixRef<T>& A, const PinvOptions& options, PinvResult<T>& result) {
-  if (options.tikhonov > 0) result.z = (result.z * A.transpose()).eval();
+void finish_tikhonov(const ConstMatrixRef<T>& A, const PinvOptions& options, PinvResult<T>& result,
+                     detail::Emulation* emulation = nullptr) {
+  if (options.tikhonov <= 0) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (emulation) {
+      result.z = detail::rounded_product(*emulation, result.z, A.transpose());
+      return;
+    }
+  result.z = (result.z * A.transpose()).eval();
+}
+
+/// The SVD methods in emulated storage (docs/mathematics.md §8): A and M rounded, Z the float computation's
+/// (SVD in double) rounded, Tikhonov's R(Z Aᵀ); an M that has overflowed the format is not inverted (Z = NaN,
+/// status non-finite).
+PinvResult<float> emulated_exact_pseudoinverse(const ConstMatrixRef<float>& A, const PinvOptions& options,
+                                               double cut) {
+  detail::Emulation emulation(options.storage);
+  const Matrix<float> stored_a = emulation.stored(A);
+  const Matrix<float> M = emulated_inverted_matrix(emulation, stored_a, options);
+  PinvResult<float> result;
+  if (all_finite(M)) {
+    exact_pseudoinverse(M, cut, result, &emulation);
+    finish_tikhonov<float>(stored_a, options, result, &emulation);
+  } else {
+    result = non_finite_pinv<float>(A.rows(), A.cols());
+  }
+  result.rounding = emulation.counts();
+  return result;
 }
 
 }  // namespace
@@ -179,18 +248,16 @@ PinvIteration<T>::PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& o
   const auto start = detail::Clock::now();
   require_pinv_input(A, options);
   require(is_iterative(options.method), "PinvIteration: ", to_string(options.method), " does not iterate");
-  const Matrix<double> M = inverted_matrix<T>(A, options).template cast<double>();
-  scale_exponent_ = largest_exponent(M);
-  m_ = times_power_of_two(M, -scale_exponent_);
-  const double alpha =
-      options.alpha > 0 ? std::ldexp(options.alpha, 2 * scale_exponent_) : safe_alpha<double>(m_);
-  state_.alpha = std::ldexp(alpha, -2 * scale_exponent_);
-  // Z₀ = αMᵀ formed in double: α itself may lie beyond float's range (1e40 for a core of 1e-20).
-  state_.z = (alpha * m_.transpose()).template cast<T>();
+  const bool emulated = is_emulated(options.storage);
+  if (emulated)
+    start_emulated();
+  else
+    start_native();
   product_ = product_in_double(m_, state_.z);
   start_ = identity_residual(product_);
   state_.residuals.push_back(start_);
-  rounding_ = 16.0 * static_cast<double>(M.rows()) * std::numeric_limits<T>::epsilon() * m_.norm();
+  const double eps = emulated ? machine_epsilon(options.storage) : std::numeric_limits<T>::epsilon();
+  rounding_ = 16.0 * static_cast<double>(m_.rows()) * eps * m_.norm();
   // The rise above the start that rounding excuses (run): at most the start itself, or the rounding of MZ₀
   // where the start is that small (Z₀ = αMᵀ is M⁺ to rounding for M = cI).
   start_allowance_ = std::max(start_, rounding_ * static_cast<double>(state_.z.norm()));
@@ -203,18 +270,51 @@ PinvIteration<T>::PinvIteration(const ConstMatrixRef<T>& A, const PinvOptions& o
 }
 
 template <class T>
+void PinvIteration<T>::start_native() {
+  const Matrix<double> M = inverted_matrix<T>(a_, options_).template cast<double>();
+  scale_exponent_ = largest_exponent(M);
+  m_ = times_power_of_two(M, -scale_exponent_);
+  const double alpha =
+      options_.alpha > 0 ? std::ldexp(options_.alpha, 2 * scale_exponent_) : safe_alpha<double>(m_);
+  state_.alpha = std::ldexp(alpha, -2 * scale_exponent_);
+  // Z₀ = αMᵀ formed in double: α itself may lie beyond float's range (1e40 for a core of 1e-20).
+  state_.z = (alpha * m_.transpose()).template cast<T>();
+}
+
+template <class T>
+void PinvIteration<T>::start_emulated() {
+  if constexpr (std::is_same_v<T, float>) {
+    // As a kernel in the format runs it: no scaling (an overflow of Z is the format's), α from the rounded
+    // M in double and Z₀ = R(αMᵀ) rounded once from double; an M that has overflowed the format is not
+    // inverted (Z = NaN: status non-finite, as for the SVD methods).
+    detail::Emulation emulation(options_.storage);
+    stored_a_ = emulation.stored(a_);
+    stored_m_ = emulated_inverted_matrix(emulation, stored_a_, options_);
+    m_ = stored_m_.template cast<double>();
+    if (all_finite(m_)) {
+      state_.alpha = options_.alpha > 0 ? options_.alpha : safe_alpha<double>(m_);
+      state_.z = emulation.stored_from_double(state_.alpha * m_.transpose());
+    } else {
+      state_.alpha = std::numeric_limits<double>::quiet_NaN();
+      state_.z = non_finite_pinv<float>(m_.rows(), m_.cols()).z;
+    }
+    state_.rounding += emulation.counts();
+  }
+}
+
+template <class T>
 bool PinvIteration<T>::continued_by(const ConstMatrixRef<T>& A, const PinvOptions& options) const {
   return options.method == options_.method && options.alpha == options_.alpha &&
          options.tolerance == options_.tolerance && options.tikhonov == options_.tikhonov &&
-         options.shift == options_.shift && options.iterations >= state_.iterations &&
-         A.rows() == a_.rows() && A.cols() == a_.cols() && A == a_;
+         options.shift == options_.shift && options.storage == options_.storage &&
+         options.iterations >= state_.iterations && A.rows() == a_.rows() && A.cols() == a_.cols() && A == a_;
 }
 
 template <class T>
 void PinvIteration<T>::run(int iterations) {
   const auto start = detail::Clock::now();
   while (state_.status == PinvStatus::completed && state_.iterations < iterations) {
-    state_.z = iteration_step<T>(options_.method, state_.z, product_.template cast<T>());
+    state_.z = next_iterate();
     ++state_.iterations;
     product_ = product_in_double(m_, state_.z);
     const double residual = identity_residual(product_);
@@ -234,13 +334,32 @@ void PinvIteration<T>::run(int iterations) {
 }
 
 template <class T>
+Matrix<T> PinvIteration<T>::next_iterate() {
+  if constexpr (std::is_same_v<T, float>) {
+    if (is_emulated(options_.storage)) {
+      detail::Emulation emulation(options_.storage);
+      Matrix<float> z = emulated_step(emulation, options_.method, stored_m_, state_.z);
+      state_.rounding += emulation.counts();
+      return z;
+    }
+  }
+  return iteration_step<T>(options_.method, state_.z, product_.template cast<T>());
+}
+
+template <class T>
 PinvResult<T> PinvIteration<T>::result() const {
   const auto start = detail::Clock::now();
   PinvResult<T> result = state_;
   result.z = times_power_of_two(state_.z, -scale_exponent_);
   // The iterates are those of M scaled into range; Z itself may lie beyond T's (a core of 1e-310 in double).
   if (!result.z.allFinite()) result.status = PinvStatus::non_finite;
-  finish_tikhonov<T>(a_, options_, result);
+  if (is_emulated(options_.storage)) {
+    detail::Emulation emulation(options_.storage);
+    finish_tikhonov<T>(stored_a_, options_, result, &emulation);
+    result.rounding += emulation.counts();
+  } else {
+    finish_tikhonov<T>(a_, options_, result);
+  }
   result.seconds += detail::seconds_since(start);
   return result;
 }
@@ -260,8 +379,12 @@ PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& optio
                                  ? std::sqrt(eps)
                                  : static_cast<double>(std::max(A.rows(), A.cols())) * eps;
   const double cut = options.tolerance > 0 ? options.tolerance : default_cut;
-  exact_pseudoinverse(inverted_matrix<T>(A, options), cut, result);
-  finish_tikhonov<T>(A, options, result);
+  if constexpr (std::is_same_v<T, float>)
+    if (is_emulated(options.storage)) result = emulated_exact_pseudoinverse(A, options, cut);
+  if (!is_emulated(options.storage)) {
+    exact_pseudoinverse(inverted_matrix<T>(A, options), cut, result);
+    finish_tikhonov<T>(A, options, result);
+  }
   result.seconds = detail::seconds_since(start);
   return result;
 }
@@ -270,12 +393,7 @@ template <class T>
 PinvResult<T> core_pseudoinverse(const ConstMatrixRef<T>& core, const PinvOptions& options) {
   if (all_finite(core)) return pseudoinverse<T>(core, options);
   options.validate_in<T>();
-  PinvResult<T> result;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  result.z = Matrix<T>::Constant(core.rows(), core.cols(), T(nan));
-  result.status = PinvStatus::non_finite;
-  result.residuals.push_back(nan);
-  return result;
+  return non_finite_pinv<T>(core.rows(), core.cols());
 }
 
 template <class T>

@@ -26,12 +26,14 @@ from . import _nystrom
 
 
 _FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_EMULATED = {torch.float16: "half", torch.bfloat16: "bfloat16"}  # the `precision` of the formats computed in float32
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> torch.Tensor:
     """Ô of the library's method for q, k [..., N, d] and v [..., N, dv] (the same leading dimensions), as a
     tensor of q's dtype on q's device. `options` are nystrom.attention's keyword arguments (method, landmarks,
-    strategy, pinv, iterations, stabilization, scale, ...)."""
+    strategy, pinv, pinv_iters, stabilization, scale, precision, ...); float16 and bfloat16 tensors are computed in
+    their format (precision "half", "bfloat16") unless `precision` says otherwise."""
     tensors = {"q": q, "k": k, "v": v}
     for name, tensor in tensors.items():
         if not isinstance(tensor, torch.Tensor):
@@ -46,6 +48,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> t
             raise RuntimeError(f"nystrom.torch.attention: {name} requires grad; the library computes without autograd "
                                "(inference only): run under torch.no_grad() or torch.inference_mode()")
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if q.dtype in _EMULATED and options.get("precision") is None:
+        # float16 and bfloat16 tensors: the format emulated in float32 (docs/mathematics.md §8).
+        options = {**options, "precision": _EMULATED[q.dtype]}
     q_cpu, k_cpu, v_cpu = (t.detach().to(device="cpu", dtype=compute) for t in (q, k, v))
     out = _nystrom.attention(q_cpu, k_cpu, v_cpu, **options)
     return torch.from_numpy(out).to(device=q.device, dtype=q.dtype)

@@ -65,11 +65,16 @@ const Keyword keywords[] = {
     {"landmarks", landmark_keywords, "int", "16", "m, the number of landmarks or selected rows (1 ≤ m ≤ N)",
      [](KeywordArguments& a, nb::handle v) { a.parameters.landmarks = nb::cast<Index>(v); }},
     {"strategy", landmark_keywords, "str | None", "None",
-     "segment-means, window-pool, step, random, top-sum, top-abs, top-embed, kmeans or given (None: "
+     "one of STRATEGIES (docs/mathematics.md §5, §9): segment-means, window-pool, step, random, top-*, kmeans, "
+     "given, cross, softmax-cross, maxvol, rpcholesky, farthest-point, farthest-point-means, oracle-qdeim (None: "
      "segment-means; cur: step; nystromformer always takes segment means)",
      [](KeywordArguments& a, nb::handle v) {
        a.parameters.strategy = v.is_none() ? std::nullopt : std::optional(landmark_strategy_from_string(text(v)));
      }},
+    {"oversampling", landmark_keywords, "float", "1.0",
+     "pnp-nystra: query landmarks per key landmark (≥ 1): Q̄ has ⌈oversampling·m⌉ rows, the core is rectangular "
+     "and its pseudoinverse exact, truncated or oracle-core (docs/mathematics.md §9)",
+     [](KeywordArguments& a, nb::handle v) { a.parameters.oversampling = nb::cast<double>(v); }},
     {"seed", landmark_keywords, "int", "0",
      "seed of random and k-means landmarks, Performer's features and Linformer's projections",
      [](KeywordArguments& a, nb::handle v) { a.parameters.seed = nb::cast<std::uint64_t>(v); }},
@@ -101,8 +106,8 @@ const Keyword keywords[] = {
     {"kmeans_iterations", landmark_keywords, "int", "25", "kmeans: Lloyd iterations after k-means++ seeding",
      [](KeywordArguments& a, nb::handle v) { a.parameters.kmeans_iterations = nb::cast<int>(v); }},
     {"pinv", pinv_keywords, "str | None", "None",
-     "pseudoinverse: exact, razavi or newton-schulz (None: the method's own: exact for pnp-nystra and cur, "
-     "razavi for nystromformer, newton-schulz for symmetric-nystrom)",
+     "pseudoinverse: exact, razavi, newton-schulz, truncated or oracle-core (None: the method's own: exact for "
+     "pnp-nystra and cur, razavi for nystromformer, newton-schulz for symmetric-nystrom)",
      [](KeywordArguments& a, nb::handle v) {
        a.parameters.pinv = v.is_none() ? std::nullopt : std::optional(pinv_method_from_string(text(v)));
      }},
@@ -121,8 +126,8 @@ const Keyword keywords[] = {
      "ε > 0: invert A + εI (None: 0; symmetric-nystrom: 1e-6 as LaplacianFormer)",
      [](KeywordArguments& a, nb::handle v) { a.parameters.shift = optional_cast<double>(v); }},
     {"stabilization", factor_keywords, "str | None", "None",
-     "pnp-nystra: none, row-max (PnP-Nystra eq. (8)) or clamped (the authors' clamped exp) (None: row-max; "
-     "symmetric-nystrom: none)",
+     "pnp-nystra: none, row-max (PnP-Nystra eq. (8)), clamped (the authors' clamped exp) or row-sum (the "
+     "landmark rows weighted by their sums) (None: row-max; symmetric-nystrom: none)",
      [](KeywordArguments& a, nb::handle v) {
        a.parameters.stabilization = v.is_none() ? std::nullopt : std::optional(stabilization_from_string(text(v)));
      }},
@@ -140,29 +145,46 @@ const Keyword keywords[] = {
     {"front_padding", other_method_keywords, "bool", "False",
      "nystromformer: the package's front zero padding when N % m ≠ 0",
      [](KeywordArguments& a, nb::handle v) { a.parameters.front_padding = flag(v); }},
+    {"precision", precision_keywords, "str | None", "None",
+     "the format every matrix is stored in (docs/mathematics.md §8): 'half' or 'bfloat16' emulated in float32 "
+     "(arrays of float16, bfloat16 or float32; results in the arrays' dtype), 'float' or 'double' (None: the "
+     "arrays' dtype)",
+     [](KeywordArguments& a, nb::handle v) {
+       a.parameters.precision = v.is_none() ? Precision::float64 : precision_from_string(text(v));
+     }},
     {"solver", solver_keywords, "str", "'lanczos'",
      "dense (full SVD, the oracle), lanczos (Lanczos on the stored N×N matrix) or matrix-free (Lanczos on "
      "kernel tiles evaluated on the fly, for large N)",
      [](KeywordArguments& a, nb::handle v) { a.solver = solver_from_string(text(v)); }},
     {"subspace", lanczos_keywords, "int", "0", "Lanczos basis size (0: max(2k + 1, 10))",
-     [](KeywordArguments& a, nb::handle v) { a.spectral.subspace = nb::cast<int>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.spectral.subspace = nb::cast<int>(v); }},
     {"max_restarts", lanczos_keywords, "int", "1000", "Lanczos restarts at most",
-     [](KeywordArguments& a, nb::handle v) { a.spectral.max_restarts = nb::cast<int>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.spectral.max_restarts = nb::cast<int>(v); }},
     {"spectral_tolerance", lanczos_keywords, "float", "1e-13", "Lanczos relative tolerance",
-     [](KeywordArguments& a, nb::handle v) { a.spectral.tolerance = nb::cast<double>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.spectral.tolerance = nb::cast<double>(v); }},
     {"augmented", top_keywords, "bool", "False",
      "top singular values: Lanczos on [[0, A], [Aᵀ, 0]] (small values to about eps·σ₁) instead of AᵀA",
      [](KeywordArguments& a, nb::handle v) { a.augmented = flag(v); }},
     {"panel_rows", tiling_keywords, "int", "128", "matrix-free: rows of G evaluated per panel",
-     [](KeywordArguments& a, nb::handle v) { a.panel_rows = nb::cast<Index>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.panel_rows = nb::cast<Index>(v); }},
     {"matrix_free", evaluation_keywords, "bool", "False", "force the matrix-free path (--matrix-free)",
-     [](KeywordArguments& a, nb::handle v) { a.matrix_free = flag(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.matrix_free = flag(v); }},
     {"memory", evaluation_keywords, "float", "4e9",
      "bytes a dense N×N analysis may use; above it the matrix-free path is taken (--memory)",
-     [](KeywordArguments& a, nb::handle v) { a.memory = nb::cast<double>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.memory_budget = nb::cast<double>(v); }},
+    {"certificates_only", evaluation_keywords, "bool", "False",
+     "no exact spectral_error (NaN): only its certified bounds spectral_error_lower and spectral_error_upper "
+     "(--certificates-only)",
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.certificates_only = flag(v); }},
+    {"certificate_steps", evaluation_keywords, "int", "30",
+     "Lanczos steps of the certificates of spectral_error (--certificate-steps)",
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.certificate.steps = nb::cast<int>(v); }},
+    {"certificate_failure", evaluation_keywords, "float", "1e-06",
+     "failure probability of spectral_error_upper (--certificate-failure)",
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.certificate.failure_probability = nb::cast<double>(v); }},
     {"dense_svd_limit", evaluation_keywords, "int", "256",
      "σ(G̃) by full SVDs up to this size, Lanczos above; norms by Lanczos (--dense-svd-limit)",
-     [](KeywordArguments& a, nb::handle v) { a.dense_svd_limit = nb::cast<Index>(v); }},
+     [](KeywordArguments& a, nb::handle v) { a.evaluation.dense_svd_limit = nb::cast<Index>(v); }},
     {"repeat", timing_keywords, "int", "100", "calls timed (the best is returned)",
      [](KeywordArguments& a, nb::handle v) { a.repeat = nb::cast<int>(v); }},
     {"out", output_keywords, "numpy.typing.NDArray | None", "None",
@@ -273,26 +295,19 @@ const char* documentation(const char* doc, unsigned groups) {
 }
 
 SpectralOptions spectral_options(const KeywordArguments& arguments) {
-  arguments.spectral.validate();
-  return arguments.spectral;
+  arguments.evaluation.spectral.validate();
+  return arguments.evaluation.spectral;
 }
 
 MatrixFreeOptions tiling_options(const KeywordArguments& arguments) {
-  MatrixFreeOptions tiling;
-  tiling.panel_rows = arguments.panel_rows;
+  const MatrixFreeOptions tiling = arguments.evaluation.tiling();
   tiling.validate();
   return tiling;
 }
 
 EvaluationOptions evaluation_options(const KeywordArguments& arguments) {
-  EvaluationOptions options;
-  options.memory_budget = arguments.memory;
-  options.matrix_free = arguments.matrix_free;
-  options.spectral = arguments.spectral;
-  options.panel_rows = arguments.panel_rows;
-  options.dense_svd_limit = arguments.dense_svd_limit;
-  options.validate();
-  return options;
+  arguments.evaluation.validate();
+  return arguments.evaluation;
 }
 
 std::vector<std::string> method_names() {
@@ -308,15 +323,20 @@ std::vector<std::string> strategy_names() {
   return names_of(std::array{LandmarkStrategy::segment_means, LandmarkStrategy::window_pool,
                              LandmarkStrategy::step, LandmarkStrategy::random, LandmarkStrategy::top_sum,
                              LandmarkStrategy::top_abs, LandmarkStrategy::top_embed, LandmarkStrategy::kmeans,
-                             LandmarkStrategy::given});
+                             LandmarkStrategy::given, LandmarkStrategy::cross,
+                             LandmarkStrategy::softmax_cross, LandmarkStrategy::maxvol,
+                             LandmarkStrategy::rpcholesky, LandmarkStrategy::farthest_point,
+                             LandmarkStrategy::farthest_point_means, LandmarkStrategy::oracle_qdeim});
 }
 
 std::vector<std::string> pinv_names() {
-  return names_of(std::array{PinvMethod::exact, PinvMethod::razavi, PinvMethod::newton_schulz});
+  return names_of(std::array{PinvMethod::exact, PinvMethod::razavi, PinvMethod::newton_schulz,
+                             PinvMethod::truncated, PinvMethod::oracle_core});
 }
 
 std::vector<std::string> stabilization_names() {
-  return names_of(std::array{Stabilization::none, Stabilization::row_max, Stabilization::clamped});
+  return names_of(std::array{Stabilization::none, Stabilization::row_max, Stabilization::clamped,
+                             Stabilization::row_sum});
 }
 
 }  // namespace nystrom::python

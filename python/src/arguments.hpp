@@ -16,8 +16,8 @@
 
 #include "arrays.hpp"
 #include "nystrom/approximation.hpp"
+#include "nystrom/detail/kernel_passes.hpp"
 #include "nystrom/evaluation.hpp"
-#include "nystrom/kernel_passes.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
@@ -38,12 +38,10 @@ enum class Solver {
 struct KeywordArguments {
   Parameters parameters;
   Solver solver = Solver::lanczos;
-  SpectralOptions spectral;
   bool augmented = false;
-  Index panel_rows = MatrixFreeOptions{}.panel_rows;
-  bool matrix_free = false;
-  double memory = EvaluationOptions{}.memory_budget;
-  Index dense_svd_limit = EvaluationOptions{}.dense_svd_limit;
+  /// The evaluation keywords: the spectral (Lanczos) options, panel_rows, matrix_free, memory,
+  /// dense_svd_limit and the certificates.
+  EvaluationOptions evaluation;
   int repeat = 100;
   nb::handle
       out;  ///< the array receiving attention's output (None: a new one); borrowed from the call's kwargs
@@ -60,13 +58,14 @@ enum KeywordGroup : unsigned {
   top_keywords = 1u << 6,           ///< augmented
   tiling_keywords = 1u << 7,        ///< panel_rows
   solver_keywords = 1u << 8,        ///< solver
-  evaluation_keywords = 1u << 9,    ///< matrix_free, memory, dense_svd_limit
+  evaluation_keywords = 1u << 9,    ///< matrix_free, memory, dense_svd_limit, certificate keywords
   timing_keywords = 1u << 10,       ///< repeat
   output_keywords = 1u << 11,       ///< out
+  precision_keywords = 1u << 12,    ///< precision
   /// Everything that defines Nyström factors.
   nystrom_keywords = kernel_keywords | landmark_keywords | pinv_keywords | factor_keywords,
   /// Everything that defines a method's output.
-  method_keywords = nystrom_keywords | other_method_keywords,
+  method_keywords = nystrom_keywords | other_method_keywords | precision_keywords,
 };
 
 /// Parses `kwargs` for `function`, which accepts the keyword groups `groups`. Throws nb::type_error for an

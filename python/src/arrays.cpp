@@ -12,7 +12,7 @@
 
 namespace nystrom::python {
 
-const char* to_string(Precision precision) {
+const char* precision_name(Precision precision) {
   return precision == Precision::float32 ? "float32" : "float64";
 }
 
@@ -95,8 +95,8 @@ Precision common_precision(std::initializer_list<std::pair<const Array*, const c
   const Precision precision = precision_of(*first, first_name);
   for (const auto& [array, name] : arrays) {
     const Precision other = precision_of(*array, name);
-    require(other == precision, name, " is ", to_string(other), " but ", first_name, " is ",
-            to_string(precision), "; pass arrays of one dtype");
+    require(other == precision, name, " is ", precision_name(other), " but ", first_name, " is ",
+            precision_name(precision), "; pass arrays of one dtype");
   }
   return precision;
 }
@@ -118,7 +118,7 @@ std::string shape_text(const std::vector<Index>& shape) {
 template <class T>
 void require_scalar(const Array& array, const std::string& name) {
   require(array.dtype() == nb::dtype<T>(), name, " has dtype ", dtype_name(array.dtype()), ", expected ",
-          to_string(sizeof(T) == 4 ? Precision::float32 : Precision::float64));
+          precision_name(sizeof(T) == 4 ? Precision::float32 : Precision::float64));
 }
 
 }  // namespace
@@ -252,7 +252,7 @@ BatchView<T> output_batch(nb::handle out, const std::vector<Index>& shape,
           "out has torch's negative bit set (a lazily negated view, which reads its memory negated); pass a "
           "tensor without it (out.resolve_neg() is a new one)");
   require(array.dtype() == nb::dtype<T>(), "out has dtype ", dtype_name(array.dtype()), " but the output is ",
-          to_string(sizeof(T) == 4 ? Precision::float32 : Precision::float64), " (q's dtype)");
+          precision_name(sizeof(T) == 4 ? Precision::float32 : Precision::float64), " (q's dtype)");
   const std::vector<Index> out_shape = shape_of(Array(array));
   require(out_shape == shape, "out has shape ", shape_text(out_shape), " but the output is ",
           shape_text(shape));

@@ -25,6 +25,7 @@
 
 #include "nystrom/batched.hpp"
 #include "nystrom/error.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom::python {
@@ -34,11 +35,8 @@ namespace nb = nanobind;
 /// Any array: every dtype, device and layout (checked here, so that errors name the argument).
 using Array = nb::ndarray<nb::ro>;
 
-/// The two scalar types of the library.
-enum class Precision { float32, float64 };
-
-/// "float32" or "float64".
-const char* to_string(Precision precision);
+/// The dtype name of the two native precisions (nystrom/precision.hpp): "float32" or "float64".
+const char* precision_name(Precision precision);
 
 /// The precision of `array`; throws naming `name` for another dtype or a non-CPU array.
 Precision precision_of(const Array& array, const std::string& name);

@@ -139,6 +139,8 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
   const ApproximationOptions options = arguments.parameters.options(inputs.q.cols());
   const Index count = inputs.q.count();
   const Index heads = inputs.q.leading().empty() ? 1 : inputs.q.leading().back();
+  // The batched row-major path computes in the native formats; an emulated storage goes head by head.
+  const bool in_place = inputs.row_major && !is_emulated(options.storage);
   UndefinedRows undefined("attention", arguments.parameters.method, count);
   const auto head = [&](Index index) {
     const MatrixArgument<T> Q = inputs.q.matrix(index), K = inputs.k.matrix(index),
@@ -156,7 +158,7 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
   // Every head into the row-major batch `out`: in place from row-major inputs, else through head().
   const auto into = [&](const BatchView<T>& out) {
     computed([&] {
-      if (inputs.row_major) {
+      if (in_place) {
         inputs.run_row_major(arguments.parameters.method, out, options);
         for_each_matrix(count, [&](Index index) { undefined.count(index, out.head(index)); });
       } else {
@@ -172,7 +174,7 @@ nb::object attention_output(const Array& q, const Array& k, const Array& v,
     into(output_batch<T>(arguments.out, shape, {{&q, "q"}, {&k, "k"}, {&v, "v"}}));
     return nb::borrow(arguments.out);
   }
-  if (inputs.row_major) {
+  if (in_place) {
     MatrixBatch<T> out(inputs.q.leading(), inputs.q.rows(), inputs.v.cols(), true);
     into(out.view());
     return out.release_to_numpy();
@@ -236,7 +238,8 @@ std::vector<RecordCell> evaluate_point(const Array& q, const Array& k, const std
   point.dv = head.v.cols();
   point.method = arguments.parameters.method;
   point.options = arguments.parameters.options(point.d);
-  point.precision = sizeof(T) == 4 ? "float" : "double";
+  point.precision = is_emulated(point.options.storage) ? to_string(point.options.storage)
+                                                       : std::string(sizeof(T) == 4 ? "float" : "double");
   point.seed = arguments.parameters.seed;
   HeadEvaluator<T> evaluator(std::move(head), evaluation_options(arguments), "evaluate");
   return point_record(point, evaluator.evaluate(point.method, point.options));

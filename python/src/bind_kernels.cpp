@@ -164,8 +164,9 @@ void bind_kernels(nb::module_& m) {
       .def(
           "apply",
           [](const FactorsAny& self, const Array& x) {
-            require(precision_of(x, "x") == self.precision(), "apply: x is ", to_string(precision_of(x, "x")),
-                    " but the factors are ", to_string(self.precision()));
+            require(precision_of(x, "x") == self.precision(), "apply: x is ",
+                    precision_name(precision_of(x, "x")), " but the factors are ",
+                    precision_name(self.precision()));
             return self.visit([&](const auto& f) {
               using T = typename std::decay_t<decltype(f.left)>::Scalar;
               auto out = computed([&] {
@@ -266,22 +267,25 @@ void bind_kernels(nb::module_& m) {
   m.def(
       "select_landmarks",
       [](const Array& q, const Array& k, const nb::kwargs& kwargs) {
-        const KeywordArguments arguments = parse_arguments("select_landmarks", landmark_keywords, kwargs);
+        const KeywordArguments arguments =
+            parse_arguments("select_landmarks", landmark_keywords | kernel_keywords, kwargs);
         return with_scalar(common_precision({{&q, "q"}, {&k, "k"}}), [&](auto scalar) {
           using T = decltype(scalar);
           Compute compute;
           const MatrixArgument<T> Q(q, "q"), K(k, "k");
           return LandmarksAny{select_landmarks<T>(
-              Q.ref(), K.ref(), arguments.parameters.landmark_options(LandmarkStrategy::segment_means))};
+              Q.ref(), K.ref(), arguments.parameters.landmark_options(LandmarkStrategy::segment_means),
+              arguments.parameters.kernel_for(Q.cols()))};
         });
       },
       "q"_a, "k"_a, "kwargs"_a,
-      nb::sig(signature("select_landmarks", array_parameters({"q", "k"}), landmark_keywords, "Landmarks")),
+      nb::sig(signature("select_landmarks", array_parameters({"q", "k"}), landmark_keywords | kernel_keywords,
+                        "Landmarks")),
       documentation(
           "Landmarks of Q and K (N×d each) by a strategy of docs/mathematics.md §5: pooling strategies "
           "return averages, selection strategies rows of Q and K and their indices. Deterministic for a "
           "given seed.",
-          landmark_keywords));
+          landmark_keywords | kernel_keywords));
 
   m.def(
       "pseudoinverse",

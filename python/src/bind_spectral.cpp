@@ -5,11 +5,11 @@
 #include "arguments.hpp"
 #include "common.hpp"
 #include "nystrom/bounds.hpp"
+#include "nystrom/detail/power_of_two.hpp"
 #include "nystrom/evaluation.hpp"
 #include "nystrom/head.hpp"
 #include "nystrom/matrix_free.hpp"
 #include "nystrom/operators.hpp"
-#include "nystrom/power_of_two.hpp"
 #include "nystrom/spectral.hpp"
 
 namespace nystrom::python {
@@ -53,7 +53,7 @@ SpectralResult stored_norm(Matrix<T> a, const KeywordArguments& arguments) {
 /// errors).
 double norm_value(const char* function, const SpectralResult& result, const KeywordArguments& arguments) {
   if (!result.converged) {
-    const SpectralOptions& options = arguments.spectral;
+    const SpectralOptions& options = arguments.evaluation.spectral;
     const std::string message =
         describe(function, ": Lanczos did not reach spectral_tolerance = ", options.tolerance, " within ",
                  "max_restarts = ", options.max_restarts, " (subspace = ", options.subspace,

@@ -46,8 +46,8 @@ struct Typed {
   template <class T>
   const Result<T>& as(const char* what) const {
     const auto* result = std::get_if<Result<T>>(&value);
-    require(result != nullptr, what, " are ", to_string(precision()), " but the arrays are ",
-            to_string(sizeof(T) == 4 ? Precision::float32 : Precision::float64));
+    require(result != nullptr, what, " are ", precision_name(precision()), " but the arrays are ",
+            precision_name(sizeof(T) == 4 ? Precision::float32 : Precision::float64));
     return *result;
   }
 };

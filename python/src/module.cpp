@@ -79,6 +79,12 @@ NB_MODULE(_nystrom, m) {
   m.attr("STRATEGIES") = nb::tuple(nb::cast(strategy_names()));
   m.attr("PINV_METHODS") = nb::tuple(nb::cast(pinv_names()));
   m.attr("STABILIZATIONS") = nb::tuple(nb::cast(stabilization_names()));
+  // The library's parameter vocabulary (parameters.hpp): (name, is a /sweep column) for every parameter; the
+  // keyword of `lambda` is lambda_.
+  nb::list parameters;
+  for (const nystrom::ParameterName& parameter : nystrom::parameter_names())
+    parameters.append(nb::make_tuple(std::string(parameter.name), parameter.column));
+  m.attr("PARAMETERS") = nb::tuple(parameters);
 
   bind_kernels(m);
   bind_attention(m);

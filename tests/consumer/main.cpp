@@ -1,8 +1,6 @@
 // Uses the installed library through its public headers only: the generalized Nyström factors and PnP-Nystra
 // attention against exact attention (docs/mathematics.md §1–2), checked against values computed here.
-#include <nystrom/attention.hpp>
-#include <nystrom/backend.hpp>
-#include <nystrom/nystrom.hpp>
+#include <nystrom/all.hpp>
 
 #include <cmath>
 #include <cstdio>

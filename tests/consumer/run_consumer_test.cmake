@@ -17,13 +17,18 @@ file(REMOVE_RECURSE ${PREFIX} ${CONSUMER_BUILD_DIR})
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX})
 
 set(expected_files ${BINDIR}/nystrom ${LIBDIR}/libnystrom.a
-    ${INCLUDEDIR}/nystrom/nystrom.hpp ${INCLUDEDIR}/nystrom/spectral_impl.hpp
+    ${INCLUDEDIR}/nystrom/nystrom.hpp ${INCLUDEDIR}/nystrom/detail/spectral_impl.hpp
     ${LIBDIR}/cmake/nystrom/nystromConfig.cmake
     ${LIBDIR}/cmake/nystrom/nystromConfigVersion.cmake
     ${LIBDIR}/cmake/nystrom/nystromTargets.cmake
     ${LIBDIR}/cmake/nystrom/nystromDependencies.cmake
-    ${DOCDIR}/LICENSE ${DOCDIR}/mathematics.md
-    ${DOCDIR}/formats.md)
+    ${DOCDIR}/LICENSE ${DOCDIR}/README.md ${DOCDIR}/CHANGELOG.md)
+# Every file of docs/, beneath DOCDIR/docs as in the source tree (cmake/nystromPackage.cmake).
+get_filename_component(repository ${CMAKE_CURRENT_LIST_DIR}/../.. ABSOLUTE)
+file(GLOB_RECURSE documents RELATIVE ${repository} ${repository}/docs/*)
+foreach(document ${documents})
+  list(APPEND expected_files ${DOCDIR}/${document})
+endforeach()
 foreach(file ${expected_files})
   if(NOT EXISTS ${PREFIX}/${file})
     message(FATAL_ERROR "not installed: ${PREFIX}/${file}")

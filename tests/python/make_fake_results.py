@@ -7,7 +7,10 @@ and /bench_steps tables of `nystrom bench`, and its optional /bench_gemm and /be
     make_fake_results.py OUT_DIR [--minimal] [--methods pnp-nystra,nystromformer,...] [--seed 0]
 
 The files are results format_version 3 (performer's r in `features`, linformer's k in `projected`, `landmarks` = m, in
-/sweep and /bench; the /bench tables' `precision` float or double).
+/sweep and /bench; the /bench tables' `precision` float or double), sweep.h5 version 4: besides, the switch columns,
+`oversampling`, the optimality and certificate columns (`optimal_error` … `optimality_ratio_upper`,
+`attention_relative_error`, `attention_optimal_error`) and the rounding counts, every point in the precisions double,
+half and bfloat16, some half points with non-finite outputs.
 --minimal writes only what docs/formats.md §2 requires, as format_version 1 (the required /sweep columns, performer's and
 linformer's sizes in `landmarks`; sv_G, sv_S, sv_Gext with attrs k, N), so that tests show the notebooks do not
 depend on the extra columns and datasets `nystrom` writes besides and still read version 1 files; its
@@ -41,6 +44,20 @@ FLOAT_COLUMNS = (
 )
 METHODS = ("pnp-nystra", "nystromformer", "cur", "symmetric-nystrom", "performer", "linformer", "exact")
 FACTORED = ("pnp-nystra", "symmetric-nystrom", "exact")  # methods with a kernel approximation Ĝ
+# The /sweep columns of format version 4 besides the required ones (docs/formats.md §2.1), transcribed likewise.
+SWEEP_COLUMNS_4 = (
+    ("stabilization", "text"), ("precision", "text"), ("oversampling", "float64"), ("pinv_tolerance", "float64"),
+    ("different_indices", "int64"), ("copy_rows", "int64"), ("share_projections", "int64"),
+    ("front_padding", "int64"), ("optimal_error", "float64"), ("relative_optimal_error", "float64"),
+    ("optimality_ratio", "float64"), ("optimal_error_lower", "float64"), ("spectral_error_lower", "float64"),
+    ("spectral_error_upper", "float64"), ("spectral_error_upper_failure", "float64"),
+    ("optimality_ratio_upper", "float64"), ("attention_relative_error", "float64"),
+    ("attention_optimal_error", "float64"), ("nonfinite_output_rows", "int64"), ("overflowed_entries", "int64"),
+    ("underflowed_entries", "int64"), ("nan_entries", "int64"), ("selection_entries", "int64"),
+)
+# The arithmetic of the fake points (version 4), and each emulated format's own output error (its unit roundoff).
+PRECISIONS = ("double", "half", "bfloat16")
+FORMAT_ERROR = {"double": 0.0, "float": 0.0, "half": 2.0**-11, "bfloat16": 2.0**-8}
 LAYERS = ("00", "01")
 HEADS = 2
 TOKENS, DIM = 64, 16
@@ -109,13 +126,13 @@ def write_root(file: h5py.File, command: str, version: int = 3) -> None:
     file.attrs["input"] = "synthetic:fake"
 
 
-def sweep_rows(methods: list[str], rng: np.random.Generator) -> list[dict]:
+def sweep_rows(methods: list[str], rng: np.random.Generator, precisions: tuple[str, ...] = ("double",)) -> list[dict]:
     rows = []
     kernels = (("exponential", 1 / np.sqrt(DIM)), ("laplacian", 4.0))
     strategies = ("segment-means", "random")
     pinvs = [("exact", 0)] + [("razavi", i) for i in (2, 4, 6)] + [("newton-schulz", i) for i in (2, 4, 6)]
-    for layer, head, (kernel, param), strategy, m, (pinv, iters), method in itertools.product(
-        LAYERS, range(HEADS), kernels, strategies, (8, 16, 32), pinvs, methods
+    for layer, head, (kernel, param), strategy, m, (pinv, iters), method, precision in itertools.product(
+        LAYERS, range(HEADS), kernels, strategies, (8, 16, 32), pinvs, methods, precisions
     ):
         if method != "pnp-nystra" and pinv != "exact":
             continue
@@ -135,7 +152,8 @@ def sweep_rows(methods: list[str], rng: np.random.Generator) -> list[dict]:
             "spectral_error": error if factored else np.nan,
             "relative_spectral_error": error / sigma1 if factored else np.nan,
             "frobenius_error": 2.5 * error if factored else np.nan,
-            "output_relative_error": 0.05 * error / sigma_m1 * np.exp(-0.03 * m),
+            "output_relative_error": 0.05 * error / sigma_m1 * np.exp(-0.03 * m) + FORMAT_ERROR[precision],
+            "precision": precision,
             "output_max_error": 0.1 * np.exp(-0.03 * m),
             "output_mean_abs_error": 0.01 * np.exp(-0.03 * m),
             "sigma1_ext": sigma1, "sigma_m1_ext": sigma_m1, "sigma_m_core": core,
@@ -155,27 +173,52 @@ def sweep_rows(methods: list[str], rng: np.random.Generator) -> list[dict]:
     return rows
 
 
+def version_4_columns(row: dict) -> dict:
+    """The version 4 columns of a fake /sweep row (docs/formats.md §2.1), consistent with its errors: the rank-m
+    floor σ_{m+1} below the error (Eckart–Young), the certified interval around it, the floor's certified lower
+    bound below it; in half, the m = 32 points of head 1 with non-finite outputs (as overflow gives)."""
+    exact = row["method"] == "exact"
+    floor = np.nan if exact else 0.5 * row["sigma_m1_ext"]  # σ_{m+1}(G) ≤ σ_{m+1}(G̃) (interlacing)
+    error = row["spectral_error"]
+    emulated = row["precision"] in ("half", "bfloat16")
+    broken = row["precision"] == "half" and row["landmarks"] == 32 and row["head"] == 1 and row["method"] in FACTORED
+    values = {
+        "stabilization": "row-max" if row["method"] == "pnp-nystra" else "none", "oversampling": 1.0,
+        "pinv_tolerance": 0.0, "different_indices": 0, "copy_rows": 0, "share_projections": 0, "front_padding": 0,
+        "optimal_error": floor, "relative_optimal_error": floor / row["sigma1_ext"],
+        "optimality_ratio": error / floor, "optimal_error_lower": 0.98 * floor,
+        "spectral_error_lower": 0.999 * error, "spectral_error_upper": 1.04 * error,
+        "spectral_error_upper_failure": np.nan if exact else 1e-6,
+        "optimality_ratio_upper": 1.04 * error / (0.98 * floor),
+        "attention_relative_error": np.nan if exact else 1.5 * row["relative_spectral_error"],
+        "attention_optimal_error": np.nan if exact else 1.2 * floor / row["sigma1_ext"],
+        "nonfinite_output_rows": 3 if broken else 0, "overflowed_entries": 12 if broken else 0,
+        "underflowed_entries": 40 if emulated else 0, "nan_entries": 9 if broken else 0,
+        "selection_entries": 0,  # segment-means and random evaluate no kernel entries
+    }
+    if broken:
+        values.update(output_relative_error=np.nan, output_max_error=np.nan, output_mean_abs_error=np.nan)
+    return values
+
+
 def write_sweep(path: Path, methods: list[str], minimal: bool, rng: np.random.Generator) -> None:
-    rows = sweep_rows(methods, rng)
+    rows = sweep_rows(methods, rng, ("double",) if minimal else PRECISIONS)
     with h5py.File(path, "w") as file:
-        write_root(file, "nystrom sweep (fake)", 1 if minimal else 3)
+        write_root(file, "nystrom sweep (fake)", 1 if minimal else 4)
         columns = tuple((c, "text") for c in STRING_COLUMNS) + tuple((c, "int64") for c in INT_COLUMNS)
         if not minimal:  # version 2: performer's r and linformer's k in their own columns, `landmarks` = m
             for row in rows:
+                row.update(version_4_columns(row))
                 row["features"] = row["landmarks"] if row["method"] == "performer" else 0
                 row["projected"] = row["landmarks"] if row["method"] == "linformer" else 0
-                if row["method"] in ("performer", "linformer", "exact"):
-                    row["landmarks"] = 0
-            columns += (("features", "int64"), ("projected", "int64"))
+                if row["method"] in ("performer", "linformer", "exact"):  # no landmarks, no core to invert
+                    row.update(landmarks=0, pinv="none")
+            columns += (("features", "int64"), ("projected", "int64")) + SWEEP_COLUMNS_4
         write_table(file, "sweep", columns + tuple((c, "float64") for c in FLOAT_COLUMNS), rows)
-        group = file["sweep"]
-        text = h5py.string_dtype("utf-8")
         if not minimal:  # extra columns `nystrom sweep` writes besides the required ones
-            group.create_dataset("stabilization", data=["row-max"] * len(rows), dtype=text)
-            group.create_dataset("precision", data=["double"] * len(rows), dtype=text)
             for n in (1, 2, 3):
                 bound = np.array([r[f"theorem{n}_bound"] for r in rows])
-                group.create_dataset(f"theorem{n}_applies", data=np.isfinite(bound).astype(np.int64))
+                file["sweep"].create_dataset(f"theorem{n}_applies", data=np.isfinite(bound).astype(np.int64))
 
 
 def write_spectrum(path: Path, minimal: bool, rng: np.random.Generator) -> None:

@@ -25,6 +25,14 @@ export NYSTROM_FIGURES="$scratch/figures"
 expected=(spectrum_decay spectrum_decay_mean error_vs_landmarks error_vs_pinv_iterations bounds_vs_error
           bounds_applicability bounds_tightness methods_comparison bench_time_vs_n bench_speedup bench_steps
           bench_accuracy_vs_cost bench_gemm vision_psnr_drop vision_time_vs_psnr vision_floor_vs_error)
+# The figures of the /sweep columns of format version 4 and of several precisions, where sweep.h5 has them.
+sweep_has() {  # sweep_has PYTHON_CONDITION: whether it holds of the /sweep group `s` of sweep.h5
+  "$python" -c 'import h5py, sys; s = h5py.File(sys.argv[1], "r")["sweep"]; sys.exit(not eval(sys.argv[2]))' \
+    "$results/sweep.h5" "$1"
+}
+if sweep_has '"optimality_ratio" in s and "optimality_ratio_upper" in s'; then expected+=(optimality); fi
+if sweep_has '"spectral_error_lower" in s and "spectral_error_upper" in s'; then expected+=(bounds_certificates); fi
+if sweep_has '"precision" in s and len(set(s["precision"].asstr()[...])) > 1'; then expected+=(methods_precision); fi
 # The batches of heads, where bench.h5 has them (`nystrom bench --batch`).
 if "$python" -c 'import h5py, sys; sys.exit("bench_batch" not in h5py.File(sys.argv[1], "r"))' "$results/bench.h5"; then
   expected+=(bench_batch)

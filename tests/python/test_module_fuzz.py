@@ -89,9 +89,9 @@ OPTIONS = {
     "embed_column": (0.035, (-1, 0, 1, 100), ()),
     "kmeans_iterations": (0.035, (-1, 0, 1, 25), ()),
     "pinv": (0.15, (*nystrom.PINV_METHODS, "svd"), ()),
-    "iterations": (0.1, (-1, 0, 1, 6, 50), ()),
+    "pinv_iters": (0.1, (-1, 0, 1, 6, 50), ()),
     "alpha": (0.07, (None, -1.0, 0.0, 1.0), (1e-300, math.nan, math.inf, 1e300)),
-    "tolerance": (0.07, (None, -1.0, 0.0, 1e-6), (math.nan, 1e300)),
+    "pinv_tolerance": (0.07, (None, -1.0, 0.0, 1e-6), (math.nan, 1e300)),
     "tikhonov": (0.07, (None, -1.0, 0.0, 1e-6), (math.nan, 1e300)),
     "shift": (0.07, (None, -1.0, 0.0, 1e-6), (math.inf,)),
     "stabilization": (0.1, (*nystrom.STABILIZATIONS, "max"), ()),
@@ -114,7 +114,7 @@ OPTIONS = {
 }
 SELECTION_OPTIONS = ("landmarks", "strategy", "seed", "window", "window_grid", "prefix_tokens", "different_indices",
                      "forced", "q_indices", "k_indices", "embed_column", "kmeans_iterations")
-PINV_OPTIONS = ("pinv", "iterations", "alpha", "tolerance", "tikhonov", "shift")
+PINV_OPTIONS = ("pinv", "pinv_iters", "alpha", "pinv_tolerance", "tikhonov", "shift")
 FACTORS_OPTIONS = ("method", "kernel", "scale", "lambda_", "bandwidth", *SELECTION_OPTIONS, *PINV_OPTIONS,
                    "stabilization", "clamp_threshold")
 OUTPUT_OPTIONS = (*FACTORS_OPTIONS, "features", "projected", "share_projections", "copy_rows", "front_padding")

@@ -58,7 +58,7 @@ def options_of(row) -> dict:
     if row.pinv != "none":
         options["pinv"] = row.pinv
         if row.pinv_iters:
-            options["iterations"] = int(row.pinv_iters)
+            options["pinv_iters"] = int(row.pinv_iters)
     if row.method in ("pnp-nystra", "symmetric-nystrom"):
         options["stabilization"] = row.stabilization
     return options

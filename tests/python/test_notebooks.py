@@ -52,7 +52,7 @@ def test_read_sweep_rejects_foreign_files(tmp_path, fake_results):
     with pytest.raises(FileNotFoundError, match="no such results file"):
         nr.read_sweep(tmp_path / "absent.h5")
     for name, format_name, version, message in (("dump", "nystrom-dump", 1, "expected 'nystrom-results'"),
-                                                ("future", "nystrom-results", 4, "unknown format_version")):
+                                                ("future", "nystrom-results", 5, "unknown format_version")):
         path = tmp_path / f"{name}.h5"
         with h5py.File(path, "w") as file:
             file.attrs["format"] = format_name

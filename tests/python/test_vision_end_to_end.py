@@ -317,3 +317,243 @@ def test_a_non_finite_approximation_gives_nan_errors_not_an_exception():
         errors = rows[0]["relative_spectral_error"], rows[0]["output_relative_error"]
         assert all(math.isfinite(e) for e in errors) if factor == 1 else all(math.isnan(e) for e in errors)
         assert 0 < rows[0]["floor"] < 1
+
+
+# --- half precision: the attention alone in bfloat16 or half, the model's other layers in float32 ---------------------
+
+
+HALF_ROWS = [c for c in ve.configurations(False, "square", 5.0) if c.precision in ve.EMULATED]
+
+
+def test_the_default_grid_has_the_half_precision_rows_and_their_torch_control():
+    for precision in ve.EMULATED:
+        rows = {c.name: c for c in HALF_ROWS if c.precision == precision}
+        assert {ve.torch_control(precision).name, f"exact, {precision}",
+                f"pnp-nystra m=16, razavi×6, row-max, {precision}"} <= set(rows)
+        control = rows[f"torch attention, {precision}"]
+        assert control.method == ve.TORCH and control.masks == "model" and control.landmarks == 0
+        for configuration in rows.values():
+            if configuration.method != ve.TORCH:
+                assert configuration.keywords(256, (8, 32), 0.3)["precision"] == precision
+                assert configuration.masks == "regions" and ve.TORCH_TYPES[precision] == torch.float32
+    everything = {c.name for c in ve.configurations(True, "square", 5.0)}
+    for precision in ve.EMULATED:  # --full holds both exact-pinv rows
+        assert f"pnp-nystra m=16, exact pinv, row-max, {precision}" in everything
+    assert "precision" not in PNP16.keywords(256, (8, 32), 0.3)  # float: the arrays' dtype says it
+
+
+@pytest.mark.parametrize("precision", ve.EMULATED)
+def test_an_emulated_precision_reaches_the_module_with_float32_arrays(precision):
+    q, k, v, scale, window = dumped_window()
+    configuration = ve.pnp(16, 6, precision=precision)
+    out = ve.LibraryAttention(configuration)(*(torch.from_numpy(x)[None] for x in (q, k, v)), None, None, scale,
+                                             window)[0]
+    assert out.dtype == torch.float32
+    expected = nystrom.attention(q, k, v, method="pnp-nystra", landmarks=16, strategy="window-pool", window=window,
+                                 window_grid="square", pinv="razavi", pinv_iters=6, stabilization="row-max",
+                                 scale=scale, precision=precision)
+    np.testing.assert_array_equal(out.numpy(), expected)
+    in_float = ve.LibraryAttention(PNP16)(*(torch.from_numpy(x)[None] for x in (q, k, v)), None, None, scale,
+                                          window)[0].numpy()
+    difference = np.abs(out.numpy() - in_float).max()
+    assert 0 < difference < 0.1 * np.abs(in_float).max()  # rounded to the format, still the same attention
+
+
+@pytest.mark.parametrize("precision", ve.EMULATED)
+def test_the_torch_control_is_the_models_attention_in_the_format(precision):
+    """Layer 02 of the dump holds the shift mask: the control applies bias and mask as the model does, in the
+    format."""
+    with h5py.File(DUMP, "r") as file:
+        layer = file["layers/02"]
+        q, k, v, bias, mask = (torch.from_numpy(layer[name][()]) for name in ("q", "k", "v", "bias", "mask"))
+        scale = float(layer.attrs["scale"])
+        window = tuple(int(x) for x in layer.attrs["window"])
+    dtype = ve.TORCH_FORMATS[precision]
+    out = ve.TorchAttention(ve.torch_control(precision))(q, k, v, bias, mask, scale, window)
+    assert out.dtype == torch.float32 and out.shape == v.shape
+    expected = vm.softmax_attention(*(x.to(dtype) for x in (q, k, v, bias, mask)), scale, window).float()
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    model = vm.softmax_attention(q, k, v, bias, mask, scale, window)
+    eps = torch.finfo(dtype).eps
+    assert 0 < float((out - model).abs().max()) < 64 * eps * float(model.abs().max())
+    with pytest.raises(ValueError, match="torch control"):
+        ve.TorchAttention(ve.EXACT)
+
+
+@pytest.fixture(scope="module")
+def half_results(tmp_path_factory) -> Path:
+    """The script on the half and bfloat16 rows of the default grid (one image, 32×32 inputs, one timed replay)."""
+    output = tmp_path_factory.mktemp("vision-half") / "vision.h5"
+    arguments = ["--output", str(output), "--crop-size", "64", "--repeats", "1", "--images", IMAGES[0], "--quiet"]
+    for configuration in HALF_ROWS:
+        arguments += ["--configuration", configuration.name]
+    assert ve.main(arguments) == 0
+    return output
+
+
+def test_half_precision_rows_carry_their_format_and_lose_little_against_the_torch_control(half_results):
+    with h5py.File(half_results, "r") as file:
+        rows = read(file["vision"])
+        windows = read(file["vision_windows"])
+    names = ["unmodified", "exact", *(c.name for c in HALF_ROWS)]
+    assert list(rows["configuration"]) == names
+    precision = dict(zip(rows["configuration"], rows["precision"]))
+    for configuration in HALF_ROWS:
+        assert precision[configuration.name] == configuration.precision
+    # The exact pseudoinverse of the ill-conditioned m = 16 cores can leave half's range (pinv_status non-finite):
+    # such an output is counted, never silent. Every other row is finite.
+    exact_pinv = rows["pinv"] == "exact"
+    assert (np.isfinite(rows["psnr"]) == (rows["non_finite"] == 0)).all()
+    assert np.isfinite(rows["psnr"][~exact_pinv]).all() and np.isfinite(rows["ssim"][~exact_pinv]).all()
+    assert np.isfinite(rows["seconds_per_block"]).all()
+    drop = dict(zip(rows["configuration"], rows["psnr_drop"]))
+    difference = dict(zip(rows["configuration"], rows["max_abs_difference"]))
+    method = dict(zip(rows["configuration"], rows["method"]))
+    assert method["torch attention, bfloat16"] == ve.TORCH
+    for format_ in ve.EMULATED:
+        # Rounded attention changes the output, but exact attention in the format, by torch or by the library,
+        # loses little PSNR: nothing like an approximation's decibels.
+        for name in (f"torch attention, {format_}", f"exact, {format_}"):
+            assert difference[name] > 0
+            assert abs(drop[name]) < 0.1, (name, drop[name])
+        assert drop[f"pnp-nystra m=16, razavi×6, row-max, {format_}"] > 0
+    # The floor rows: every emulated approximation (not exact, not the torch control), in its format.
+    assert set(windows["configuration"]) == {c.name for c in HALF_ROWS if c.method == "pnp-nystra"}
+    for name, format_ in zip(windows["configuration"], windows["precision"]):
+        assert precision[name] == format_
+    assert (windows["relative_spectral_error"][np.isfinite(windows["relative_spectral_error"])]
+            >= windows["floor"][np.isfinite(windows["relative_spectral_error"])] * (1 - 1e-6)).all()
+
+
+# --- landmark strategies: the searches of docs/mathematics.md §9.3, oversampling, row-sum, the truncated pinv -------
+
+
+STRATEGY_ROWS = ve.landmark_strategies(False, {"grid": "square", "tau": 5.0})
+OVERSAMPLED = [c for c in STRATEGY_ROWS if c.oversampling != 1.0]
+
+
+def test_the_default_grid_has_the_new_strategies_and_the_output_configuration():
+    grid = {c.name: c for c in ve.configurations(False, "square", 5.0)}
+    assert {c.name for c in STRATEGY_ROWS} <= set(grid)
+    for strategy in ve.DEFAULT_STRATEGIES:
+        assert grid[f"pnp-nystra m=16, razavi×6, row-max, {strategy}"].strategy == strategy
+        assert grid[f"pnp-nystra m=16, exact pinv, row-max, {strategy}"].pinv == "exact"
+    assert [c.landmarks for c in OVERSAMPLED] == [8, 16, 32]
+    for configuration in OVERSAMPLED:
+        assert configuration.name == (f"pnp-nystra m={configuration.landmarks}, truncated pinv, row-sum, "
+                                      "farthest-point-means, oversampling 2")
+        keywords = configuration.keywords(256, (8, 32), 0.3)
+        assert keywords == {"method": "pnp-nystra", "scale": 0.3, "landmarks": configuration.landmarks,
+                            "strategy": "farthest-point-means", "oversampling": 2.0, "pinv": "truncated",
+                            "stabilization": "row-sum"}  # truncated: no pinv_iters; no window for a search
+    keywords = grid["pnp-nystra m=16, razavi×6, row-max, cross"].keywords(256, (8, 32), 0.3)
+    assert keywords["strategy"] == "cross" and keywords["pinv_iters"] == 6 and "oversampling" not in keywords
+    assert "window" not in keywords and "oversampling" not in PNP16.keywords(256, (8, 32), 0.3)
+
+
+def test_the_full_grid_is_every_strategy_m_and_pseudoinverse():
+    grid = ve.configurations(True, "square", 5.0)
+    assert len({c.name for c in grid}) == len(grid)
+    found = {(c.strategy, c.landmarks, c.pinv, c.pinv_iters) for c in grid
+             if c.method == "pnp-nystra" and c.stabilization == "row-max" and c.precision == "float"
+             and c.masks == "regions" and c.window_grid in ("square", "none")}
+    for strategy in ve.FULL_STRATEGIES:
+        for m in (8, 16, 32):
+            assert {(strategy, m, "razavi", i) for i in (1, 3, 6)} | {(strategy, m, "exact", 0)} <= found
+    assert set(ve.DEFAULT_STRATEGIES) < set(ve.FULL_STRATEGIES)
+    assert {c.name for c in OVERSAMPLED} <= {c.name for c in grid}
+    assert ve.unique_names([PNP16, ve.pnp(16, 6), ve.pnp(16, 6, stabilization="none")]) == [
+        PNP16, ve.pnp(16, 6, stabilization="none")]
+    with pytest.raises(AssertionError, match="two configurations named"):  # a name never hides another setting
+        ve.unique_names([PNP16, ve.pnp(16, 6, strategy="cross", tag=PNP16.name)])
+
+
+@pytest.mark.parametrize("configuration", [c for c in STRATEGY_ROWS if c.landmarks == 16], ids=lambda c: c.name)
+def test_the_strategy_and_the_oversampling_reach_the_module(configuration):
+    """Through the hook, a window's output is the module's own with the configuration's strategy, oversampling,
+    pseudoinverse and stabilization (bit for bit), and each of them changes it."""
+    q, k, v, scale, window = dumped_window()
+    out = ve.LibraryAttention(configuration)(*(torch.from_numpy(x)[None] for x in (q, k, v)), None, None, scale,
+                                             window)[0].numpy()
+    assert np.isfinite(out).all()
+    keywords = {"method": "pnp-nystra", "landmarks": 16, "strategy": configuration.strategy,
+                "stabilization": configuration.stabilization, "pinv": configuration.pinv, "scale": scale}
+    if configuration.pinv == "razavi":
+        keywords["pinv_iters"] = configuration.pinv_iters
+    if configuration.oversampling != 1.0:
+        keywords["oversampling"] = configuration.oversampling
+    np.testing.assert_array_equal(out, nystrom.attention(q, k, v, **keywords))
+    assert np.abs(out - nystrom.attention(q, k, v, **dict(keywords, strategy="segment-means"))).max() > 1e-4
+    if configuration.oversampling != 1.0:
+        plain = nystrom.attention(q, k, v, **dict(keywords, oversampling=1.0))
+        assert np.abs(out - plain).max() > 1e-4
+
+
+def test_oversampling_takes_every_token_of_a_region_too_small_for_it():
+    """Layer 02 holds the shift mask: its regions are 4×16 = 64 tokens, fewer than ⌈2·48⌉ = 96 query landmarks (the
+    module refuses more than N): the hook asks for all 64, so m = 48 oversampled equals oversampling 64/48."""
+    assert ve.oversampling_within(2.0, 32, 64) == 2.0 and ve.oversampling_within(2.0, 3, 7) == 2.0
+    for m, tokens in ((48, 64), (3, 5), (7, 10), (48, 49), (30, 31), (16, 16)):
+        within = ve.oversampling_within(2.0, m, tokens)
+        assert math.ceil(within * m) == tokens and within <= tokens / m
+    with h5py.File(DUMP, "r") as file:
+        layer = file["layers/02"]
+        q, k, v, mask = (torch.from_numpy(layer[name][()]) for name in ("q", "k", "v", "mask"))
+        scale = float(layer.attrs["scale"])
+        window = tuple(int(x) for x in layer.attrs["window"])
+    options = dict(ve.OUTPUT_CONFIGURATION, oversampling=2.0)
+    out = ve.LibraryAttention(ve.pnp(48, **options))(q, k, v, None, mask, scale, window)
+    assert torch.isfinite(out).all()
+    region = ve.regions_of(mask[1], window)[0].tokens
+    expected = nystrom.attention(*(x[1][:, region].numpy() for x in (q, k, v)), method="pnp-nystra", landmarks=48,
+                                 strategy="farthest-point-means", oversampling=64 / 48, pinv="truncated",
+                                 stabilization="row-sum", scale=scale)
+    np.testing.assert_allclose(out[1][:, region].numpy(), expected, rtol=0, atol=0)
+
+
+@pytest.fixture(scope="module")
+def strategy_results(tmp_path_factory) -> Path:
+    """The script on the landmark-strategy rows at m = 16 and the output configuration at m = 8, 16, 32 (one image,
+    32×32 inputs, no timing)."""
+    output = tmp_path_factory.mktemp("vision-strategies") / "vision.h5"
+    arguments = ["--output", str(output), "--crop-size", "64", "--repeats", "0", "--images", IMAGES[0], "--quiet"]
+    for configuration in STRATEGY_ROWS:
+        arguments += ["--configuration", configuration.name]
+    assert ve.main(arguments) == 0
+    return output
+
+
+def test_every_new_strategy_gives_a_finite_psnr_and_records_its_settings(strategy_results):
+    with h5py.File(strategy_results, "r") as file:
+        rows = read(file["vision"])
+        windows = read(file["vision_windows"])
+    names = ["unmodified", "exact", *(c.name for c in STRATEGY_ROWS)]
+    assert list(rows["configuration"]) == names
+    settings = {c.name: c for c in STRATEGY_ROWS}
+    for index, name in enumerate(rows["configuration"][2:], start=2):
+        configuration = settings[name]
+        assert rows["strategy"][index] == configuration.strategy and rows["pinv"][index] == configuration.pinv
+        assert rows["oversampling"][index] == configuration.oversampling
+        assert rows["stabilization"][index] == configuration.stabilization
+        assert np.isfinite(rows["psnr"][index]) and rows["non_finite"][index] == 0, name
+        # An approximation changes the output (on these 32×32 inputs it may even gain PSNR on the ground truth).
+        assert np.isfinite(rows["psnr_vs_unmodified"][index]) and rows["max_abs_difference"][index] > 1e-3
+    assert (rows["oversampling"][:2] == 1.0).all()
+    assert set(windows["configuration"]) == set(settings)
+    finite = np.isfinite(windows["relative_spectral_error"])
+    assert finite.all()  # every window's Ŝ, oversampled and truncated alike
+    assert (windows["relative_spectral_error"] >= windows["floor"] * (1 - 1e-6)).all()
+
+
+def test_the_row_sum_output_is_that_of_the_modules_own_factors():
+    """The output configuration through the hook against Algorithm 1 on the module's own factors
+    (approximate(...).factors.attention, which match the float64 formula Ĝ = G_L (W G_A)⁺ W G_U, W = diag(1/G_U 1),
+    of docs/mathematics.md §9.3): the same attention, up to float32 rounding."""
+    q, k, v, scale, window = dumped_window()
+    configuration = ve.pnp(16, **ve.OUTPUT_CONFIGURATION)
+    out = ve.LibraryAttention(configuration)(*(torch.from_numpy(x)[None] for x in (q, k, v)), None, None, scale,
+                                             window)[0].numpy()
+    keywords = configuration.keywords(q.shape[1], window, scale)
+    expected = np.stack([nystrom.approximate(q[h], k[h], v[h], **keywords).factors.attention(v[h])
+                         for h in range(q.shape[0])])
+    assert np.abs(out - expected).max() <= 1e-3 * np.abs(expected).max()

@@ -85,9 +85,10 @@ DevicePinv<T>::DevicePinv(int m, int count, const PinvOptions& options)
       alphas_(std::size_t(count)),
       batch_alpha_(1),
       info_(std::size_t(3) * count) {
-  require(options.method == PinvMethod::exact || is_iterative(options.method),
-          "CUDA pseudoinverse: ", to_string(options.method),
-          " runs on the CPU only (the device runs exact, razavi and newton-schulz)");
+  require(
+      options.method == PinvMethod::exact || is_iterative(options.method),
+      "CUDA pseudoinverse: the device runs exact, razavi and newton-schulz; truncated and oracle-core run "
+      "on the CPU only");
   if (options.tikhonov > 0) product_ = DeviceBuffer<T>(inverted_.size());
   if (options.method == PinvMethod::exact)
     solver_ = std::make_unique<Solver>(m, count);

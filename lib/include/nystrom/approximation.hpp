@@ -24,6 +24,7 @@
 #include "nystrom/nystrom.hpp"
 #include "nystrom/nystromformer.hpp"
 #include "nystrom/performer.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/spectral.hpp"
 #include "nystrom/types.hpp"
 
@@ -53,11 +54,17 @@ ErrorMatrix error_matrix(Method method);
 /// = D⁻¹G.
 std::string implied_matrix(Method method);
 
-/// Options of every method; only the member of the chosen method (and `kernel`) is read.
+/// Options of every method; only the member of the chosen method (and `kernel`, `storage`) is read.
 struct ApproximationOptions {
   /// κ of every method. nystromformer, cur, performer and linformer are softmax methods and require the
   /// exponential kernel (s = kernel.param); pnp-nystra, symmetric-nystrom and exact accept any kernel.
   Kernel kernel;
+  /// The format every method stores its matrices in (docs/mathematics.md §8), replacing the storage member
+  /// of the chosen method's options: half and bfloat16 emulate a kernel in that format in float32 (T = float;
+  /// with T = double they throw std::invalid_argument naming the storage), every matrix a step writes
+  /// rounded to it, with what rounding did in Approximation::rounding; float32 and float64 (the default)
+  /// round nothing, the computation in T as it is.
+  Precision storage = Precision::float64;
   NystromOptions pnp_nystra;  ///< pnp-nystra (its kernel member is replaced by `kernel`)
   /// symmetric-nystrom (kernel replaced by `kernel`): LaplacianFormer's Newton–Schulz on W + εI, no row-max
   /// scaling (row-max is undefined for C W⁺ Cᵀ).
@@ -71,7 +78,8 @@ struct ApproximationOptions {
   /// Validates `kernel` and the chosen method's options for N tokens of dimension d.
   void validate(Method method, Index n, Index d) const;
 
-  /// validate(method, n, d), and the method's pseudoinverse options in T (PinvOptions::validate_in).
+  /// validate(method, n, d), the method's pseudoinverse options in T (PinvOptions::validate_in), and the
+  /// storage for T (require_storage_for).
   template <class T>
   void validate_in(Method method, Index n, Index d) const;
 };
@@ -85,6 +93,7 @@ template <class T>
 void ApproximationOptions::validate_in(Method method, Index n, Index d) const {
   validate(method, n, d);
   if (const PinvOptions* pinv = pinv_options(method, *this)) pinv->validate_in<T>();
+  require_storage_for<T>(storage, to_string(method).c_str());
 }
 
 /// `options` with the random projections `method` would draw from its seed on every call made explicit:
@@ -104,6 +113,11 @@ struct Approximation {
   std::optional<FactoredOperator<T>> softmax_attention;             ///< Ŝ of the softmax methods
   std::optional<PinvStatus> pinv_status;                            ///< methods with a pseudoinverse
   double pinv_residual = std::numeric_limits<double>::quiet_NaN();  ///< ‖I − AZ‖_F of that pseudoinverse
+  double selection_entries = 0;  ///< kernel entries the landmark selection evaluated (Landmarks::entries)
+  /// What rounding to ApproximationOptions::storage did, summed over every rounding point of the method and
+  /// its pseudoinverse (docs/mathematics.md §8): entries that overflowed to ±Inf, underflowed to ±0, NaN.
+  /// None for float32 and float64. Ô's non-finite rows are left as they come.
+  RoundingCounts rounding;
 
   /// Ŝ, the implied attention matrix (absent for exact): softmax_attention, or for pnp-nystra and
   /// symmetric-nystrom Ŝ = diag(1/(Ĝⁿ1)) Ĝⁿ built from kernel_factors on each call (it copies G_L and G_U, a
@@ -111,7 +125,13 @@ struct Approximation {
   std::optional<FactoredOperator<T>> attention() const;
 };
 
-/// Runs `method` on Q, K (N×d) and V (N×dv). Throws std::invalid_argument for bad inputs or options.
+/// Ŝ = diag(1/(Ĝⁿ1)) Ĝⁿ of Nyström factors (the row scales exp(l) of a stabilized Ĝ cancel), as an
+/// operator holding copies of the blocks.
+template <class T>
+FactoredOperator<T> implied_attention(const NystromFactors<T>& factors);
+
+/// Runs `method` on Q, K (N×d) and V (N×dv), in options.storage. Throws std::invalid_argument for bad inputs
+/// or options.
 template <class T>
 Approximation<T> approximate_attention(Method method, const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                        const ConstMatrixRef<T>& V, const ApproximationOptions& options);

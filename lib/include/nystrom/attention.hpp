@@ -5,6 +5,7 @@
 /// overflow.
 
 #include "nystrom/kernels.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -17,6 +18,17 @@ namespace nystrom {
 template <class T>
 Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
                           const Kernel& kernel);
+
+/// Exact attention as a kernel that stores its matrices in `storage` computes it (docs/mathematics.md §8),
+/// adding what rounding did to `rounding`: half and bfloat16 are emulated in float32 (T = float), as
+/// FlashAttention in half stores P and accumulates in float32, with the whole row as one key tile: Q, K and V
+/// rounded, then per query row the logits R(φ), their maximum μ, P = R(exp(φ − μ)), ℓ = R(P 1), and O =
+/// R(R(P V) / ℓ). Panels of 64 queries over the OpenMP threads; the same bits on any thread count. O(nN(d +
+/// dv)) time, O(threads·64·N) memory. The native formats are exact_attention above (nothing counted); an
+/// emulated storage with T = double throws std::invalid_argument naming it.
+template <class T>
+Matrix<T> exact_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
+                          const Kernel& kernel, Precision storage, RoundingCounts& rounding);
 
 /// The dense attention matrix S = D⁻¹G (row-stochastic), computed with a per-row max shift. Small N only.
 template <class T>

@@ -13,11 +13,11 @@
 
 #include "nystrom/approximation.hpp"
 #include "nystrom/batched.hpp"
-#include "nystrom/kernel_passes.hpp"
+#include "nystrom/detail/kernel_passes.hpp"
+#include "nystrom/detail/operator_concepts.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
-#include "nystrom/operator_concepts.hpp"
 #include "nystrom/pinv.hpp"
 #include "nystrom/types.hpp"
 

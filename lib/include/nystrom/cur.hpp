@@ -16,6 +16,7 @@
 #include "nystrom/factored_operator.hpp"
 #include "nystrom/landmarks.hpp"
 #include "nystrom/pinv.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -29,8 +30,12 @@ struct CurOptions {
     step.strategy = LandmarkStrategy::step;
     return step;
   }();
-  PinvOptions pinv;              ///< pseudoinverse of U (exact SVD by default)
+  PinvOptions pinv;        ///< pseudoinverse of U (exact SVD by default)
   bool copy_rows = false;  ///< overwrite Ô[q_idx[i], :] with the exact row (R V)[i, :]
+  /// The format every matrix is stored in (docs/mathematics.md §8): half and bfloat16 are emulated in float32
+  /// (T = float), the pseudoinverse included (its pinv.storage is replaced by this); float32 and float64
+  /// round nothing.
+  Precision storage = Precision::float64;
 
   /// Throws std::invalid_argument naming the bad value (a pooling strategy, m > N, bad indices or pinv
   /// options).
@@ -47,6 +52,9 @@ struct CurResult {
   PinvResult<T> pinv;            ///< Z ≈ U⁺
   std::vector<Index> q_indices;  ///< q_idx
   std::vector<Index> k_indices;  ///< k_idx
+  double selection_entries = 0;  ///< kernel entries the row selection evaluated (Landmarks::entries)
+  /// What rounding to options.storage did, over every rounding point but the pseudoinverse's (pinv.rounding).
+  RoundingCounts rounding;
 
   /// Ŝ = C Z R as an operator (N×N implied; the copied rows are not part of it).
   FactoredOperator<T> attention_operator() const& { return {columns, pinv.z, rows}; }
@@ -56,7 +64,9 @@ struct CurResult {
   }
 };
 
-/// CUR attention for Q, K (N×d), V (N×dv) and scale s.
+/// CUR attention for Q, K (N×d), V (N×dv) and scale s. In an emulated options.storage (T = float;
+/// docs/mathematics.md §8) the rows are selected on Q and K as given, then Q, K and V are rounded, C and R
+/// are rounded softmax rows of rounded logits, and Ô = R(C R(Z R(R V))).
 template <class T>
 CurResult<T> cur_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K, const ConstMatrixRef<T>& V,
                            double scale, const CurOptions& options);

@@ -35,6 +35,7 @@
 
 #include "nystrom/approximation.hpp"
 #include "nystrom/backend.hpp"
+#include "nystrom/certificates.hpp"
 #include "nystrom/head.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/landmarks.hpp"
@@ -43,6 +44,13 @@
 #include "nystrom/types.hpp"
 
 namespace nystrom {
+
+/// The largest stored N×N matrix whose floors (PointResult::optimal_error) come from one full SVD of all its
+/// singular values, shared by every point of the head; above it from Lanczos per rank on the stored matrix,
+/// and matrix-free on kernel tiles. A full SVD of N = 512 costs about what a few Lanczos runs of the top
+/// singular values do, at N = 1024 several times more (one sweep point at N = 1024 took 640 ms with the
+/// limit at 2048, most of it in the two SVDs of G and S).
+constexpr Index full_spectrum_limit = 512;
 
 /// How points are evaluated.
 struct EvaluationOptions {
@@ -56,6 +64,10 @@ struct EvaluationOptions {
   /// matrix; σ(G̃) of a stored G̃ falls back to the full SVD when the Lanczos σ_{m+1} is not certified to
   /// 1e-10 relative or to (n + m)·eps·σ₁ (SpectralResult::last_error_bound).
   Index dense_svd_limit = 256;
+  CertificateOptions certificate;  ///< the certificate of every spectral error (certificates.hpp)
+  /// Certificates only: spectral_error NaN, its bounds spectral_error_lower/upper from `certificate` (for
+  /// heads where the exact norm is too costly: the certificate takes certificate.steps Gram products).
+  bool certificates_only = false;
   /// Throws std::invalid_argument naming the bad value (budget ≤ 0, panel_rows < 1, dense_svd_limit < 0,
   /// spectral, a device that cannot run here).
   void validate() const;
@@ -103,12 +115,30 @@ struct PointResult {
   static constexpr double nan = std::numeric_limits<double>::quiet_NaN();
   ErrorMatrix error_matrix = ErrorMatrix::none;  ///< the matrix the spectral and Frobenius errors are of
   double spectral_error = nan, relative_spectral_error = nan, frobenius_error = nan;
+  /// Ô against the exact output: computed in T, or for an emulated storage (half, bfloat16) in float64
+  /// (docs/mathematics.md §8), so that the format's error is part of the figure.
   double output_relative_error = nan, output_max_error = nan, output_mean_abs_error = nan;
+  Index nonfinite_output_rows = -1;  ///< rows of Ô with an entry not finite; -1 without values
+  /// What rounding to the point's storage did over every rounding point (none for float32, float64).
+  RoundingCounts rounding;
   double sigma1_ext = nan, sigma_m1_ext = nan, sigma_m1_margin = nan, sigma_m_core = nan;
   double bound_ratio = nan, theorem1_bound = nan, theorem2_bound = nan, theorem3_bound = nan,
          theorem3_k = nan;
   double c_emp = nan, c_emp_normalized = nan;
   double pinv_residual = nan;
+  /// How far from the best possible: σ_{r+1} of the error matrix (G or S; r = m, Performer's r or Linformer's
+  /// k), the Eckart–Young floor of ‖M − M̂‖₂ over every M̂ of rank r (in the units of spectral_error), and a
+  /// certified lower bound of it (Ritz values, interlacing: certificates.hpp).
+  double optimal_error = nan, optimal_error_lower = nan;
+  double relative_optimal_error = nan;  ///< optimal_error / ‖M‖₂, beside relative_spectral_error
+  /// The certificate of ‖M − M̂‖₂ (certificates.hpp): lower ≤ it always, upper ≥ it except with probability
+  /// spectral_error_upper_failure.
+  double spectral_error_lower = nan, spectral_error_upper = nan, spectral_error_upper_failure = nan;
+  /// The attention matrix's side for every method with an Ŝ: ‖S − Ŝ‖₂/‖S‖₂ and its floor σ_{r+1}(S)/‖S‖₂
+  /// (for the softmax methods the relative spectral error itself, for pnp-nystra and symmetric-nystrom Ŝ =
+  /// diag(1/(Ĝ1)) Ĝ).
+  double attention_relative_error = nan, attention_optimal_error = nan;
+  double selection_entries = 0;                  ///< kernel entries κ(x, y) the landmark selection evaluated
   std::optional<PinvStatus> pinv_status;         ///< none for methods without a pseudoinverse
   std::optional<bool> landmark_terms_converged;  ///< pnp-nystra: the Lanczos run for σ(G̃) converged
   bool bounds_hold =
@@ -128,6 +158,9 @@ struct HeadReference {
   bool matrix_free = false;
   Matrix<T> g;         ///< dense G_c (head_kernel_matrix; empty when matrix-free)
   double g_norm2 = 0;  ///< ‖G_c‖₂
+  /// Top singular values of G_c for the floors, by their count (floor_of: every value of a stored G, or
+  /// rank + 1 by Lanczos), so that a floor does not depend on which points came first.
+  std::map<Index, SpectralResult> g_spectra;
   Matrix<T> output;    ///< exact attention O (empty without V)
   double seconds = 0;  ///< time to build it
   /// Softmax methods only, built on their first point: S = D⁻¹G dense (empty when matrix-free), G_c 1 (the
@@ -136,6 +169,7 @@ struct HeadReference {
     Matrix<T> s;
     Vector<double> row_sums;
     double norm2 = 0;
+    std::map<Index, SpectralResult> spectra;  ///< top singular values of S for the floors, as g_spectra
   };
   std::optional<Attention> attention;
 };
@@ -194,6 +228,10 @@ LandmarkOptions on_token_grid(LandmarkOptions landmarks, const std::array<Index,
 ApproximationOptions on_token_grid(ApproximationOptions options, const std::array<Index, 2>& window,
                                    Index prefix_tokens);
 
+namespace detail {
+struct MatrixErrors;  ///< the norms of one error matrix (internal: lib/src/matrix_errors.hpp)
+}  // namespace detail
+
 /// Evaluates points of one head (a copy is kept), reusing what its points share (file comment). Build one per
 /// head and keep it while its points are evaluated: a sweep rank works through the points of one head and
 /// kernel before it takes another (cache-affinity scheduling).
@@ -233,8 +271,9 @@ class HeadEvaluator {
     double blocks_seconds = 0;  ///< the time of the factors without their pseudoinverse
     std::optional<PinvIteration<T>> iteration;
   };
-  /// The landmarks of `options`, selected on first use (`selected` says whether this call selected them).
-  LandmarkSet& landmark_set(const LandmarkOptions& options, bool& selected);
+  /// The landmarks of `options`, selected on first use with `kernel` where the strategy evaluates the
+  /// kernel (`selected` says whether this call selected them).
+  LandmarkSet& landmark_set(const LandmarkOptions& options, const Kernel& kernel, bool& selected);
   /// The factors of a Nyström point on `landmarks`: on the CPU, where the last point's differ only in the
   /// pseudoinverse, those with Z recomputed (core_pseudoinverse continuing the last point's iteration where
   /// this one asks for more steps of it: the sweep's rows of 2, 4 and 6 iterations run 6 steps, not 12), the
@@ -246,6 +285,21 @@ class HeadEvaluator {
   const HeadReference<T>& shifted_reference(const Kernel& shifted);
   /// The softmax part of the reference (S, its row sums, ‖S‖₂), built when missing.
   const typename HeadReference<T>::Attention& attention_reference(const Kernel& shifted);
+  /// The floor σ_{rank+1} of G_c (`matrix` kernel) or of S (attention) and its certified lower bound, from
+  /// the reference's singular values: all of them by one full SVD for a stored matrix of N ≤
+  /// full_spectrum_limit, else rank + 1 of them by Lanczos (0, 0 for rank ≥ N: every matrix of rank N is
+  /// exact).
+  std::pair<double, double> floor_of(ErrorMatrix matrix, Index rank, const Kernel& shifted);
+  /// ‖S − Ŝ‖₂ and ‖S − Ŝ‖_F of an implied attention matrix (stored or matrix-free, as the head reference).
+  detail::MatrixErrors attention_errors(const FactoredOperator<T>& implied, const Kernel& shifted);
+  /// attention_relative_error and attention_optimal_error of a kernel approximation's Ŝ of rank `rank`.
+  void set_attention_errors(PointResult& point, const FactoredOperator<T>& implied, Index rank,
+                            const Kernel& shifted);
+
+  /// The output columns of `output` (Ô of a point in `storage`): against the reference's exact output, or
+  /// for an emulated storage against the float64 exact output of the kernel (computed once per kernel).
+  void set_output_errors(Precision storage, const Kernel& shifted, const Matrix<T>& output,
+                         PointResult& point);
 
   PointResult kernel_point(Method method, const ApproximationOptions& options, const Kernel& shifted);
   PointResult attention_point(Method method, const ApproximationOptions& options, const Kernel& shifted);
@@ -258,6 +312,7 @@ class HeadEvaluator {
   std::optional<HeadReference<T>> reference_;
   std::map<std::string, LandmarkSet> landmark_sets_;  ///< by landmark options
   LastFactors last_factors_;
+  std::map<std::string, Matrix<double>> float64_outputs_;  ///< by kernel: the exact Ô in float64
 };
 
 }  // namespace nystrom

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "nystrom/error.hpp"
+#include "nystrom/kernels.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -32,15 +33,38 @@ enum class LandmarkStrategy {
   top_abs,        ///< top-m rows by row sum of |x| (CURformer "Abs")
   top_embed,      ///< top-m rows by one embedding column (CURformer "Embed")
   kmeans,         ///< centroids of seeded k-means++ (Nyströmformer limitations)
-  given           ///< user-given indices
+  given,          ///< user-given indices
+  cross,          ///< adaptive cross approximation of G with partial pivoting, 8 probe columns and restarts
+                  ///< (ACA+): query rows I and key columns J (Bebendorf 2000; Grasedyck 2005)
+  softmax_cross,  ///< cross with pivots on the rows of S = D⁻¹G (row sums estimated from m random columns):
+                  ///< aimed at the attention output, which weighs every row of S alike
+  maxvol,                ///< cross, then alternating (rectangular) maxvol sweeps toward a dominant G(I, J)
+                         ///< (Goreinov et al. 2010; Mikhalev & Oseledets 2018)
+  rpcholesky,            ///< randomly pivoted Cholesky on the PSD kernel of the joint tokens [Q; K], shared
+                         ///< landmarks (Chen, Epperly, Tropp & Webber 2025; Epperly, Tropp & Webber 2024)
+  farthest_point,        ///< farthest-point sampling of the tokens [q_i | k_i], the same rows for Q and K
+  farthest_point_means,  ///< means of Q and K over the Voronoi cells of farthest-point centres on [q_i |
+                         ///< k_i] (nested: the query landmarks' first m cells are the keys'), for the output
+  oracle_qdeim           ///< O(N²d) oracle: Q-DEIM rows and columns of the exact top-m singular vectors of G
+                         ///< (Drmač & Gugercin 2016)
 };
 
-/// "segment-means", "window-pool", "step", "random", "top-sum", "top-abs", "top-embed", "kmeans", "given".
+/// "segment-means", "window-pool", "step", "random", "top-sum", "top-abs", "top-embed", "kmeans", "given",
+/// "cross", "softmax-cross", "maxvol", "rpcholesky", "farthest-point", "farthest-point-means",
+/// "oracle-qdeim".
 std::string to_string(LandmarkStrategy strategy);
 /// Inverse of to_string; throws std::invalid_argument naming an unknown strategy.
 LandmarkStrategy landmark_strategy_from_string(const std::string& name);
-/// True for strategies whose landmarks are rows of Q and K (step, random, top-*, given).
+/// True for strategies whose landmarks are rows of Q and K (step, random, top-*, given, cross, softmax-cross,
+/// maxvol, farthest-point, oracle-qdeim).
 bool is_selection(LandmarkStrategy strategy);
+/// True for the strategies that evaluate kernel entries to choose (cross, softmax-cross, maxvol, rpcholesky,
+/// oracle-qdeim): select_landmarks reads its kernel only for them.
+bool uses_kernel(LandmarkStrategy strategy);
+/// True for the strategies that search all N tokens (cross, softmax-cross, maxvol, rpcholesky,
+/// farthest-point, farthest-point-means, oracle-qdeim, docs/mathematics.md §9.3): they take no forced or
+/// prefix tokens.
+bool is_searched(LandmarkStrategy strategy);
 
 /// The pooling grid gh×gw (gh·gw = cells) of window-pool on an h×w window (docs/mathematics.md §5).
 enum class WindowGrid {
@@ -98,6 +122,9 @@ struct Landmarks {
   Matrix<T> k;                   ///< K̄, m×d
   std::vector<Index> q_indices;  ///< rows of Q behind Q̄ (empty for pooling strategies)
   std::vector<Index> k_indices;  ///< rows of K behind K̄ (empty for pooling strategies)
+  /// rpcholesky: the rows of [Q; K] behind the shared landmarks Q̄ = K̄ (index < N: a query, else N + a key)
+  std::vector<Index> joint_indices;
+  double entries = 0;  ///< kernel entries κ(x, y) the selection evaluated (0 for the strategies without)
 };
 
 /// The tokens of the extended matrix G̃ = κ([Q̄; Q], [K̄; K]) (docs/mathematics.md §2): landmarks first.
@@ -120,17 +147,18 @@ ExtendedTokens<T> extended_tokens(const ConstMatrixRef<T>& Q, const ConstMatrixR
   return tokens;
 }
 
-/// Landmarks of Q and K (both N×d) by `options` (prefix tokens first where options.prefix_tokens > 0).
+/// Landmarks of Q and K (both N×d) by `options` (prefix tokens first where options.prefix_tokens > 0);
+/// the strategies that evaluate kernel entries (uses_kernel) evaluate `kernel`'s, O(N·m) of them.
 /// Deterministic for a given seed.
 template <class T>
 Landmarks<T> select_landmarks(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
-                              const LandmarkOptions& options);
+                              const LandmarkOptions& options, const Kernel& kernel);
 
 /// The same on row-major Q and K (C-ordered arrays, heads of a batch), read in place; the same landmarks as
 /// for column-major copies of them, bit for bit.
 template <class T>
 Landmarks<T> select_landmarks(const ConstRowMajorMap<T>& Q, const ConstRowMajorMap<T>& K,
-                              const LandmarkOptions& options);
+                              const LandmarkOptions& options, const Kernel& kernel);
 
 /// Segment means of the rows of X (N×d) into m segments: with s = ⌊N/m⌋ the first (s+1)m − N segments have s
 /// rows, the rest s+1 (Nyströmformer; docs/mathematics.md §5).

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "nystrom/factored_operator.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -24,6 +25,9 @@ struct LinformerOptions {
   std::uint64_t seed = 0;          ///< seed of E and F when they are not given
   bool share_projections = false;  ///< F = E (the package's share_kv)
   Matrix<double> e, f;             ///< explicit E, F (k×N) for cross-checks; empty: drawn from `seed`
+  /// The format every matrix is stored in (docs/mathematics.md §8): half and bfloat16 are emulated in float32
+  /// (T = float), E and F included; float32 and float64 round nothing.
+  Precision storage = Precision::float64;
 
   /// Throws std::invalid_argument naming the bad value (k < 1, explicit E/F not k×N or non-finite).
   void validate(Index n) const;
@@ -38,9 +42,10 @@ LinformerProjections linformer_projections(Index k, Index n, std::uint64_t seed,
 /// The compressed blocks and the output.
 template <class T>
 struct LinformerResult {
-  Matrix<T> output;      ///< Ô, N×dv
-  Matrix<T> attention;   ///< P = softmax(sQ(EK)ᵀ), N×k
-  Matrix<T> value_proj;  ///< F (k×N) used, in T
+  Matrix<T> output;         ///< Ô, N×dv
+  Matrix<T> attention;      ///< P = softmax(sQ(EK)ᵀ), N×k
+  Matrix<T> value_proj;     ///< F (k×N) used, in T (rounded to an emulated storage)
+  RoundingCounts rounding;  ///< what rounding to options.storage did, over every rounding point
 
   /// Ŝ = P F as an operator (N×N implied).
   FactoredOperator<T> attention_operator() const& { return {attention, Matrix<T>(), value_proj}; }
@@ -50,7 +55,9 @@ struct LinformerResult {
   }
 };
 
-/// Linformer attention for Q, K (N×d), V (N×dv) and scale s (1/√d by convention).
+/// Linformer attention for Q, K (N×d), V (N×dv) and scale s (1/√d by convention). In an emulated
+/// options.storage (T = float; docs/mathematics.md §8) Q, K, V, E and F are rounded, and Ô = R(P R(F̃ Ṽ)) with
+/// P the rounded softmax rows of the rounded logits of Q̃ and R(Ẽ K̃).
 template <class T>
 LinformerResult<T> linformer_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                        const ConstMatrixRef<T>& V, double scale,

@@ -12,7 +12,7 @@
 /// (bench/bench_matrix_free.cpp measures both). The augmented form resolves small singular values better
 /// (spectral.hpp's top_singular_values_augmented).
 
-#include "nystrom/kernel_passes.hpp"
+#include "nystrom/detail/kernel_passes.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/nystrom.hpp"
 #include "nystrom/operators.hpp"

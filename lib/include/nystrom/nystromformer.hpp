@@ -22,6 +22,7 @@
 
 #include "nystrom/factored_operator.hpp"
 #include "nystrom/pinv.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -33,6 +34,10 @@ struct NystromformerOptions {
                       6};  ///< pseudoinverse of Ã; the package uses Razavi with 6 iterations
   bool front_padding =
       false;  ///< the package's padding: prepend m − N % m zero tokens, equal segments, drop them
+  /// The format every matrix is stored in (docs/mathematics.md §8): half and bfloat16 are emulated in float32
+  /// (T = float), the pseudoinverse included (its pinv.storage is replaced by this); float32 and float64
+  /// round nothing.
+  Precision storage = Precision::float64;
 
   /// Throws std::invalid_argument naming the bad value (m < 1, m > N, bad pinv options).
   void validate(Index n) const;
@@ -46,6 +51,8 @@ struct NystromformerResult {
   Matrix<T> core;      ///< Ã = softmax(sQ̄K̄ᵀ), m×m
   Matrix<T> upper;     ///< B̃ = softmax(sQ̄Kᵀ), m×N
   PinvResult<T> pinv;  ///< Z ≈ Ã⁺ with its diagnostics
+  /// What rounding to options.storage did, over every rounding point but the pseudoinverse's (pinv.rounding).
+  RoundingCounts rounding;
 
   /// Ŝ = F̃ Z B̃ as an operator (N×N implied).
   FactoredOperator<T> attention_operator() const& { return {left, pinv.z, upper}; }
@@ -66,7 +73,10 @@ Matrix<T> nystromformer_core(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>
 template <class T>
 double nystromformer_batch_alpha(const std::vector<Matrix<T>>& cores);
 
-/// Nyströmformer attention for Q, K (N×d), V (N×dv) and scale s (1/√d by convention).
+/// Nyströmformer attention for Q, K (N×d), V (N×dv) and scale s (1/√d by convention). In an emulated
+/// options.storage (T = float; docs/mathematics.md §8) the landmarks are the segment means of Q and K as
+/// given, then Q, K, V and the landmarks are rounded, the three softmax blocks are rounded softmax rows of
+/// rounded logits, and Ô = R(F̃ R(Z R(B̃ V))).
 template <class T>
 NystromformerResult<T> nystromformer_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                                const ConstMatrixRef<T>& V, double scale,

@@ -19,11 +19,11 @@
 
 #include <omp.h>
 
+#include "nystrom/detail/kernel_passes.hpp"
+#include "nystrom/detail/operator_concepts.hpp"
 #include "nystrom/error.hpp"
-#include "nystrom/kernel_passes.hpp"
 #include "nystrom/kernels.hpp"
 #include "nystrom/nystrom.hpp"
-#include "nystrom/operator_concepts.hpp"
 #include "nystrom/threads.hpp"
 #include "nystrom/types.hpp"
 

@@ -18,6 +18,7 @@
 #include "nystrom/landmarks.hpp"
 #include "nystrom/nystrom.hpp"
 #include "nystrom/pinv.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -37,6 +38,7 @@ struct Parameters {
   /// always segment means) and the strategy's own settings.
   Index landmarks = 16;
   std::optional<LandmarkStrategy> strategy;
+  double oversampling = 1;  ///< query landmarks per key landmark: Q̄ has ⌈oversampling·m⌉ rows (pnp-nystra)
   std::uint64_t seed = 0;  ///< random and k-means landmarks, rpcholesky, Performer's Ω, Linformer's E and F
   bool different_indices = false;  ///< selection strategies and cur: rows of Q and K chosen separately
   std::vector<Index> forced;       ///< selection strategies: tokens always selected (counted within m)
@@ -68,6 +70,9 @@ struct Parameters {
   bool share_projections = false;  ///< linformer: F = E
   bool copy_rows = false;          ///< cur: copy the exact rows (R V) into Ô
   bool front_padding = false;      ///< nystromformer: the package's front zero padding when N % m ≠ 0
+  /// The format the matrices are stored in (ApproximationOptions::storage, docs/mathematics.md §8): half
+  /// and bfloat16 emulated in float32; float32 and float64 the computation in its own type.
+  Precision precision = Precision::float64;
 
   /// `kernel` and its parameter (scale, lambda or bandwidth) from κ (its log-shift is not a parameter).
   void use_kernel(const Kernel& kernel);

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "nystrom/factored_operator.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -29,6 +30,9 @@ struct PerformerOptions {
   bool orthogonal = true;      ///< orthogonal blocks (FAVOR+) or i.i.d. Gaussian rows
   double feature_epsilon = 0;  ///< added to every shifted feature before the 1/√r factor (the package: 1e-4)
   Matrix<double> projection;   ///< explicit Ω (r×d) for cross-checks; empty: drawn from `seed`
+  /// The format every matrix is stored in (docs/mathematics.md §8): half and bfloat16 are emulated in float32
+  /// (T = float), Ω included; float32 and float64 round nothing.
+  Precision storage = Precision::float64;
 
   /// Throws std::invalid_argument naming the bad value (features < 0, ε < 0, projection not r×d or
   /// non-finite).
@@ -50,7 +54,8 @@ struct PerformerResult {
   Matrix<T> q_features;       ///< Φ_Q (N×r), with its shifts (see above)
   Matrix<T> k_features;       ///< Φ_K (N×r), with its shifts
   Vector<T> normalizer;       ///< Φ_Q(Φ_Kᵀ1_N), N
-  Matrix<double> projection;  ///< Ω used (r×d)
+  Matrix<double> projection;  ///< Ω used (r×d), as drawn or given (not rounded)
+  RoundingCounts rounding;    ///< what rounding to options.storage did, over every rounding point
 
   /// Ŝ = diag(1/normalizer) Φ_Q Φ_Kᵀ as an operator (N×N implied; rows sum to 1).
   FactoredOperator<T> attention_operator() const& {
@@ -62,7 +67,9 @@ struct PerformerResult {
   }
 };
 
-/// FAVOR+ attention for Q, K (N×d), V (N×dv) and scale s (1/√d by convention).
+/// FAVOR+ attention for Q, K (N×d), V (N×dv) and scale s (1/√d by convention). In an emulated
+/// options.storage (T = float; docs/mathematics.md §8) Q, K, V and Ω are rounded, and so are the scaled
+/// tokens, the projections, the half norms, the exponents, the features and every product.
 template <class T>
 PerformerResult<T> performer_attention(const ConstMatrixRef<T>& Q, const ConstMatrixRef<T>& K,
                                        const ConstMatrixRef<T>& V, double scale,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nystrom/error.hpp"
+#include "nystrom/precision.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {
@@ -75,16 +76,23 @@ struct PinvOptions {
                          ///< for truncated); iterative: stop when ‖I − AZ‖_F ≤ it
   double tikhonov = 0;  ///< ε > 0: Z = (AᵀA + εI)⁻¹Aᵀ instead of A⁺ (non-symmetric safe regularization)
   double shift = 0;  ///< ε > 0: invert A + εI (LaplacianFormer; valid for symmetric PSD A)
+  /// The format the computation stores its matrices in (docs/mathematics.md §8): half and bfloat16 are
+  /// emulated in float32 (T = float) with A, M, Z₀, every product of a step and Z rounded to the format,
+  /// without the power-of-two scaling; float32 and float64 round nothing. The Nyström methods set it from
+  /// their own storage.
+  Precision storage = Precision::float64;
 
   /// Throws std::invalid_argument naming the bad value (iterations < 1, α < 0, negative ε, non-finite
   /// values).
   void validate() const;
 
   /// validate(), and throws naming tikhonov or shift where it is > 0 but T holds no such number (it would
-  /// read as Inf or 0 in T, where the matrix inverted, A + εI or AᵀA + εI, is formed).
+  /// read as Inf or 0 in T, where the matrix inverted, A + εI or AᵀA + εI, is formed), or naming the storage
+  /// where it is emulated and T is not float.
   template <class T>
   void validate_in() const {
     validate();
+    require_storage_for<T>(storage, "pinv");
     for (const auto& [epsilon, name] : {std::pair{tikhonov, "tikhonov"}, std::pair{shift, "shift"}}) {
       const T rounded = T(epsilon);
       require(epsilon == 0 || (std::isfinite(rounded) && rounded != 0), "pinv: ", name, " = ", epsilon,
@@ -104,8 +112,10 @@ struct PinvResult {
   std::vector<double> residuals;  ///< ‖I − MZ_k‖_F for k = 0 (start) .. iterations; one entry for exact.
                                   ///< M is the matrix actually inverted: A, A + εI (shift) or AᵀA + εI
                                   ///< (Tikhonov, where Z_k approximates M⁻¹ before the final ·Aᵀ)
-  Index rank = 0;      ///< exact: singular values kept
-  double seconds = 0;  ///< wall time of the computation on the host (an iteration: all its steps so far)
+  Index rank = 0;           ///< exact: singular values kept
+  double seconds = 0;       ///< wall time of the computation on the host (an iteration: all its steps so far)
+  RoundingCounts rounding;  ///< what rounding to PinvOptions::storage did, over every rounding point (none
+                            ///< for the native formats)
   double residual() const { return residuals.empty() ? 0.0 : residuals.back(); }
 };
 
@@ -140,7 +150,8 @@ Matrix<T> inverted_matrix(const ConstMatrixRef<T>& A, const PinvOptions& options
 /// (exact, truncated) take any p×m A (an oversampled core), with the residual ‖I − ZA‖_F of the smaller
 /// product for p > m; the iterations and the shift need a square A. Throws std::invalid_argument for bad
 /// options, an empty A, a non-square A where it must be square, an A with NaN or Inf entries, or
-/// oracle_core (which needs G); a numerical failure of the iteration is a status.
+/// oracle_core (which needs G); a numerical failure of the iteration is a status. In emulated storage an A or
+/// M that overflows the format is such a failure: Z = NaN, status non-finite.
 template <class T>
 PinvResult<T> pseudoinverse(const ConstMatrixRef<T>& A, const PinvOptions& options);
 
@@ -164,8 +175,17 @@ class PinvIteration {
   PinvResult<T> result() const;
 
  private:
+  /// Starts the native iteration: M' = 2⁻ᵖM in double, α and Z'₀.
+  void start_native();
+  /// Starts the emulated one (PinvOptions::storage half or bfloat16): A and M rounded, Z₀ = R(αMᵀ), p = 0.
+  void start_emulated();
+  /// Z_{k+1} from Z_k: the native step from M'Z'_k, or the emulated one with its rounding points.
+  Matrix<T> next_iterate();
+
   Matrix<T> a_;
   PinvOptions options_;
+  Matrix<T> stored_a_;      ///< emulated storage: A rounded to the format (Tikhonov's final ·Aᵀ reads it)
+  Matrix<T> stored_m_;      ///< emulated storage: M as the steps read it, rounded to the format
   int scale_exponent_ = 0;  ///< p: the steps run on M' = 2⁻ᵖM and Z' = 2ᵖZ
   Matrix<double> m_;        ///< M' in double
   Matrix<double> product_;  ///< M'Z'_k = M Z_k in double: the residual's and the next step's

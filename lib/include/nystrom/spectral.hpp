@@ -113,4 +113,4 @@ double frobenius_norm(const ConstMatrixRef<T>& a);
 
 }  // namespace nystrom
 
-#include "nystrom/spectral_impl.hpp"
+#include "nystrom/detail/spectral_impl.hpp"

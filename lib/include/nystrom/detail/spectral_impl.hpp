@@ -12,8 +12,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "nystrom/detail/operator_concepts.hpp"
 #include "nystrom/error.hpp"
-#include "nystrom/operator_concepts.hpp"
 #include "nystrom/types.hpp"
 
 namespace nystrom {

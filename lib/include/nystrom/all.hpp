@@ -1,0 +1,33 @@
+#pragma once
+/// @file all.hpp
+/// Every public header of the library in one include: `#include <nystrom/all.hpp>`. The headers of
+/// nystrom/detail/ are internal (included by these where needed) and not part of the interface.
+
+#include "nystrom/approximation.hpp"
+#include "nystrom/attention.hpp"
+#include "nystrom/backend.hpp"
+#include "nystrom/batched.hpp"
+#include "nystrom/bounds.hpp"
+#include "nystrom/certificates.hpp"
+#include "nystrom/cur.hpp"
+#include "nystrom/error.hpp"
+#include "nystrom/evaluation.hpp"
+#include "nystrom/factored_operator.hpp"
+#include "nystrom/head.hpp"
+#include "nystrom/kernels.hpp"
+#include "nystrom/landmarks.hpp"
+#include "nystrom/linformer.hpp"
+#include "nystrom/matrix_free.hpp"
+#include "nystrom/nystrom.hpp"
+#include "nystrom/nystromformer.hpp"
+#include "nystrom/operators.hpp"
+#include "nystrom/parameters.hpp"
+#include "nystrom/performer.hpp"
+#include "nystrom/pinv.hpp"
+#include "nystrom/point_record.hpp"
+#include "nystrom/precision.hpp"
+#include "nystrom/selection.hpp"
+#include "nystrom/softmax.hpp"
+#include "nystrom/spectral.hpp"
+#include "nystrom/threads.hpp"
+#include "nystrom/types.hpp"
