@@ -89,6 +89,21 @@ std::vector<PointDescription> method_points(const PointDescription& base, const 
   return points;
 }
 
+/// The landmark options of a point of pnp-nystra, symmetric-nystrom or cur (its selection); null for the
+/// other methods.
+const LandmarkOptions* landmark_options_of(const PointDescription& point) {
+  switch (point.method) {
+    case Method::pnp_nystra:
+      return &point.options.pnp_nystra.landmarks;
+    case Method::symmetric_nystrom:
+      return &point.options.symmetric_nystrom.landmarks;
+    case Method::cur:
+      return &point.options.cur.selection;
+    default:
+      return nullptr;
+  }
+}
+
 /// Why a point of the grid cannot run on `layer` ("" when it can): a softmax method on another kernel than
 /// exp, cur with a pooling strategy, window-pool without a token window (`window_obstacle`), a strategy that
 /// searches all N tokens on a layer with prefix tokens (landmarks of their own).
@@ -100,11 +115,7 @@ std::string obstacle(const PointDescription& point, const std::string& window_ob
   if (method == Method::cur && !is_selection(point.options.cur.selection.strategy))
     return describe("cur selects rows; ", to_string(point.options.cur.selection.strategy),
                     " is a pooling strategy");
-  const LandmarkOptions* landmarks = method == Method::pnp_nystra ? &point.options.pnp_nystra.landmarks
-                                     : method == Method::symmetric_nystrom
-                                         ? &point.options.symmetric_nystrom.landmarks
-                                     : method == Method::cur ? &point.options.cur.selection
-                                                             : nullptr;
+  const LandmarkOptions* landmarks = landmark_options_of(point);
   if (landmarks && landmarks->strategy == LandmarkStrategy::window_pool && !window_obstacle.empty())
     return window_obstacle;
   if (landmarks && prefix_tokens > 0 && is_searched(landmarks->strategy))
@@ -119,11 +130,9 @@ std::string obstacle(const PointDescription& point, const std::string& window_ob
 /// every strategy selects every token at m = N (exact recovery, docs/mathematics.md §3), so the default
 /// landmark counts keep that point for the first strategy alone.
 bool repeated_exact_recovery(const PointDescription& point, LandmarkStrategy first) {
-  const LandmarkOptions* landmarks = point.method == Method::pnp_nystra ? &point.options.pnp_nystra.landmarks
-                                     : point.method == Method::symmetric_nystrom
-                                         ? &point.options.symmetric_nystrom.landmarks
-                                         : nullptr;
-  return landmarks && landmarks->count == point.n && landmarks->strategy != first;
+  const LandmarkOptions* landmarks = landmark_options_of(point);
+  return landmarks && point.method != Method::cur && landmarks->count == point.n &&
+         landmarks->strategy != first;
 }
 
 /// The grid on a layer of n tokens: the default landmark counts where none were given, and performer's and

@@ -239,19 +239,6 @@ bool is_selection(LandmarkStrategy strategy) {
   }
 }
 
-bool uses_kernel(LandmarkStrategy strategy) {
-  switch (strategy) {
-    case LandmarkStrategy::cross:
-    case LandmarkStrategy::softmax_cross:
-    case LandmarkStrategy::maxvol:
-    case LandmarkStrategy::rpcholesky:
-    case LandmarkStrategy::oracle_qdeim:
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool is_searched(LandmarkStrategy strategy) {
   switch (strategy) {
     case LandmarkStrategy::cross:
@@ -265,6 +252,11 @@ bool is_searched(LandmarkStrategy strategy) {
     default:
       return false;
   }
+}
+
+bool uses_kernel(LandmarkStrategy strategy) {
+  return is_searched(strategy) && strategy != LandmarkStrategy::farthest_point &&
+         strategy != LandmarkStrategy::farthest_point_means;
 }
 
 std::array<Index, 2> closest_square_factors(Index m) {

@@ -43,8 +43,9 @@ def _supported_blas_core():
 
 
 # OpenBLAS reads OPENBLAS_CORETYPE when the extension loads it; a value already set is kept.
-if "OPENBLAS_CORETYPE" not in os.environ and _supported_blas_core():
-    os.environ["OPENBLAS_CORETYPE"] = _supported_blas_core()
+if "OPENBLAS_CORETYPE" not in os.environ and (_core := _supported_blas_core()):
+    os.environ["OPENBLAS_CORETYPE"] = _core
+    del _core
 
 import numpy as np  # noqa: E402
 

@@ -5,8 +5,8 @@ notebooks/README.md that is not a URL must name a file or folder of the reposito
 document, or of another markdown document) must be the slug GitHub gives one of that document's headings (or an
 explicit `<a id>` / `<a name>`). Links inside fenced code blocks and code spans are not links and are skipped. The
 README is at most 10 KiB (10,240 bytes): installation, the program's reference, benchmarks and history live in docs/
-and CHANGELOG.md. No document refers to the developers' private notes outside the repository (`../shared`,
-`/work/shared`) or to this project's issue numbers: the repository documents itself.
+and CHANGELOG.md. No document names a path outside the repository (a relative path that climbs above its root, or an
+absolute path beside it) or a tracker's issue number: the repository documents itself.
 """
 
 from __future__ import annotations
@@ -37,9 +37,20 @@ CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*(<[^>\n]*>|[^)\s]+)(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
 REFERENCE_DEFINITION = re.compile(r"^ {0,3}\[[^\]]+\]:\s*(<[^>\n]*>|\S+)", re.MULTILINE)
 URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-SHARED_NOTES = re.compile(r"(?:\.\./)+shared\b|/work/shared\b")
+RELATIVE_PATH = re.compile(r"(?<![\w./])(?:\.\./)+[\w.-]*")
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/[\w.-]+(?:/[\w.-]+)*")
 # "issue 12", "issues #3", "#12" — except an upstream repository's issue cited as "GitHub #N" beside its name.
 ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+|(?<!GitHub )(?<![\w&/#])#\d+\b", re.IGNORECASE)
+
+
+def outside_paths(document: Path, line: str) -> list[str]:
+    """The paths in `line` that lead outside the repository: relative ones (from the document's folder) that climb
+    above its root, and absolute ones under the folder that holds the repository."""
+    found = [path for path in RELATIVE_PATH.findall(line)
+             if not (document.parent / path).resolve().is_relative_to(ROOT)]
+    beside = str(ROOT.parent) + "/"
+    return found + [path for path in ABSOLUTE_PATH.findall(line)
+                    if path.startswith(beside) and not Path(path).is_relative_to(ROOT)]
 
 
 def prose_lines(text: str) -> list[tuple[int, str]]:
@@ -169,12 +180,12 @@ def test_relative_links_and_anchors_resolve(document: Path):
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=IDS)
-def test_no_private_notes_or_issue_numbers(document: Path):
+def test_no_outside_paths_or_issue_numbers(document: Path):
     text = document.read_text(encoding="utf-8")
     problems = [
-        f"{document.relative_to(ROOT)}:{number}: refers to the private notes: {line.strip()}"
+        f"{document.relative_to(ROOT)}:{number}: a path outside the repository: {path}"
         for number, line in enumerate(text.splitlines(), start=1)
-        if SHARED_NOTES.search(line)
+        for path in outside_paths(document, line)
     ]
     problems += [
         f"{document.relative_to(ROOT)}:{number}: an issue number: {match.group(0)!r}"
@@ -235,8 +246,10 @@ def test_broken_links_are_found():
 @pytest.mark.parametrize(
     ("line", "flagged"),
     [("fixed in issue 12", True), ("see #34", True), ("the mlpen/Nystromformer repository, GitHub #3", False),
-     ("`#include <x>`", False), ("[a](b.md#c)", False), ("see ../shared/NLA.md", True)],
+     ("`#include <x>`", False), ("[a](b.md#c)", False), ("see ../notes/plan.md", True),
+     ("see docs/../lib/src", False), ("in " + str(ROOT.parent / "notes"), True), ("in " + str(ROOT / "lib"), False),
+     ("`/usr/local/cuda`", False)],
 )
-def test_issue_numbers_and_private_notes_are_found(line: str, flagged: bool):
-    found = bool(ISSUE_NUMBER.search(without_code_spans(line))) or bool(SHARED_NOTES.search(line))
+def test_issue_numbers_and_outside_paths_are_found(line: str, flagged: bool):
+    found = bool(ISSUE_NUMBER.search(without_code_spans(line))) or bool(outside_paths(ROOT / "README.md", line))
     assert found == flagged
